@@ -1,0 +1,61 @@
+"""gradstream: train neural networks in less memory.
+
+A PyTorch-shaped API over a Rust autograd engine on candle-core. Gradients are computed
+only where needed, freed as soon as they are used, and can be streamed to the optimizer
+inside the backward pass.
+"""
+
+from . import _core
+from ._core import *  # noqa: F403  (the op set: tensor, zeros, add, matmul, ...)
+from ._core import Tensor, device
+from ._core import dtype as dtype
+from .autograd.grad_mode import (
+    enable_grad,
+    inference_mode,
+    is_grad_enabled,
+    no_grad,
+    set_grad_enabled,
+)
+from .size import Size
+
+from . import autograd, cuda, memory  # noqa: E402  (submodules use the names above)
+
+float32 = _core.float32
+float64 = _core.float64
+float16 = _core.float16
+bfloat16 = _core.bfloat16
+int64 = _core.int64
+int32 = _core.int32
+uint8 = _core.uint8
+bool = _core.bool  # noqa: A001  (PyTorch's name)
+float = float32  # noqa: A001
+double = float64
+half = float16
+long = int64
+int = int32  # noqa: A001
+
+__version__ = "0.1.0"
+
+
+def is_tensor(obj) -> "builtins.bool":  # noqa: F821
+    return isinstance(obj, Tensor)
+
+
+def get_default_dtype():
+    return float32
+
+
+__all__ = [
+    "Tensor",
+    "Size",
+    "device",
+    "dtype",
+    "no_grad",
+    "enable_grad",
+    "set_grad_enabled",
+    "inference_mode",
+    "is_grad_enabled",
+    "autograd",
+    "cuda",
+    "memory",
+]

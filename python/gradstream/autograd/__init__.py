@@ -1,0 +1,18 @@
+"""`gradstream.autograd`: `backward`, `grad`, grad-mode switches, `gradcheck`."""
+
+from .._core import Node
+from .._core import autograd_backward as backward
+from .._core import autograd_grad as grad
+from .gradcheck import gradcheck
+from .grad_mode import enable_grad, inference_mode, no_grad, set_grad_enabled
+
+__all__ = [
+    "Node",
+    "backward",
+    "grad",
+    "gradcheck",
+    "enable_grad",
+    "inference_mode",
+    "no_grad",
+    "set_grad_enabled",
+]

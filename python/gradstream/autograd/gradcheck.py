@@ -1,0 +1,108 @@
+"""Finite-difference gradient checks in float64."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from .. import _core
+
+
+def _as_tuple(x):
+    return tuple(x) if isinstance(x, (tuple, list)) else (x,)
+
+
+def _numerical_jacobian(fn, inputs, i, eps):
+    """d(outputs)/d(inputs[i]) by central differences, one column per input element."""
+    x = inputs[i]
+    base = x.detach().numpy().astype(np.float64)
+    cols = []
+    for j in range(base.size):
+        outs = []
+        for sign in (1.0, -1.0):
+            pert = base.copy().reshape(-1)
+            pert[j] += sign * eps
+            args = list(inputs)
+            args[i] = _core.tensor(pert.reshape(base.shape), dtype=x.dtype)
+            with _no_grad():
+                out = _as_tuple(fn(*args))
+            outs.append(np.concatenate([o.detach().numpy().astype(np.float64).reshape(-1) for o in out]))
+        cols.append((outs[0] - outs[1]) / (2 * eps))
+    return np.stack(cols, axis=1) if cols else np.zeros((0, 0))
+
+
+def _analytical_jacobian(fn, inputs, i):
+    outs = _as_tuple(fn(*inputs))
+    n_out = sum(o.numel() for o in outs)
+    rows = []
+    for k in range(n_out):
+        grads = []
+        offset = 0
+        for o in outs:
+            g = np.zeros(o.numel())
+            if offset <= k < offset + o.numel():
+                g[k - offset] = 1.0
+            grads.append(_core.tensor(g.reshape(tuple(o.shape)), dtype=o.dtype))
+            offset += o.numel()
+        diff = [(o, g) for o, g in zip(outs, grads) if o.requires_grad]
+        if not diff:
+            rows.append(np.zeros(inputs[i].numel()))
+            continue
+        (gi,) = _core.autograd_grad(
+            [o for o, _ in diff],
+            [inputs[i]],
+            grad_outputs=[g for _, g in diff],
+            retain_graph=True,
+            allow_unused=True,
+        )
+        rows.append(np.zeros(inputs[i].numel()) if gi is None else gi.numpy().astype(np.float64).reshape(-1))
+    return np.stack(rows, axis=0)
+
+
+class _no_grad:
+    def __enter__(self):
+        self.prev = _core.is_grad_enabled()
+        _core._set_grad_enabled(False)
+
+    def __exit__(self, *exc):
+        _core._set_grad_enabled(self.prev)
+
+
+def gradcheck(
+    fn: Callable,
+    inputs: Sequence | object,
+    eps: float = 1e-6,
+    atol: float = 1e-5,
+    rtol: float = 1e-3,
+    raise_exception: bool = True,
+) -> bool:
+    """Compare the engine's gradients of `fn` with central finite differences.
+
+    Inputs that require grad must be float64 (as in PyTorch). Returns True, or raises
+    `GradcheckError` (a RuntimeError) naming the input and the largest mismatch.
+    """
+    inputs = _as_tuple(inputs)
+    for i, x in enumerate(inputs):
+        if not isinstance(x, _core.Tensor) or not x.requires_grad:
+            continue
+        if x.dtype != _core.float64:
+            raise ValueError(
+                f"gradcheck: input {i} requires grad but has dtype {x.dtype}; use float64 inputs"
+            )
+        num = _numerical_jacobian(fn, inputs, i, eps)
+        ana = _analytical_jacobian(fn, inputs, i)
+        if num.shape != ana.shape or not np.allclose(ana, num, atol=atol, rtol=rtol):
+            err = np.abs(ana - num).max() if num.shape == ana.shape else float("nan")
+            msg = (
+                f"Jacobian mismatch for output 0 with respect to input {i}: max abs difference "
+                f"{err:.3e}\nnumerical:\n{num}\nanalytical:\n{ana}"
+            )
+            if raise_exception:
+                raise GradcheckError(msg)
+            return False
+    return True
+
+
+class GradcheckError(RuntimeError):
+    pass

@@ -1,0 +1,337 @@
+//! Backward: run the graph from the roots, latest-created node first, freeing as it goes.
+//!
+//! 1. Discover the nodes reachable from the roots; with `inputs`, keep only those that
+//!    lead to one of them (path pruning).
+//! 2. Count, for each node, the gradients it will receive.
+//! 3. Pop ready nodes from a max-heap on sequence number. A node's pending gradient lives
+//!    in the `GradStore` from its first contribution until the node runs; its saved
+//!    tensors are released right after (unless `retain_graph`).
+//! 4. A leaf's sink runs as soon as its gradient is final: hooks, `.grad`, consumers.
+
+use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::sync::Arc;
+
+use crate::autograd::grad_mode::GradModeGuard;
+use crate::autograd::node::{node_key, Node};
+use crate::error::{Error, Result};
+use crate::memory;
+use crate::ops;
+use crate::tensor::{shape_str, Tensor};
+
+/// Called for each leaf whose gradient is final, instead of storing `.grad`.
+pub type GradConsumer<'a> = &'a (dyn Fn(&Tensor, &Tensor) -> Result<()> + Sync);
+
+pub struct BackwardOptions<'a> {
+    pub retain_graph: bool,
+    pub create_graph: bool,
+    /// `autograd.grad`: return the inputs' gradients instead of accumulating into `.grad`.
+    pub accumulate: bool,
+    pub inputs: Option<&'a [Tensor]>,
+    pub grad_consumer: Option<GradConsumer<'a>>,
+    /// Checked between nodes; returns `Err(Interrupted)` on Ctrl-C.
+    pub check_interrupt: &'a (dyn Fn() -> Result<()> + Sync),
+}
+
+/// Pending gradients, keyed by node. An entry is removed the moment its node runs.
+struct GradStore {
+    pending: HashMap<usize, (Tensor, bool)>,
+}
+
+impl GradStore {
+    /// First contribution is moved in; later ones are summed, in place once the store
+    /// owns the buffer (a sum it made itself), since a moved-in gradient may be shared.
+    fn add(&mut self, key: usize, grad: Tensor, create_graph: bool) -> Result<()> {
+        match self.pending.remove(&key) {
+            None => {
+                self.pending.insert(key, (grad, false));
+            }
+            Some((acc, owned)) => {
+                let sum = if owned && !create_graph && ops::inplace::can_add_into(&acc, &grad) {
+                    ops::inplace::add_into(&acc, &grad)?;
+                    acc
+                } else {
+                    ops::binary::add(&acc, &grad)?
+                };
+                self.pending.insert(key, (sum, !create_graph));
+            }
+        }
+        Ok(())
+    }
+
+    fn take(&mut self, key: usize) -> Option<Tensor> {
+        self.pending.remove(&key).map(|(t, _)| t)
+    }
+}
+
+#[derive(PartialEq, Eq, PartialOrd, Ord)]
+struct Ready(u64, usize);
+
+fn validate_root(i: usize, root: &Tensor, grad: Option<&Tensor>) -> Result<Tensor> {
+    if !root.requires_grad() {
+        return Err(Error::autograd(format!(
+            "element {i} of tensors does not require grad and does not have a grad_fn"
+        )));
+    }
+    match grad {
+        None => {
+            if root.numel() != 1 {
+                return Err(Error::autograd(format!(
+                    "grad can be implicitly created only for scalar outputs (got a tensor of shape {})",
+                    shape_str(&root.dims())
+                )));
+            }
+            ops::creation::ones_like(root)
+        }
+        Some(g) => {
+            if g.dims() != root.dims() {
+                return Err(Error::shape(format!(
+                    "Mismatch in shape: grad_output[{i}] has a shape of {} and output[{i}] has a shape of {}.",
+                    shape_str(&g.dims()),
+                    shape_str(&root.dims())
+                )));
+            }
+            if g.dtype() != root.dtype() {
+                return Err(Error::type_(format!(
+                    "Mismatch in dtype: grad_output[{i}] has a dtype of {} and output[{i}] has a dtype of {}.",
+                    g.dtype().name(),
+                    root.dtype().name()
+                )));
+            }
+            Ok(g.clone())
+        }
+    }
+}
+
+/// Run backward from `roots`. Returns the gradients of `opts.inputs` when
+/// `opts.accumulate` is false (`autograd.grad`), else an empty vector.
+pub fn run_backward(
+    roots: &[Tensor],
+    grads: &[Option<Tensor>],
+    opts: &BackwardOptions,
+) -> Result<Vec<Option<Tensor>>> {
+    let _mode = GradModeGuard::new(opts.create_graph);
+    let mut root_grads = Vec::with_capacity(roots.len());
+    for (i, r) in roots.iter().enumerate() {
+        let g = validate_root(i, r, grads.get(i).and_then(Option::as_ref))?;
+        let edge = r.gradient_edge().expect("a tensor that requires grad has an edge");
+        root_grads.push((edge.node, g));
+    }
+
+    // Discover the graph.
+    let mut nodes: HashMap<usize, Arc<dyn Node>> = HashMap::new();
+    let mut order: Vec<usize> = Vec::new(); // post-order, children first
+    {
+        let mut stack: Vec<(Arc<dyn Node>, bool)> =
+            root_grads.iter().map(|(n, _)| (n.clone(), false)).collect();
+        let mut seen: HashSet<usize> = HashSet::new();
+        while let Some((n, expanded)) = stack.pop() {
+            let k = node_key(&n);
+            if expanded {
+                order.push(k);
+                continue;
+            }
+            if !seen.insert(k) {
+                continue;
+            }
+            stack.push((n.clone(), true));
+            for e in n.base().edges.iter().flatten() {
+                if !seen.contains(&e.key()) {
+                    stack.push((e.node.clone(), false));
+                }
+            }
+            nodes.insert(k, n);
+        }
+    }
+
+    // Targets: the nodes whose incoming gradient is wanted.
+    let mut captured: HashMap<usize, usize> = HashMap::new(); // node -> index in inputs
+    let targets: Option<HashSet<usize>> = match opts.inputs {
+        None => None,
+        Some(inputs) => {
+            let mut t = HashSet::new();
+            for (i, inp) in inputs.iter().enumerate() {
+                let edge = inp.gradient_edge().ok_or_else(|| {
+                    Error::autograd(format!("One of the differentiated Tensors (input {i}) does not require grad"))
+                })?;
+                t.insert(edge.key());
+                captured.entry(edge.key()).or_insert(i);
+                // keep the sink alive for the duration
+                nodes.entry(edge.key()).or_insert(edge.node);
+            }
+            Some(t)
+        }
+    };
+
+    // needed: the node leads to a target (or is one). Post-order visits children first.
+    let mut needed: HashSet<usize> = HashSet::new();
+    for &k in &order {
+        let n = &nodes[&k];
+        let is_target = match &targets {
+            None => n.leaf().is_some() || n.base().retained().is_some() || !n.base().edges.is_empty(),
+            Some(t) => t.contains(&k),
+        };
+        let child_needed = n.base().edges.iter().flatten().any(|e| needed.contains(&e.key()));
+        if is_target || child_needed {
+            needed.insert(k);
+        }
+    }
+
+    // Dependencies along edges out of nodes that will run.
+    let mut deps: HashMap<usize, usize> = HashMap::new();
+    for &k in &order {
+        if !needed.contains(&k) {
+            continue;
+        }
+        for e in nodes[&k].base().edges.iter().flatten() {
+            if needed.contains(&e.key()) {
+                *deps.entry(e.key()).or_default() += 1;
+            }
+        }
+    }
+
+    let mut store = GradStore { pending: HashMap::new() };
+    let mut heap = BinaryHeap::new();
+    for (n, g) in root_grads {
+        let k = node_key(&n);
+        if !needed.contains(&k) {
+            continue;
+        }
+        store.add(k, g, opts.create_graph)?;
+    }
+    for (n, _) in roots.iter().filter_map(|r| r.gradient_edge()).map(|e| (e.node, ())) {
+        let k = node_key(&n);
+        if needed.contains(&k) && deps.get(&k).copied().unwrap_or(0) == 0 && !heap.iter().any(|Ready(_, x)| *x == k) {
+            heap.push(Ready(n.base().sequence_nr, k));
+        }
+    }
+
+    let mut results: Vec<Option<Tensor>> = vec![None; opts.inputs.map_or(0, |i| i.len())];
+    let mut ran: HashSet<usize> = HashSet::new();
+    while let Some(Ready(_, k)) = heap.pop() {
+        if !ran.insert(k) {
+            continue;
+        }
+        (opts.check_interrupt)()?;
+        let node = nodes[&k].clone();
+        let grad = store.take(k);
+        memory::set_context(node.name());
+
+        let grad = match grad {
+            Some(g) => Some(node.base().run_pre_hooks(g)?),
+            None => None,
+        };
+        if let (Some(g), Some(t)) = (&grad, node.base().retained()) {
+            t.set_grad(Some(accumulate(t.grad(), g, opts.create_graph)?))?;
+        }
+        let is_target = targets.as_ref().is_some_and(|t| t.contains(&k));
+        if let (Some(&i), false) = (captured.get(&k), opts.accumulate) {
+            results[i] = grad.clone();
+        }
+
+        let outputs = match (&grad, node.leaf()) {
+            (Some(g), Some(leaf)) => {
+                if opts.accumulate && (targets.is_none() || is_target) {
+                    if let Some(leaf) = leaf.upgrade().map(Tensor) {
+                        run_sink(&leaf, g.clone(), opts)?;
+                    }
+                }
+                Vec::new()
+            }
+            (Some(g), None) => {
+                let leads_on = node.base().edges.iter().flatten().any(|e| needed.contains(&e.key()));
+                if leads_on {
+                    let out = node.apply(&node, g)?;
+                    if !opts.retain_graph {
+                        node.release_saved();
+                    }
+                    out
+                } else {
+                    Vec::new()
+                }
+            }
+            (None, _) => Vec::new(),
+        };
+        drop(grad);
+
+        let mut outputs = outputs.into_iter();
+        for e in node.base().edges.iter() {
+            let g = outputs.next().flatten();
+            let Some(e) = e else { continue };
+            let ck = e.key();
+            if !needed.contains(&ck) {
+                continue;
+            }
+            if let Some(g) = g {
+                store.add(ck, g, opts.create_graph)?;
+            }
+            let d = deps.get_mut(&ck).expect("dependency counted");
+            *d -= 1;
+            if *d == 0 {
+                heap.push(Ready(e.node.base().sequence_nr, ck));
+            }
+        }
+    }
+    memory::set_context("");
+    Ok(results)
+}
+
+fn accumulate(old: Option<Tensor>, new: &Tensor, create_graph: bool) -> Result<Tensor> {
+    match old {
+        None => Ok(new.clone()),
+        Some(o) => {
+            if create_graph {
+                ops::binary::add(&o, new)
+            } else {
+                ops::binary::add(&o, new)
+            }
+        }
+    }
+}
+
+/// A leaf's gradient is final: pre-hooks, then `.grad` (or the consumer), then
+/// post-accumulate hooks, which may take the gradient away.
+fn run_sink(leaf: &Tensor, grad: Tensor, opts: &BackwardOptions) -> Result<()> {
+    let hooks: Vec<_> = leaf.0.meta.lock().grad_hooks.iter().map(|(_, h)| h.clone()).collect();
+    let mut grad = grad;
+    for h in hooks {
+        if let Some(g) = h(&grad)? {
+            grad = g;
+        }
+    }
+    if let Some(consumer) = opts.grad_consumer {
+        return consumer(leaf, &grad);
+    }
+    let new_grad = match leaf.grad() {
+        None => {
+            // Steal the buffer only if nothing else holds it and it is dense.
+            if !opts.create_graph && grad.is_uniquely_owned() && grad.data().is_contiguous() {
+                grad
+            } else if opts.create_graph {
+                grad
+            } else {
+                ops::convert::clone(&grad)?
+            }
+        }
+        Some(old) => {
+            if !opts.create_graph && ops::inplace::can_add_into(&old, &grad) {
+                ops::inplace::add_into(&old, &grad)?;
+                old
+            } else {
+                ops::binary::add(&old, &grad)?
+            }
+        }
+    };
+    leaf.set_grad(Some(new_grad))?;
+    let post: Vec<_> = leaf
+        .0
+        .meta
+        .lock()
+        .post_accumulate_hooks
+        .iter()
+        .map(|(_, h)| h.clone())
+        .collect();
+    for h in post {
+        h(leaf)?;
+    }
+    Ok(())
+}

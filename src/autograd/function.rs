@@ -1,0 +1,114 @@
+//! The node every op records: a backward closure over the tensors the op saved.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use crate::autograd::grad_mode;
+use crate::autograd::node::{Node, NodeBase};
+use crate::autograd::saved::SavedTensor;
+use crate::error::{Error, Result};
+use crate::tensor::Tensor;
+
+/// What a backward rule sees besides the incoming gradient.
+pub struct Ctx<'a> {
+    /// `needs[i]`: input i has an edge, so its gradient is wanted. Others return `None`.
+    pub needs: Vec<bool>,
+    /// The saved tensors, unpacked and version-checked, in the order they were saved.
+    pub saved: Vec<Tensor>,
+    pub node: &'a Arc<dyn Node>,
+}
+
+impl Ctx<'_> {
+    pub fn needs(&self, i: usize) -> bool {
+        self.needs[i]
+    }
+}
+
+pub type BackwardFn = Box<dyn Fn(&Ctx, &Tensor) -> Result<Vec<Option<Tensor>>> + Send + Sync>;
+
+pub struct FnNode {
+    name: &'static str,
+    base: NodeBase,
+    saved: Mutex<Option<Vec<SavedTensor>>>,
+    saved_count: usize,
+    backward: BackwardFn,
+}
+
+static BACKWARD_CALLS: AtomicU64 = AtomicU64::new(0);
+
+/// How many backward rules have run in this process (for tests of pruning).
+pub fn backward_calls() -> u64 {
+    BACKWARD_CALLS.load(Ordering::Relaxed)
+}
+
+impl Node for FnNode {
+    fn name(&self) -> &str {
+        self.name
+    }
+    fn base(&self) -> &NodeBase {
+        &self.base
+    }
+    fn apply(&self, me: &Arc<dyn Node>, grad: &Tensor) -> Result<Vec<Option<Tensor>>> {
+        let saved = {
+            let guard = self.saved.lock();
+            match guard.as_ref() {
+                Some(s) => s.iter().map(|s| s.unpack(me)).collect::<Result<Vec<_>>>()?,
+                None if self.saved_count == 0 => Vec::new(),
+                None => {
+                    return Err(Error::autograd(format!(
+                        "Trying to backward through the graph a second time (or directly access \
+                         saved tensors after they have already been freed). Saved intermediate \
+                         values of the graph are freed when you call .backward() or \
+                         autograd.grad(). Specify retain_graph=True if you need to backward \
+                         through the graph a second time or if you need to access saved tensors \
+                         after calling backward. (node: {})",
+                        self.name
+                    )))
+                }
+            }
+        };
+        let ctx = Ctx {
+            needs: self.base.edges.iter().map(Option::is_some).collect(),
+            saved,
+            node: me,
+        };
+        BACKWARD_CALLS.fetch_add(1, Ordering::Relaxed);
+        let grads = (self.backward)(&ctx, grad)?;
+        debug_assert_eq!(grads.len(), self.base.edges.len(), "{}", self.name);
+        Ok(grads)
+    }
+    fn release_saved(&self) {
+        self.saved.lock().take();
+    }
+}
+
+/// Whether an op on these inputs must record a node.
+pub fn should_record(inputs: &[&Tensor]) -> bool {
+    grad_mode::is_enabled() && inputs.iter().any(|t| t.requires_grad())
+}
+
+/// Attach a backward node to `out` if grad mode is on and an input requires grad.
+/// `save` runs only when a node is recorded; its tensors are released after the node runs.
+pub fn record(
+    name: &'static str,
+    out: &Tensor,
+    inputs: &[&Tensor],
+    save: impl FnOnce() -> Vec<SavedTensor>,
+    backward: impl Fn(&Ctx, &Tensor) -> Result<Vec<Option<Tensor>>> + Send + Sync + 'static,
+) {
+    if !should_record(inputs) {
+        return;
+    }
+    let edges = inputs.iter().map(|t| t.gradient_edge()).collect();
+    let saved = save();
+    let node: Arc<dyn Node> = Arc::new(FnNode {
+        name,
+        base: NodeBase::new(edges),
+        saved_count: saved.len(),
+        saved: Mutex::new(Some(saved)),
+        backward: Box::new(backward),
+    });
+    out.set_grad_fn(Some(node));
+}

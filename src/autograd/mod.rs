@@ -1,0 +1,8 @@
+//! gradstream's own autograd: nodes recorded by ops, and the engine that runs them.
+
+pub mod accumulate;
+pub mod engine;
+pub mod function;
+pub mod grad_mode;
+pub mod node;
+pub mod saved;

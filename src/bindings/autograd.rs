@@ -1,0 +1,405 @@
+//! Python surface of the engine: `backward`, `autograd.grad`, grad mode, hooks, `grad_fn`.
+
+use std::sync::{Arc, Weak};
+
+use pyo3::exceptions::{PyRuntimeError, PyTypeError};
+use pyo3::prelude::*;
+use pyo3::types::{PyList, PyTuple};
+
+use crate::autograd::engine::{run_backward, BackwardOptions};
+use crate::autograd::function::backward_calls;
+use crate::autograd::grad_mode;
+use crate::autograd::node::Node;
+use crate::bindings::convert::extract_tensor;
+use crate::bindings::tensor::PyTensor;
+use crate::error::{Error, Result};
+use crate::tensor::{shape_str, Tensor, TensorImpl};
+
+/// `grad_fn`: a read-only view of a backward node.
+#[pyclass(name = "Node", module = "gradstream.autograd", frozen)]
+pub struct PyNode {
+    pub node: Arc<dyn Node>,
+}
+
+#[pymethods]
+impl PyNode {
+    fn name(&self) -> String {
+        self.node.name().to_string()
+    }
+
+    /// `((next_node, 0), ...)` per input, `(None, 0)` for inputs without a gradient.
+    #[getter]
+    fn next_functions<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        let items = self
+            .node
+            .base()
+            .edges
+            .iter()
+            .map(|e| {
+                let n: Option<PyNode> = e.as_ref().map(|e| PyNode { node: e.node.clone() });
+                PyTuple::new(py, [n.into_pyobject(py)?.into_any(), 0i64.into_pyobject(py)?.into_any()])
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        PyTuple::new(py, items)
+    }
+
+    /// The leaf tensor of an `AccumulateGrad` node.
+    #[getter]
+    fn variable(&self) -> Option<Tensor> {
+        self.node.leaf().and_then(|w| w.upgrade()).map(Tensor)
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<{} object at {:#x}>", self.node.name(), Arc::as_ptr(&self.node) as *const () as usize)
+    }
+
+    fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
+        other
+            .cast::<PyNode>()
+            .is_ok_and(|o| Arc::ptr_eq(&self.node, &o.get().node))
+    }
+
+    fn __hash__(&self) -> usize {
+        Arc::as_ptr(&self.node) as *const () as usize
+    }
+}
+
+#[derive(Clone, Copy)]
+enum HookKind {
+    Grad,
+    PostAccumulate,
+}
+
+/// Returned by `register_hook` and friends; `remove()` unregisters.
+#[pyclass(name = "RemovableHandle", module = "gradstream.utils.hooks", frozen)]
+pub struct PyHookHandle {
+    tensor: Weak<TensorImpl>,
+    id: u64,
+    kind: HookKind,
+}
+
+#[pymethods]
+impl PyHookHandle {
+    fn remove(&self) {
+        if let Some(t) = self.tensor.upgrade().map(Tensor) {
+            match self.kind {
+                HookKind::Grad => t.remove_grad_hook(self.id),
+                HookKind::PostAccumulate => t.remove_post_accumulate_hook(self.id),
+            }
+        }
+    }
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+    fn __exit__(&self, _a: &Bound<'_, PyAny>, _b: &Bound<'_, PyAny>, _c: &Bound<'_, PyAny>) {
+        self.remove()
+    }
+}
+
+fn interrupt_check() -> Result<()> {
+    Python::attach(|py| py.check_signals()).map_err(Error::Python)
+}
+
+fn tensors_arg(name: &str, obj: &Bound<'_, PyAny>) -> PyResult<Vec<Tensor>> {
+    if obj.cast::<PyTensor>().is_ok() {
+        return Ok(vec![extract_tensor("backward", name, obj)?]);
+    }
+    obj.try_iter()?
+        .map(|o| extract_tensor("backward", name, &o?))
+        .collect()
+}
+
+fn grads_arg(obj: Option<&Bound<'_, PyAny>>, n: usize) -> PyResult<Vec<Option<Tensor>>> {
+    match obj {
+        None => Ok(vec![None; n]),
+        Some(o) if o.is_none() => Ok(vec![None; n]),
+        Some(o) if o.cast::<PyTensor>().is_ok() => Ok(vec![Some(o.cast::<PyTensor>()?.get().t.clone())]),
+        Some(o) => o
+            .try_iter()?
+            .map(|g| {
+                let g = g?;
+                if g.is_none() {
+                    Ok(None)
+                } else {
+                    extract_tensor("backward", "grad_tensors", &g).map(Some)
+                }
+            })
+            .collect(),
+    }
+}
+
+/// Run the engine with the interpreter released.
+#[allow(clippy::too_many_arguments)]
+fn run(
+    py: Python<'_>,
+    roots: Vec<Tensor>,
+    grads: Vec<Option<Tensor>>,
+    retain_graph: Option<bool>,
+    create_graph: bool,
+    accumulate: bool,
+    inputs: Option<Vec<Tensor>>,
+    consumer: Option<Py<PyAny>>,
+) -> PyResult<Vec<Option<Tensor>>> {
+    if grads.len() != roots.len() {
+        return Err(PyRuntimeError::new_err(format!(
+            "backward: got {} tensors and {} gradients",
+            roots.len(),
+            grads.len()
+        )));
+    }
+    let retain_graph = retain_graph.unwrap_or(create_graph);
+    let consume = consumer.map(|f| {
+        move |p: &Tensor, g: &Tensor| -> Result<()> {
+            Python::attach(|py| {
+                f.call1(py, (p.clone(), g.clone()))?;
+                Ok(())
+            })
+        }
+    });
+    let r = py.detach(|| {
+        let opts = BackwardOptions {
+            retain_graph,
+            create_graph,
+            accumulate,
+            inputs: inputs.as_deref(),
+            grad_consumer: consume.as_ref().map(|c| c as &(dyn Fn(&Tensor, &Tensor) -> Result<()> + Sync)),
+            check_interrupt: &interrupt_check,
+        };
+        run_backward(&roots, &grads, &opts)
+    })?;
+    Ok(r)
+}
+
+#[pymethods]
+impl PyTensor {
+    #[getter]
+    fn requires_grad(&self) -> bool {
+        self.t.requires_grad()
+    }
+
+    #[setter(requires_grad)]
+    fn set_requires_grad_attr(&self, value: bool) -> PyResult<()> {
+        Ok(self.t.set_requires_grad(value)?)
+    }
+
+    #[pyo3(signature = (requires_grad=true))]
+    fn requires_grad_<'py>(slf: &Bound<'py, Self>, requires_grad: bool) -> PyResult<Bound<'py, Self>> {
+        slf.get().t.set_requires_grad(requires_grad)?;
+        Ok(slf.clone())
+    }
+
+    #[getter]
+    fn is_leaf(&self) -> bool {
+        self.t.is_leaf()
+    }
+
+    #[getter]
+    fn grad_fn(&self) -> Option<PyNode> {
+        self.t.grad_fn().map(|node| PyNode { node })
+    }
+
+    #[getter]
+    fn grad(&self) -> Option<Tensor> {
+        self.t.grad()
+    }
+
+    #[setter(grad)]
+    fn set_grad_attr(&self, value: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        let g = match value {
+            None => None,
+            Some(v) if v.is_none() => None,
+            Some(v) => Some(extract_tensor("grad", "value", v)?),
+        };
+        Ok(self.t.set_grad(g)?)
+    }
+
+    #[getter]
+    fn retains_grad(&self) -> bool {
+        self.t.0.meta.lock().retains_grad
+    }
+
+    fn retain_grad(&self) -> PyResult<()> {
+        Ok(self.t.retain_grad()?)
+    }
+
+    fn detach(&self) -> Tensor {
+        self.t.detach()
+    }
+
+    fn detach_<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, Self>> {
+        let t = &slf.get().t;
+        t.set_grad_fn(None);
+        t.set_requires_grad(false)?;
+        Ok(slf.clone())
+    }
+
+    /// `backward(gradient=None, retain_graph=None, create_graph=False, inputs=None,
+    /// grad_consumer=None)`. With `grad_consumer`, `fn(param, grad)` is called for each leaf
+    /// as its gradient becomes final, and no `.grad` is stored.
+    #[pyo3(signature = (gradient=None, retain_graph=None, create_graph=false, inputs=None, grad_consumer=None))]
+    fn backward(
+        &self,
+        py: Python<'_>,
+        gradient: Option<&Bound<'_, PyAny>>,
+        retain_graph: Option<bool>,
+        create_graph: bool,
+        inputs: Option<&Bound<'_, PyAny>>,
+        grad_consumer: Option<Py<PyAny>>,
+    ) -> PyResult<()> {
+        let grads = grads_arg(gradient, 1)?;
+        let inputs = match inputs {
+            Some(i) if !i.is_none() => Some(tensors_arg("inputs", i)?),
+            _ => None,
+        };
+        if inputs.as_ref().is_some_and(|i| i.is_empty()) {
+            return Err(PyRuntimeError::new_err("backward: 'inputs' argument to backward() cannot be empty."));
+        }
+        run(py, vec![self.t.clone()], grads, retain_graph, create_graph, true, inputs, grad_consumer)?;
+        Ok(())
+    }
+
+    /// `register_hook(fn)`: `fn(grad)` runs before the gradient is used; it may return a
+    /// replacement of the same shape.
+    fn register_hook(&self, hook: Py<PyAny>) -> PyResult<PyHookHandle> {
+        if !self.t.requires_grad() {
+            return Err(PyRuntimeError::new_err(
+                "cannot register a hook on a tensor that doesn't require gradient",
+            ));
+        }
+        let h = Arc::new(move |g: &Tensor| -> Result<Option<Tensor>> {
+            Python::attach(|py| {
+                let r = hook.call1(py, (g.clone(),))?;
+                let r = r.bind(py);
+                if r.is_none() {
+                    return Ok(None);
+                }
+                let t = extract_tensor("hook", "return value", r)?;
+                if t.dims() != g.dims() {
+                    return Err(Error::shape(format!(
+                        "hook: hook returned a gradient of shape {} but the gradient has shape {}",
+                        shape_str(&t.dims()),
+                        shape_str(&g.dims())
+                    )));
+                }
+                Ok(Some(t))
+            })
+        });
+        let id = self.t.add_grad_hook(h);
+        Ok(PyHookHandle {
+            tensor: self.t.downgrade(),
+            id,
+            kind: HookKind::Grad,
+        })
+    }
+
+    /// `register_post_accumulate_grad_hook(fn)`: `fn(tensor)` runs once per backward, the
+    /// moment this leaf's `.grad` is final. The hook may set `tensor.grad = None`.
+    fn register_post_accumulate_grad_hook(&self, hook: Py<PyAny>) -> PyResult<PyHookHandle> {
+        let weak = self.t.downgrade();
+        let h = Arc::new(move |t: &Tensor| -> Result<()> {
+            let _ = &weak;
+            Python::attach(|py| {
+                hook.call1(py, (t.clone(),))?;
+                Ok(())
+            })
+        });
+        let id = self.t.add_post_accumulate_hook(h)?;
+        Ok(PyHookHandle {
+            tensor: self.t.downgrade(),
+            id,
+            kind: HookKind::PostAccumulate,
+        })
+    }
+}
+
+/// `autograd.backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, inputs=None)`.
+#[pyfunction]
+#[pyo3(signature = (tensors, grad_tensors=None, retain_graph=None, create_graph=false, inputs=None, grad_consumer=None))]
+fn autograd_backward(
+    py: Python<'_>,
+    tensors: &Bound<'_, PyAny>,
+    grad_tensors: Option<&Bound<'_, PyAny>>,
+    retain_graph: Option<bool>,
+    create_graph: bool,
+    inputs: Option<&Bound<'_, PyAny>>,
+    grad_consumer: Option<Py<PyAny>>,
+) -> PyResult<()> {
+    let roots = tensors_arg("tensors", tensors)?;
+    let grads = grads_arg(grad_tensors, roots.len())?;
+    let inputs = match inputs {
+        Some(i) if !i.is_none() => Some(tensors_arg("inputs", i)?),
+        _ => None,
+    };
+    run(py, roots, grads, retain_graph, create_graph, true, inputs, grad_consumer)?;
+    Ok(())
+}
+
+/// `autograd.grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False,
+/// allow_unused=False)`: gradients of `outputs` w.r.t. `inputs`; only the paths that lead
+/// to `inputs` are run, and no `.grad` is touched.
+#[pyfunction]
+#[pyo3(signature = (outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=false, allow_unused=None, materialize_grads=false))]
+#[allow(clippy::too_many_arguments)]
+fn autograd_grad<'py>(
+    py: Python<'py>,
+    outputs: &Bound<'py, PyAny>,
+    inputs: &Bound<'py, PyAny>,
+    grad_outputs: Option<&Bound<'py, PyAny>>,
+    retain_graph: Option<bool>,
+    create_graph: bool,
+    allow_unused: Option<bool>,
+    materialize_grads: bool,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let roots = tensors_arg("outputs", outputs)?;
+    let ins = tensors_arg("inputs", inputs)?;
+    if ins.is_empty() {
+        return Err(PyRuntimeError::new_err("grad requires non-empty inputs."));
+    }
+    let grads = grads_arg(grad_outputs, roots.len())?;
+    let allow_unused = allow_unused.unwrap_or(materialize_grads);
+    let res = run(py, roots, grads, retain_graph, create_graph, false, Some(ins.clone()), None)?;
+    let mut out = Vec::with_capacity(res.len());
+    for (i, (g, inp)) in res.into_iter().zip(&ins).enumerate() {
+        match g {
+            Some(g) => out.push(Some(g)),
+            None if materialize_grads => out.push(Some(crate::ops::creation::zeros_like(inp)?)),
+            None if allow_unused => out.push(None),
+            None => {
+                return Err(PyRuntimeError::new_err(format!(
+                    "One of the differentiated Tensors appears to not have been used in the graph \
+                     (input {i}). Set allow_unused=True if this is the desired behavior."
+                )))
+            }
+        }
+    }
+    PyTuple::new(py, out)
+}
+
+#[pyfunction]
+fn is_grad_enabled() -> bool {
+    grad_mode::is_enabled()
+}
+
+#[pyfunction]
+fn _set_grad_enabled(enabled: bool) {
+    grad_mode::set_enabled(enabled)
+}
+
+/// How many backward rules have run in this process (tests of path pruning use it).
+#[pyfunction]
+fn _backward_calls() -> u64 {
+    backward_calls()
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyNode>()?;
+    m.add_class::<PyHookHandle>()?;
+    m.add_function(wrap_pyfunction!(autograd_backward, m)?)?;
+    m.add_function(wrap_pyfunction!(autograd_grad, m)?)?;
+    m.add_function(wrap_pyfunction!(is_grad_enabled, m)?)?;
+    m.add_function(wrap_pyfunction!(_set_grad_enabled, m)?)?;
+    m.add_function(wrap_pyfunction!(_backward_calls, m)?)?;
+    let _ = PyList::empty(m.py());
+    let _ = PyTypeError::new_err("");
+    Ok(())
+}

@@ -1,0 +1,390 @@
+//! Python values in and out: dtypes, devices, numbers, nested lists and NumPy arrays.
+
+use numpy::{PyArrayDyn, PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods};
+use pyo3::exceptions::{PyRuntimeError, PyTypeError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyFloat, PyInt, PyList, PyTuple};
+
+use crate::bindings::tensor::PyTensor;
+use crate::dtype::{DType, DEFAULT_FLOAT};
+use crate::error::{CandleContext, Error, Result};
+use crate::ops::{Operand, Scalar};
+use crate::tensor::Tensor;
+
+/// `gradstream.float32` and friends.
+#[pyclass(name = "dtype", module = "gradstream", frozen, eq, hash, from_py_object)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PyDType {
+    pub dt: DType,
+}
+
+#[pymethods]
+impl PyDType {
+    #[getter]
+    fn is_floating_point(&self) -> bool {
+        self.dt.is_floating_point()
+    }
+    #[getter]
+    fn is_signed(&self) -> bool {
+        !matches!(self.dt, DType::Bool | DType::UInt8)
+    }
+    #[getter]
+    fn itemsize(&self) -> usize {
+        self.dt.size_in_bytes()
+    }
+    fn __repr__(&self) -> String {
+        format!("gradstream.{}", self.dt.name())
+    }
+    fn __reduce__(&self) -> (String,) {
+        (self.dt.name().to_string(),)
+    }
+}
+
+/// `gradstream.device("cpu")`. CUDA devices can be named but hold no tensors in this build.
+#[pyclass(name = "device", module = "gradstream", frozen, eq, hash, from_py_object)]
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct PyDevice {
+    kind: String,
+    index: Option<i64>,
+}
+
+impl PyDevice {
+    pub fn cpu() -> Self {
+        PyDevice {
+            kind: "cpu".into(),
+            index: None,
+        }
+    }
+}
+
+#[pymethods]
+impl PyDevice {
+    #[new]
+    #[pyo3(signature = (spec, index=None))]
+    fn new(spec: &Bound<'_, PyAny>, index: Option<i64>) -> PyResult<Self> {
+        if let Ok(d) = spec.cast::<PyDevice>() {
+            return Ok(d.get().clone());
+        }
+        let s: String = spec.extract().map_err(|_| {
+            PyTypeError::new_err(format!(
+                "device(): expected a string such as 'cpu', got {}",
+                spec.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+            ))
+        })?;
+        let (kind, idx) = match s.split_once(':') {
+            Some((k, i)) => (
+                k.to_string(),
+                Some(i.parse::<i64>().map_err(|_| {
+                    PyRuntimeError::new_err(format!("Invalid device string: '{s}'"))
+                })?),
+            ),
+            None => (s.clone(), index),
+        };
+        if !matches!(kind.as_str(), "cpu" | "cuda" | "mps" | "meta") {
+            return Err(PyRuntimeError::new_err(format!(
+                "Expected one of cpu, cuda, mps, meta device type at start of device string: {s}"
+            )));
+        }
+        Ok(PyDevice { kind, index: idx })
+    }
+    #[getter]
+    fn r#type(&self) -> &str {
+        &self.kind
+    }
+    #[getter]
+    fn index(&self) -> Option<i64> {
+        self.index
+    }
+    fn __repr__(&self) -> String {
+        match self.index {
+            Some(i) => format!("device(type='{}', index={i})", self.kind),
+            None => format!("device(type='{}')", self.kind),
+        }
+    }
+    fn __str__(&self) -> String {
+        match self.index {
+            Some(i) => format!("{}:{i}", self.kind),
+            None => self.kind.clone(),
+        }
+    }
+}
+
+/// A dtype argument: `gradstream.float32`, or Python's `float`, `int`, `bool`.
+pub fn extract_dtype(obj: &Bound<'_, PyAny>) -> PyResult<DType> {
+    if let Ok(d) = obj.cast::<PyDType>() {
+        return Ok(d.get().dt);
+    }
+    let py = obj.py();
+    if obj.is(py.get_type::<PyFloat>()) {
+        return Ok(DType::Float64);
+    }
+    if obj.is(py.get_type::<PyBool>()) {
+        return Ok(DType::Bool);
+    }
+    if obj.is(py.get_type::<PyInt>()) {
+        return Ok(DType::Int64);
+    }
+    if let Ok(name) = obj.getattr("name").and_then(|n| n.extract::<String>()) {
+        // a NumPy dtype or scalar type
+        if let Some(dt) = DType::from_name(&name) {
+            return Ok(dt);
+        }
+    }
+    Err(PyTypeError::new_err(format!(
+        "dtype must be a gradstream dtype (e.g. gradstream.float32), got {}",
+        obj.repr()?
+    )))
+}
+
+pub fn opt_dtype(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<DType>> {
+    match obj {
+        None => Ok(None),
+        Some(o) if o.is_none() => Ok(None),
+        Some(o) => extract_dtype(o).map(Some),
+    }
+}
+
+/// Check a device argument: only the CPU holds tensors in this build.
+pub fn check_device(obj: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+    let Some(obj) = obj else { return Ok(()) };
+    if obj.is_none() {
+        return Ok(());
+    }
+    let dev = PyDevice::new(obj, None)?;
+    if dev.kind != "cpu" {
+        return Err(PyRuntimeError::new_err(format!(
+            "gradstream was built without {} support: tensors can only be created on 'cpu' (asked for '{}')",
+            dev.kind.to_uppercase(),
+            dev.__str__()
+        )));
+    }
+    Ok(())
+}
+
+/// A Python number as a `Scalar`, or `None` if the object is not one.
+pub fn extract_scalar(obj: &Bound<'_, PyAny>) -> Option<Scalar> {
+    if obj.is_instance_of::<PyBool>() {
+        return obj.extract::<bool>().ok().map(Scalar::Bool);
+    }
+    if obj.is_instance_of::<PyInt>() {
+        return obj.extract::<i64>().ok().map(Scalar::Int);
+    }
+    if obj.is_instance_of::<PyFloat>() {
+        return obj.extract::<f64>().ok().map(Scalar::Float);
+    }
+    // NumPy scalars
+    let ty = obj.get_type();
+    let module = ty.module().ok()?;
+    if module.to_str().ok()? == "numpy" {
+        let name = ty.name().ok()?.to_string();
+        if name.starts_with("float") {
+            return obj.extract::<f64>().ok().map(Scalar::Float);
+        }
+        if name.starts_with("int") || name.starts_with("uint") {
+            return obj.extract::<i64>().ok().map(Scalar::Int);
+        }
+        if name == "bool" || name == "bool_" {
+            return obj.extract::<bool>().ok().map(Scalar::Bool);
+        }
+    }
+    None
+}
+
+/// An op argument: a tensor, a number, or data that becomes a tensor.
+pub fn extract_operand(op: &str, obj: &Bound<'_, PyAny>) -> PyResult<Operand> {
+    if let Ok(t) = obj.cast::<PyTensor>() {
+        return Ok(Operand::Tensor(t.get().t.clone()));
+    }
+    if let Some(s) = extract_scalar(obj) {
+        return Ok(Operand::Scalar(s));
+    }
+    if obj.is_instance_of::<PyList>() || obj.is_instance_of::<PyTuple>() || obj.is_instance_of::<PyUntypedArray>() {
+        return Ok(Operand::Tensor(tensor_from_data(obj, None)?));
+    }
+    Err(PyTypeError::new_err(format!(
+        "{op}(): argument must be Tensor or Number, not {}",
+        obj.get_type().name()?
+    )))
+}
+
+/// An argument that must be a tensor.
+pub fn extract_tensor(op: &str, name: &str, obj: &Bound<'_, PyAny>) -> PyResult<Tensor> {
+    obj.cast::<PyTensor>().map(|t| t.get().t.clone()).map_err(|_| {
+        PyTypeError::new_err(format!(
+            "{op}(): argument '{name}' must be Tensor, not {}",
+            obj.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+        ))
+    })
+}
+
+fn array_to_tensor<T: numpy::Element + candle_core::WithDType>(
+    arr: &Bound<'_, PyUntypedArray>,
+) -> PyResult<candle_core::Tensor> {
+    let typed = arr.cast::<PyArrayDyn<T>>()?;
+    let ro = typed.readonly();
+    let view = ro.as_array();
+    let dims = view.shape().to_vec();
+    let data: Vec<T> = match view.as_slice() {
+        Some(s) => s.to_vec(),
+        None => view.iter().copied().collect(),
+    };
+    Ok(candle_core::Tensor::from_vec(data, dims, &candle_core::Device::Cpu).op("tensor")?)
+}
+
+/// The gradstream dtype a NumPy array maps to, casting other kinds through int64/float64.
+fn numpy_dtype_name(arr: &Bound<'_, PyUntypedArray>) -> PyResult<String> {
+    arr.dtype().getattr("name")?.extract()
+}
+
+/// A tensor copied from a NumPy array (its dtype kept, as `torch.from_numpy`).
+pub fn tensor_from_numpy(arr: &Bound<'_, PyUntypedArray>) -> PyResult<Tensor> {
+    let name = numpy_dtype_name(arr)?;
+    let (t, dt) = match name.as_str() {
+        "float32" => (array_to_tensor::<f32>(arr)?, DType::Float32),
+        "float64" => (array_to_tensor::<f64>(arr)?, DType::Float64),
+        "float16" => (array_to_tensor::<half::f16>(arr)?, DType::Float16),
+        "int64" => (array_to_tensor::<i64>(arr)?, DType::Int64),
+        "int32" => (array_to_tensor::<i32>(arr)?, DType::Int32),
+        "uint8" => (array_to_tensor::<u8>(arr)?, DType::UInt8),
+        "bool" => {
+            let as_u8 = arr.call_method1("astype", ("uint8",))?;
+            (array_to_tensor::<u8>(as_u8.cast::<PyUntypedArray>()?)?, DType::Bool)
+        }
+        "int8" | "int16" | "uint16" | "uint32" | "uint64" => {
+            let c = arr.call_method1("astype", ("int64",))?;
+            (array_to_tensor::<i64>(c.cast::<PyUntypedArray>()?)?, DType::Int64)
+        }
+        other => {
+            return Err(PyTypeError::new_err(format!(
+                "can't convert np.ndarray of type numpy.{other}. The only supported types are: \
+                 float64, float32, float16, int64, int32, int16, int8, uint8, and bool."
+            )))
+        }
+    };
+    Ok(Tensor::new(t, dt))
+}
+
+/// `tensor(data)`: numbers, nested sequences, NumPy arrays and tensors; copies.
+pub fn tensor_from_data(obj: &Bound<'_, PyAny>, dtype: Option<DType>) -> PyResult<Tensor> {
+    let py = obj.py();
+    let t = if let Ok(t) = obj.cast::<PyTensor>() {
+        crate::ops::convert::clone(&t.get().t.detach())?
+    } else if let Some(s) = extract_scalar(obj) {
+        let dt = match s {
+            Scalar::Bool(_) => DType::Bool,
+            Scalar::Int(_) => DType::Int64,
+            Scalar::Float(_) => DEFAULT_FLOAT,
+        };
+        crate::ops::creation::scalar_tensor(s, dt)?
+    } else if let Ok(arr) = obj.cast::<PyUntypedArray>() {
+        tensor_from_numpy(arr)?
+    } else {
+        let np = py.import("numpy")?;
+        let arr = np.call_method1("asarray", (obj,)).map_err(|e| {
+            PyTypeError::new_err(format!("tensor(): could not convert data to a tensor: {e}"))
+        })?;
+        let arr = arr.cast_into::<PyUntypedArray>()?;
+        let name = numpy_dtype_name(&arr)?;
+        if name == "object" || name.starts_with("<U") || name.starts_with("str") {
+            return Err(PyTypeError::new_err(format!(
+                "tensor(): could not infer dtype of {}",
+                obj.get_type().name()?
+            )));
+        }
+        let t = tensor_from_numpy(&arr)?;
+        // Python floats default to float32, as in PyTorch.
+        if name == "float64" {
+            crate::ops::convert::to_dtype(&t, DEFAULT_FLOAT)?
+        } else {
+            t
+        }
+    };
+    Ok(match dtype {
+        Some(dt) => crate::ops::convert::to_dtype(&t, dt)?,
+        None => t,
+    })
+}
+
+/// A tensor's data as a NumPy array (a copy).
+pub fn tensor_to_numpy<'py>(py: Python<'py>, t: &Tensor) -> PyResult<Bound<'py, PyAny>> {
+    let data = t.data().flatten_all().op("numpy")?;
+    let dims = t.dims();
+    fn mk<'py, T: numpy::Element + candle_core::WithDType>(
+        py: Python<'py>,
+        d: &candle_core::Tensor,
+        dims: &[usize],
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let v: Vec<T> = d.to_vec1().op("numpy")?;
+        Ok(numpy::PyArray1::from_vec(py, v).reshape(dims.to_vec())?.into_any())
+    }
+    match t.dtype() {
+        DType::Float32 => mk::<f32>(py, &data, &dims),
+        DType::Float64 => mk::<f64>(py, &data, &dims),
+        DType::Float16 => mk::<half::f16>(py, &data, &dims),
+        DType::Int64 => mk::<i64>(py, &data, &dims),
+        DType::Int32 => mk::<i32>(py, &data, &dims),
+        DType::UInt8 => mk::<u8>(py, &data, &dims),
+        DType::Bool => mk::<u8>(py, &data, &dims)?.call_method1("astype", ("bool",)),
+        DType::BFloat16 => Err(PyTypeError::new_err("Got unsupported ScalarType BFloat16")),
+    }
+}
+
+/// Dims given as `f(2, 3)`, `f((2, 3))` or `f([2, 3])`.
+pub fn extract_size(op: &str, args: &Bound<'_, PyTuple>) -> PyResult<Vec<i64>> {
+    let items: Vec<Bound<'_, PyAny>> = if args.len() == 1 && !args.get_item(0)?.is_instance_of::<PyInt>() {
+        let a = args.get_item(0)?;
+        if extract_scalar(&a).is_some() {
+            vec![a]
+        } else {
+            a.try_iter()
+                .map_err(|_| size_type_error(op, &a))?
+                .collect::<PyResult<Vec<_>>>()?
+        }
+    } else {
+        args.iter().collect()
+    };
+    items
+        .iter()
+        .map(|i| {
+            if i.is_instance_of::<PyFloat>() {
+                return Err(size_type_error(op, i));
+            }
+            i.extract::<i64>().or_else(|_| {
+                i.call_method0("__index__")
+                    .and_then(|v| v.extract::<i64>())
+                    .map_err(|_| size_type_error(op, i))
+            })
+        })
+        .collect()
+}
+
+fn size_type_error(op: &str, obj: &Bound<'_, PyAny>) -> PyErr {
+    PyTypeError::new_err(format!(
+        "{op}(): argument 'size' must be tuple of ints, but found element of type {}",
+        obj.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+    ))
+}
+
+/// Non-negative sizes, with PyTorch's message for negative ones.
+pub fn to_dims(op: &str, size: &[i64]) -> Result<Vec<usize>> {
+    size.iter()
+        .map(|&d| {
+            if d < 0 {
+                Err(Error::shape(format!(
+                    "{op}: Trying to create tensor with negative dimension {d}: {size:?}"
+                )))
+            } else {
+                Ok(d as usize)
+            }
+        })
+        .collect()
+}
+
+/// A dim argument: an int, or a tuple/list of ints.
+pub fn extract_dims(obj: &Bound<'_, PyAny>) -> PyResult<Vec<i64>> {
+    if let Ok(d) = obj.extract::<i64>() {
+        return Ok(vec![d]);
+    }
+    obj.extract::<Vec<i64>>()
+        .map_err(|_| PyTypeError::new_err(format!("dim must be an int or a tuple of ints, got {}", obj.repr().map(|r| r.to_string()).unwrap_or_default())))
+}

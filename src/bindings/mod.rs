@@ -1,0 +1,32 @@
+//! The Python surface of the extension, one file per part of the API.
+
+pub mod autograd;
+pub mod convert;
+pub mod creation;
+pub mod linalg;
+pub mod math;
+pub mod memory;
+pub mod reduce;
+pub mod shape;
+pub mod tensor;
+
+use pyo3::prelude::*;
+
+use crate::dtype::DType;
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<tensor::PyTensor>()?;
+    m.add_class::<convert::PyDType>()?;
+    m.add_class::<convert::PyDevice>()?;
+    for dt in DType::ALL {
+        m.add(dt.name(), convert::PyDType { dt })?;
+    }
+    autograd::register(m)?;
+    creation::register(m)?;
+    linalg::register(m)?;
+    math::register(m)?;
+    memory::register(m)?;
+    reduce::register(m)?;
+    shape::register(m)?;
+    Ok(())
+}

@@ -1,0 +1,97 @@
+//! One error enum for the whole crate, and its one mapping to Python exceptions.
+
+use pyo3::exceptions::{
+    PyIndexError, PyKeyboardInterrupt, PyNotImplementedError, PyRuntimeError, PyTypeError,
+    PyValueError,
+};
+use pyo3::PyErr;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Shapes that do not fit (PyTorch raises RuntimeError).
+    #[error("{0}")]
+    Shape(String),
+    /// An argument of the wrong type or dtype where PyTorch raises TypeError.
+    #[error("{0}")]
+    Type(String),
+    /// A dtype an op does not support (RuntimeError in PyTorch).
+    #[error("{0}")]
+    DType(String),
+    /// An index or dimension out of range.
+    #[error("{0}")]
+    Index(String),
+    /// A bad value (negative size, unknown option...).
+    #[error("{0}")]
+    Value(String),
+    /// An autograd error: released graph, missing grad_fn, in-place modification...
+    #[error("{0}")]
+    Autograd(String),
+    #[error("{0}")]
+    NotImplemented(String),
+    #[error("KeyboardInterrupt")]
+    Interrupted,
+    /// An error raised by Python code the engine called (a hook), carried through unchanged.
+    #[error("{0}")]
+    Python(PyErr),
+    /// An error from candle that no op translated; the op name is prepended.
+    #[error("{op}: {source}")]
+    Candle {
+        op: &'static str,
+        source: candle_core::Error,
+    },
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+impl Error {
+    pub fn shape(msg: impl Into<String>) -> Self {
+        Error::Shape(msg.into())
+    }
+    pub fn type_(msg: impl Into<String>) -> Self {
+        Error::Type(msg.into())
+    }
+    pub fn dtype(msg: impl Into<String>) -> Self {
+        Error::DType(msg.into())
+    }
+    pub fn index(msg: impl Into<String>) -> Self {
+        Error::Index(msg.into())
+    }
+    pub fn value(msg: impl Into<String>) -> Self {
+        Error::Value(msg.into())
+    }
+    pub fn autograd(msg: impl Into<String>) -> Self {
+        Error::Autograd(msg.into())
+    }
+}
+
+/// Attach the op name to a candle error: `t.exp().op("exp")?`.
+pub trait CandleContext<T> {
+    fn op(self, op: &'static str) -> Result<T>;
+}
+
+impl<T> CandleContext<T> for candle_core::Result<T> {
+    fn op(self, op: &'static str) -> Result<T> {
+        self.map_err(|source| Error::Candle { op, source })
+    }
+}
+
+impl From<Error> for PyErr {
+    fn from(err: Error) -> PyErr {
+        match err {
+            Error::Shape(m) | Error::DType(m) | Error::Autograd(m) => PyRuntimeError::new_err(m),
+            Error::Type(m) => PyTypeError::new_err(m),
+            Error::Index(m) => PyIndexError::new_err(m),
+            Error::Value(m) => PyValueError::new_err(m),
+            Error::NotImplemented(m) => PyNotImplementedError::new_err(m),
+            Error::Interrupted => PyKeyboardInterrupt::new_err(()),
+            Error::Python(e) => e,
+            Error::Candle { op, source } => PyRuntimeError::new_err(format!("{op}: {source}")),
+        }
+    }
+}
+
+impl From<PyErr> for Error {
+    fn from(err: PyErr) -> Self {
+        Error::Python(err)
+    }
+}

@@ -1,0 +1,67 @@
+//! Dtype casts, copies and contiguity.
+
+use crate::autograd::function::record;
+use crate::dtype::DType;
+use crate::error::{CandleContext, Result};
+use crate::ops::inplace::DenseCopy;
+use crate::tensor::Tensor;
+
+/// Cast raw data between gradstream dtypes (bool is `x != 0` stored as u8).
+pub fn cast_data(t: &candle_core::Tensor, from: DType, to: DType) -> Result<candle_core::Tensor> {
+    if from == to {
+        return Ok(t.clone());
+    }
+    if to == DType::Bool {
+        return t.ne(0f64).op("to(bool)");
+    }
+    if from.is_floating_point() && !to.is_floating_point() {
+        // Truncate toward zero like PyTorch's float -> int conversion.
+        let f = t.to_dtype(candle_core::DType::F64).op("to")?;
+        let trunc = (f.floor().op("to")? * f.ge(0f64).op("to")?.to_dtype(candle_core::DType::F64).op("to")?)
+            .op("to")?
+            .add(&(f.ceil().op("to")? * f.lt(0f64).op("to")?.to_dtype(candle_core::DType::F64).op("to")?).op("to")?)
+            .op("to")?;
+        return trunc.to_dtype(to.candle()).op("to");
+    }
+    t.to_dtype(to.candle()).op("to")
+}
+
+/// `t.to(dtype)`: the same tensor when the dtype already matches.
+pub fn to_dtype(t: &Tensor, dtype: DType) -> Result<Tensor> {
+    let from = t.dtype();
+    if from == dtype {
+        return Ok(t.clone());
+    }
+    let out = Tensor::new(cast_data(&t.data(), from, dtype)?, dtype);
+    if dtype.is_floating_point() && from.is_floating_point() {
+        record("ToCopyBackward0", &out, &[t], Vec::new, move |_, g| {
+            Ok(vec![Some(to_dtype(g, from)?)])
+        });
+    }
+    Ok(out)
+}
+
+/// A dense copy of the data, whatever its layout.
+pub fn dense_copy(t: &candle_core::Tensor) -> Result<candle_core::Tensor> {
+    if t.is_contiguous() {
+        t.copy().op("clone")
+    } else {
+        t.apply_op1_no_bwd(&DenseCopy).op("clone")
+    }
+}
+
+/// `clone()`: a new buffer, gradient passes through.
+pub fn clone(t: &Tensor) -> Result<Tensor> {
+    let out = Tensor::new(dense_copy(&t.data())?, t.dtype());
+    record("CloneBackward0", &out, &[t], Vec::new, |_, g| Ok(vec![Some(g.clone())]));
+    Ok(out)
+}
+
+/// `contiguous()`: the same tensor when already contiguous.
+pub fn contiguous(t: &Tensor) -> Result<Tensor> {
+    if t.data().is_contiguous() {
+        Ok(t.clone())
+    } else {
+        clone(t)
+    }
+}

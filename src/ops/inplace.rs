@@ -1,0 +1,213 @@
+//! In-place writes into a tensor's buffer: `copy_`, `fill_`, `add_`..., `__setitem__`,
+//! and gradient accumulation. One strided kernel serves them all; the destination may be
+//! any non-overlapping view, the source anything that broadcasts to it.
+
+use candle_core::backend::BackendStorage;
+use candle_core::{CpuStorage, CustomOp1, InplaceOp1, InplaceOp2, Layout, Shape, WithDType};
+use rayon::prelude::*;
+
+use crate::error::{CandleContext, Error, Result};
+use crate::ops::strided::StridedOffsets;
+use crate::ops::{broadcast_shape, Scalar};
+use crate::tensor::{shape_str, Tensor};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Update {
+    Assign,
+    Add,
+    Sub,
+    Mul,
+    Div,
+}
+
+impl Update {
+    #[inline(always)]
+    fn apply<T: WithDType>(self, d: &mut T, s: T) {
+        match self {
+            Update::Assign => *d = s,
+            Update::Add => *d += s,
+            Update::Sub => *d -= s,
+            Update::Mul => *d *= s,
+            Update::Div => *d /= s,
+        }
+    }
+}
+
+/// Below this many elements a kernel stays on one thread.
+pub const PAR_MIN: usize = 1 << 15;
+
+fn update_slices<T: WithDType>(u: Update, dst: &mut [T], dl: &Layout, src: &[T], sl: &Layout) -> Result<()> {
+    let sl = sl.broadcast_as(dl.shape().clone()).op("copy_")?;
+    match (dl.contiguous_offsets(), sl.contiguous_offsets()) {
+        (Some((d0, d1)), Some((s0, s1))) => {
+            let (d, s) = (&mut dst[d0..d1], &src[s0..s1]);
+            if d.len() >= PAR_MIN {
+                d.par_chunks_mut(PAR_MIN)
+                    .zip(s.par_chunks(PAR_MIN))
+                    .for_each(|(dc, sc)| dc.iter_mut().zip(sc).for_each(|(x, &y)| u.apply(x, y)));
+            } else {
+                d.iter_mut().zip(s).for_each(|(x, &y)| u.apply(x, y));
+            }
+        }
+        _ => {
+            for (di, si) in StridedOffsets::new(dl).zip(StridedOffsets::new(&sl)) {
+                u.apply(&mut dst[di], src[si]);
+            }
+        }
+    }
+    Ok(())
+}
+
+macro_rules! each_storage_pair {
+    ($d:expr, $s:expr, |$dv:ident, $sv:ident| $body:expr) => {
+        match ($d, $s) {
+            (CpuStorage::U8($dv), CpuStorage::U8($sv)) => $body,
+            (CpuStorage::I32($dv), CpuStorage::I32($sv)) => $body,
+            (CpuStorage::I64($dv), CpuStorage::I64($sv)) => $body,
+            (CpuStorage::F16($dv), CpuStorage::F16($sv)) => $body,
+            (CpuStorage::BF16($dv), CpuStorage::BF16($sv)) => $body,
+            (CpuStorage::F32($dv), CpuStorage::F32($sv)) => $body,
+            (CpuStorage::F64($dv), CpuStorage::F64($sv)) => $body,
+            (d, s) => candle_core::bail!("in-place update: dtypes differ ({:?} vs {:?})", d.dtype(), s.dtype()),
+        }
+    };
+}
+
+macro_rules! each_storage {
+    ($d:expr, |$dv:ident| $body:expr) => {
+        match $d {
+            CpuStorage::U8($dv) => $body,
+            CpuStorage::I32($dv) => $body,
+            CpuStorage::I64($dv) => $body,
+            CpuStorage::F16($dv) => $body,
+            CpuStorage::BF16($dv) => $body,
+            CpuStorage::F32($dv) => $body,
+            CpuStorage::F64($dv) => $body,
+            d => candle_core::bail!("in-place update: unsupported dtype {:?}", d.dtype()),
+        }
+    };
+}
+
+struct StridedUpdate(Update);
+
+impl InplaceOp2 for StridedUpdate {
+    fn name(&self) -> &'static str {
+        "strided-update"
+    }
+    fn cpu_fwd(&self, s1: &mut CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout) -> candle_core::Result<()> {
+        each_storage_pair!(s1, s2, |d, s| update_slices(self.0, d, l1, s, l2)
+            .map_err(|e| candle_core::Error::Msg(e.to_string())))
+    }
+}
+
+struct Fill(f64);
+
+impl InplaceOp1 for Fill {
+    fn name(&self) -> &'static str {
+        "fill"
+    }
+    fn cpu_fwd(&self, s: &mut CpuStorage, l: &Layout) -> candle_core::Result<()> {
+        fn fill<T: WithDType>(v: &mut [T], l: &Layout, x: f64) {
+            let x = T::from_f64(x);
+            match l.contiguous_offsets() {
+                Some((a, b)) => v[a..b].fill(x),
+                None => StridedOffsets::new(l).for_each(|i| v[i] = x),
+            }
+        }
+        each_storage!(s, |v| {
+            fill(v, l, self.0);
+            Ok(())
+        })
+    }
+}
+
+/// A view whose elements share memory (a stride 0 over a dim > 1) cannot be written.
+fn check_writable(op: &str, dst: &candle_core::Tensor) -> Result<()> {
+    let l = dst.layout();
+    if l.dims().iter().zip(l.stride()).any(|(&d, &s)| d > 1 && s == 0) {
+        return Err(Error::shape(format!(
+            "{op}: unsupported operation: more than one element of the written-to tensor refers \
+             to a single memory location. Please clone() the tensor before performing the operation."
+        )));
+    }
+    Ok(())
+}
+
+/// `dst op= src` on the raw buffers, no autograd. `src` is cast to dst's dtype and must
+/// broadcast to dst's shape.
+pub fn update_data(op: &'static str, dst: &Tensor, src: &Tensor, u: Update) -> Result<()> {
+    let (dd, sd) = (dst.dims(), src.dims());
+    let b = broadcast_shape(op, &dd, &sd)?;
+    if b != dd {
+        return Err(Error::shape(format!(
+            "{op}: output with shape {} doesn't match the broadcast shape {}",
+            shape_str(&dd),
+            shape_str(&b)
+        )));
+    }
+    let dst_data = dst.data();
+    check_writable(op, &dst_data)?;
+    let mut src_data = src.data();
+    if src.dtype() != dst.dtype() {
+        src_data = crate::ops::convert::cast_data(&src_data, src.dtype(), dst.dtype())?;
+    }
+    // A source sharing dst's buffer is copied first so reads never see our writes.
+    if crate::memory::buffer_key(&src_data).is_some()
+        && crate::memory::buffer_key(&src_data) == crate::memory::buffer_key(&dst_data)
+    {
+        src_data = src_data.copy().op(op)?;
+    }
+    dst_data.inplace_op2(&src_data, &StridedUpdate(u)).op(op)?;
+    dst.bump_version();
+    Ok(())
+}
+
+pub fn fill_data(dst: &Tensor, value: Scalar) -> Result<()> {
+    let d = dst.data();
+    check_writable("fill_", &d)?;
+    let v = match (dst.dtype(), value) {
+        (crate::dtype::DType::Bool, s) => (s.as_f64() != 0.0) as i64 as f64,
+        (_, s) => s.as_f64(),
+    };
+    d.inplace_op1(&Fill(v)).op("fill_")?;
+    dst.bump_version();
+    Ok(())
+}
+
+/// Whether `src` can be added into `acc` in place (same shape and dtype, `acc` dense).
+pub fn can_add_into(acc: &Tensor, src: &Tensor) -> bool {
+    acc.dims() == src.dims() && acc.dtype() == src.dtype() && acc.data().is_contiguous()
+}
+
+/// Gradient accumulation: `acc += src`, no autograd, no version bump visible to users.
+pub fn add_into(acc: &Tensor, src: &Tensor) -> Result<()> {
+    update_data("accumulate_grad", acc, src, Update::Add)
+}
+
+/// A dense copy of a strided tensor's elements (used where candle's own copy is absent).
+pub struct DenseCopy;
+
+impl CustomOp1 for DenseCopy {
+    fn name(&self) -> &'static str {
+        "dense-copy"
+    }
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        fn copy<T: WithDType>(v: &[T], l: &Layout) -> Vec<T> {
+            match l.contiguous_offsets() {
+                Some((a, b)) => v[a..b].to_vec(),
+                None => StridedOffsets::new(l).map(|i| v[i]).collect(),
+            }
+        }
+        let out = match s {
+            CpuStorage::U8(v) => CpuStorage::U8(copy(v, l)),
+            CpuStorage::I32(v) => CpuStorage::I32(copy(v, l)),
+            CpuStorage::I64(v) => CpuStorage::I64(copy(v, l)),
+            CpuStorage::F16(v) => CpuStorage::F16(copy(v, l)),
+            CpuStorage::BF16(v) => CpuStorage::BF16(copy(v, l)),
+            CpuStorage::F32(v) => CpuStorage::F32(copy(v, l)),
+            CpuStorage::F64(v) => CpuStorage::F64(copy(v, l)),
+            d => candle_core::bail!("dense copy: unsupported dtype {:?}", d.dtype()),
+        };
+        Ok((out, l.shape().clone()))
+    }
+}

@@ -1,0 +1,175 @@
+//! Ops: for each, its forward, what it saves, and its backward, side by side.
+//!
+//! Backward rules are written with these same ops, so they record a graph only when
+//! the engine runs with `create_graph=True` (grad mode on); otherwise nothing is recorded.
+
+pub mod binary;
+pub mod convert;
+pub mod creation;
+pub mod index;
+pub mod inplace;
+pub mod linalg;
+pub mod reduce;
+pub mod scan;
+pub mod shape;
+pub mod strided;
+pub mod unary;
+
+use crate::dtype::{result_type, Category, DType, PromotionOperand};
+use crate::error::{Error, Result};
+use crate::tensor::{shape_str, Tensor};
+
+/// A Python number taking part in an op.
+#[derive(Clone, Copy, Debug)]
+pub enum Scalar {
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+}
+
+impl Scalar {
+    pub fn as_f64(self) -> f64 {
+        match self {
+            Scalar::Bool(b) => b as i64 as f64,
+            Scalar::Int(i) => i as f64,
+            Scalar::Float(f) => f,
+        }
+    }
+    pub fn category(self) -> Category {
+        match self {
+            Scalar::Bool(_) => Category::Bool,
+            Scalar::Int(_) => Category::Integral,
+            Scalar::Float(_) => Category::Floating,
+        }
+    }
+}
+
+/// A tensor or a Python number, as ops accept them.
+#[derive(Clone)]
+pub enum Operand {
+    Tensor(Tensor),
+    Scalar(Scalar),
+}
+
+impl From<&Tensor> for Operand {
+    fn from(t: &Tensor) -> Self {
+        Operand::Tensor(t.clone())
+    }
+}
+
+impl From<f64> for Operand {
+    fn from(v: f64) -> Self {
+        Operand::Scalar(Scalar::Float(v))
+    }
+}
+
+impl Operand {
+    fn promotion(&self) -> PromotionOperand {
+        match self {
+            Operand::Tensor(t) if t.rank() == 0 => PromotionOperand::ZeroDim(t.dtype()),
+            Operand::Tensor(t) => PromotionOperand::Dim(t.dtype()),
+            Operand::Scalar(s) => PromotionOperand::Scalar(s.category()),
+        }
+    }
+}
+
+/// PyTorch's result type of several operands.
+pub fn result_dtype(operands: &[Operand]) -> DType {
+    let p: Vec<_> = operands.iter().map(Operand::promotion).collect();
+    result_type(&p)
+}
+
+/// Bring operands to one dtype: tensors are cast (a recorded op), scalars become 0-d tensors.
+pub fn promote(operands: &[Operand], dtype: DType) -> Result<Vec<Tensor>> {
+    operands
+        .iter()
+        .map(|o| match o {
+            Operand::Tensor(t) => convert::to_dtype(t, dtype),
+            Operand::Scalar(s) => creation::scalar_tensor(*s, dtype),
+        })
+        .collect()
+}
+
+/// The broadcast shape of two shapes, with PyTorch's message when they do not fit.
+pub fn broadcast_shape(op: &str, a: &[usize], b: &[usize]) -> Result<Vec<usize>> {
+    let n = a.len().max(b.len());
+    let mut out = vec![0; n];
+    for i in 0..n {
+        let da = if i + a.len() >= n { a[i + a.len() - n] } else { 1 };
+        let db = if i + b.len() >= n { b[i + b.len() - n] } else { 1 };
+        out[i] = if da == db || db == 1 {
+            da
+        } else if da == 1 {
+            db
+        } else {
+            return Err(Error::shape(format!(
+                "{op}: The size of tensor a ({da}) must match the size of tensor b ({db}) at \
+                 non-singleton dimension {i} (shapes {} and {})",
+                shape_str(a),
+                shape_str(b)
+            )));
+        };
+    }
+    Ok(out)
+}
+
+/// Sum `grad` down to `shape`: the backward of broadcasting.
+pub fn sum_to(grad: &Tensor, shape: &[usize]) -> Result<Tensor> {
+    let gd = grad.dims();
+    if gd == shape {
+        return Ok(grad.clone());
+    }
+    let lead = gd.len() - shape.len();
+    let mut dims: Vec<usize> = (0..lead).collect();
+    for (i, &s) in shape.iter().enumerate() {
+        if s == 1 && gd[lead + i] != 1 {
+            dims.push(lead + i);
+        }
+    }
+    let summed = reduce::sum(grad, Some(&dims), true)?;
+    shape::reshape(&summed, shape)
+}
+
+/// Normalise a possibly negative dim, with PyTorch's IndexError message.
+pub fn wrap_dim(op: &str, dim: i64, rank: usize) -> Result<usize> {
+    let r = rank.max(1) as i64;
+    if dim < -r || dim >= r {
+        return Err(Error::index(format!(
+            "{op}: Dimension out of range (expected to be in range of [{}, {}], but got {dim})",
+            -r,
+            r - 1
+        )));
+    }
+    Ok(if dim < 0 { (dim + r) as usize } else { dim as usize })
+}
+
+/// Normalise a list of dims; `None` means all. Rejects repeats.
+pub fn wrap_dims(op: &str, dims: Option<&[i64]>, rank: usize) -> Result<Vec<usize>> {
+    match dims {
+        None => Ok((0..rank).collect()),
+        Some(ds) => {
+            let mut out = Vec::with_capacity(ds.len());
+            for &d in ds {
+                let w = wrap_dim(op, d, rank)?;
+                if out.contains(&w) {
+                    return Err(Error::shape(format!(
+                        "{op}: dim {w} appears multiple times in the list of dims"
+                    )));
+                }
+                out.push(w);
+            }
+            Ok(out)
+        }
+    }
+}
+
+/// Error unless the dtype is floating point (ops such as exp on integers promote instead).
+pub fn require_float(op: &str, t: &Tensor) -> Result<()> {
+    if !t.dtype().is_floating_point() {
+        return Err(Error::dtype(format!(
+            "{op}: expected a floating point tensor, got {}",
+            t.dtype().name()
+        )));
+    }
+    Ok(())
+}

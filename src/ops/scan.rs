@@ -1,0 +1,1 @@
+//! Scans: `cumsum` and `cumprod` along any dim, with O(n) kernels.
