@@ -186,9 +186,10 @@ fn cpu_ptr_bytes(s: &CpuStorage) -> (usize, usize) {
         CpuStorage::F32(v) => pb(v),
         CpuStorage::F64(v) => pb(v),
         CpuStorage::F8E4M3(v) => pb(v),
-        CpuStorage::F6E2M3(v) | CpuStorage::F6E3M2(v) | CpuStorage::F4(v) | CpuStorage::F8E8M0(v) => {
-            pb(v)
-        }
+        CpuStorage::F6E2M3(v)
+        | CpuStorage::F6E3M2(v)
+        | CpuStorage::F4(v)
+        | CpuStorage::F8E8M0(v) => pb(v),
     }
 }
 

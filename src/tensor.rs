@@ -385,6 +385,9 @@ impl Tensor {
 pub fn shape_str(dims: &[usize]) -> String {
     format!(
         "[{}]",
-        dims.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")
+        dims.iter()
+            .map(|d| d.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
     )
 }

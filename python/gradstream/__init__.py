@@ -5,7 +5,7 @@ only where needed, freed as soon as they are used, and can be streamed to the op
 inside the backward pass.
 """
 
-from . import _core
+from . import _core, autograd, cuda, memory  # noqa: E402  (submodules use the names above)
 from ._core import *  # noqa: F403  (the op set: tensor, zeros, add, matmul, ...)
 from ._core import Tensor, device
 from ._core import dtype as dtype
@@ -17,8 +17,6 @@ from .autograd.grad_mode import (
     set_grad_enabled,
 )
 from .size import Size
-
-from . import autograd, cuda, memory  # noqa: E402  (submodules use the names above)
 
 float32 = _core.float32
 float64 = _core.float64
@@ -37,7 +35,7 @@ int = int32  # noqa: A001
 __version__ = "0.1.0"
 
 
-def is_tensor(obj) -> "builtins.bool":  # noqa: F821
+def is_tensor(obj):
     return isinstance(obj, Tensor)
 
 

@@ -13,7 +13,9 @@ def _format_data(t) -> str:
         body = np.array2string(arr, separator=", ", formatter={"bool": lambda v: str(bool(v))})
     elif np.issubdtype(arr.dtype, np.floating):
         finite = arr[np.isfinite(arr)]
-        big = finite.size and (np.abs(finite).max() >= 1e8 or (np.abs(finite[finite != 0]).min(initial=1) < 1e-4))
+        big = finite.size and (
+            np.abs(finite).max() >= 1e8 or (np.abs(finite[finite != 0]).min(initial=1) < 1e-4)
+        )
         integral = finite.size and np.all(finite == np.round(finite)) and not big
         if integral:
             fmt = lambda v: f"{v:.0f}." if np.isfinite(v) else str(v)  # noqa: E731

@@ -113,7 +113,9 @@ pub fn run_backward(
     let mut root_grads = Vec::with_capacity(roots.len());
     for (i, r) in roots.iter().enumerate() {
         let g = validate_root(i, r, grads.get(i).and_then(Option::as_ref))?;
-        let edge = r.gradient_edge().expect("a tensor that requires grad has an edge");
+        let edge = r
+            .gradient_edge()
+            .expect("a tensor that requires grad has an edge");
         root_grads.push((edge.node, g));
     }
 
@@ -151,7 +153,9 @@ pub fn run_backward(
             let mut t = HashSet::new();
             for (i, inp) in inputs.iter().enumerate() {
                 let edge = inp.gradient_edge().ok_or_else(|| {
-                    Error::autograd(format!("One of the differentiated Tensors (input {i}) does not require grad"))
+                    Error::autograd(format!(
+                        "One of the differentiated Tensors (input {i}) does not require grad"
+                    ))
                 })?;
                 t.insert(edge.key());
                 captured.entry(edge.key()).or_insert(i);
@@ -166,11 +170,13 @@ pub fn run_backward(
     let mut needed: HashSet<usize> = HashSet::new();
     for &k in &order {
         let n = &nodes[&k];
-        let is_target = match &targets {
-            None => n.leaf().is_some() || n.base().retained().is_some() || !n.base().edges.is_empty(),
-            Some(t) => t.contains(&k),
-        };
-        let child_needed = n.base().edges.iter().flatten().any(|e| needed.contains(&e.key()));
+        let is_target = targets.as_ref().is_none_or(|t| t.contains(&k));
+        let child_needed = n
+            .base()
+            .edges
+            .iter()
+            .flatten()
+            .any(|e| needed.contains(&e.key()));
         if is_target || child_needed {
             needed.insert(k);
         }
@@ -189,18 +195,19 @@ pub fn run_backward(
         }
     }
 
-    let mut store = GradStore { pending: HashMap::new() };
+    let mut store = GradStore {
+        pending: HashMap::new(),
+    };
     let mut heap = BinaryHeap::new();
+    let mut scheduled: HashSet<usize> = HashSet::new();
     for (n, g) in root_grads {
         let k = node_key(&n);
         if !needed.contains(&k) {
             continue;
         }
         store.add(k, g, opts.create_graph)?;
-    }
-    for (n, _) in roots.iter().filter_map(|r| r.gradient_edge()).map(|e| (e.node, ())) {
-        let k = node_key(&n);
-        if needed.contains(&k) && deps.get(&k).copied().unwrap_or(0) == 0 && !heap.iter().any(|Ready(_, x)| *x == k) {
+        // A root that another root leads to waits for its dependencies like any node.
+        if deps.get(&k).copied().unwrap_or(0) == 0 && scheduled.insert(k) {
             heap.push(Ready(n.base().sequence_nr, k));
         }
     }
@@ -221,7 +228,7 @@ pub fn run_backward(
             None => None,
         };
         if let (Some(g), Some(t)) = (&grad, node.base().retained()) {
-            t.set_grad(Some(accumulate(t.grad(), g, opts.create_graph)?))?;
+            t.set_grad(Some(accumulate(t.grad(), g)?))?;
         }
         let is_target = targets.as_ref().is_some_and(|t| t.contains(&k));
         if let (Some(&i), false) = (captured.get(&k), opts.accumulate) {
@@ -238,7 +245,12 @@ pub fn run_backward(
                 Vec::new()
             }
             (Some(g), None) => {
-                let leads_on = node.base().edges.iter().flatten().any(|e| needed.contains(&e.key()));
+                let leads_on = node
+                    .base()
+                    .edges
+                    .iter()
+                    .flatten()
+                    .any(|e| needed.contains(&e.key()));
                 if leads_on {
                     let out = node.apply(&node, g)?;
                     if !opts.retain_graph {
@@ -275,23 +287,25 @@ pub fn run_backward(
     Ok(results)
 }
 
-fn accumulate(old: Option<Tensor>, new: &Tensor, create_graph: bool) -> Result<Tensor> {
+/// `.grad` of a non-leaf that called `retain_grad()`: summed over backward calls.
+fn accumulate(old: Option<Tensor>, new: &Tensor) -> Result<Tensor> {
     match old {
         None => Ok(new.clone()),
-        Some(o) => {
-            if create_graph {
-                ops::binary::add(&o, new)
-            } else {
-                ops::binary::add(&o, new)
-            }
-        }
+        Some(o) => ops::binary::add(&o, new),
     }
 }
 
 /// A leaf's gradient is final: pre-hooks, then `.grad` (or the consumer), then
 /// post-accumulate hooks, which may take the gradient away.
 fn run_sink(leaf: &Tensor, grad: Tensor, opts: &BackwardOptions) -> Result<()> {
-    let hooks: Vec<_> = leaf.0.meta.lock().grad_hooks.iter().map(|(_, h)| h.clone()).collect();
+    let hooks: Vec<_> = leaf
+        .0
+        .meta
+        .lock()
+        .grad_hooks
+        .iter()
+        .map(|(_, h)| h.clone())
+        .collect();
     let mut grad = grad;
     for h in hooks {
         if let Some(g) = h(&grad)? {
@@ -302,16 +316,11 @@ fn run_sink(leaf: &Tensor, grad: Tensor, opts: &BackwardOptions) -> Result<()> {
         return consumer(leaf, &grad);
     }
     let new_grad = match leaf.grad() {
-        None => {
-            // Steal the buffer only if nothing else holds it and it is dense.
-            if !opts.create_graph && grad.is_uniquely_owned() && grad.data().is_contiguous() {
-                grad
-            } else if opts.create_graph {
-                grad
-            } else {
-                ops::convert::clone(&grad)?
-            }
-        }
+        // Steal the buffer only if nothing else holds it and it is dense; under
+        // create_graph the gradient keeps its history.
+        None if opts.create_graph => grad,
+        None if grad.is_uniquely_owned() && grad.data().is_contiguous() => grad,
+        None => ops::convert::clone(&grad)?,
         Some(old) => {
             if !opts.create_graph && ops::inplace::can_add_into(&old, &grad) {
                 ops::inplace::add_into(&old, &grad)?;

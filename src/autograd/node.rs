@@ -71,7 +71,12 @@ impl NodeBase {
     }
 
     pub fn run_pre_hooks(&self, mut grad: Tensor) -> Result<Tensor> {
-        let hooks: Vec<GradHook> = self.pre_hooks.lock().iter().map(|(_, h)| h.clone()).collect();
+        let hooks: Vec<GradHook> = self
+            .pre_hooks
+            .lock()
+            .iter()
+            .map(|(_, h)| h.clone())
+            .collect();
         for h in hooks {
             if let Some(g) = h(&grad)? {
                 grad = g;

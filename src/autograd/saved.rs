@@ -53,7 +53,11 @@ impl SavedTensor {
                  version {} instead.",
                 self.data.dtype().name(),
                 shape_str(&dims),
-                if self.is_output { "output 0" } else { "an input" },
+                if self.is_output {
+                    "output 0"
+                } else {
+                    "an input"
+                },
                 node.name(),
                 self.data.version(),
                 self.version

@@ -2,9 +2,9 @@
 
 use std::sync::{Arc, Weak};
 
-use pyo3::exceptions::{PyRuntimeError, PyTypeError};
+use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyList, PyTuple};
+use pyo3::types::PyTuple;
 
 use crate::autograd::engine::{run_backward, BackwardOptions};
 use crate::autograd::function::backward_calls;
@@ -36,8 +36,16 @@ impl PyNode {
             .edges
             .iter()
             .map(|e| {
-                let n: Option<PyNode> = e.as_ref().map(|e| PyNode { node: e.node.clone() });
-                PyTuple::new(py, [n.into_pyobject(py)?.into_any(), 0i64.into_pyobject(py)?.into_any()])
+                let n: Option<PyNode> = e.as_ref().map(|e| PyNode {
+                    node: e.node.clone(),
+                });
+                PyTuple::new(
+                    py,
+                    [
+                        n.into_pyobject(py)?.into_any(),
+                        0i64.into_pyobject(py)?.into_any(),
+                    ],
+                )
             })
             .collect::<PyResult<Vec<_>>>()?;
         PyTuple::new(py, items)
@@ -50,7 +58,11 @@ impl PyNode {
     }
 
     fn __repr__(&self) -> String {
-        format!("<{} object at {:#x}>", self.node.name(), Arc::as_ptr(&self.node) as *const () as usize)
+        format!(
+            "<{} object at {:#x}>",
+            self.node.name(),
+            Arc::as_ptr(&self.node) as *const () as usize
+        )
     }
 
     fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
@@ -113,7 +125,9 @@ fn grads_arg(obj: Option<&Bound<'_, PyAny>>, n: usize) -> PyResult<Vec<Option<Te
     match obj {
         None => Ok(vec![None; n]),
         Some(o) if o.is_none() => Ok(vec![None; n]),
-        Some(o) if o.cast::<PyTensor>().is_ok() => Ok(vec![Some(o.cast::<PyTensor>()?.get().t.clone())]),
+        Some(o) if o.cast::<PyTensor>().is_ok() => {
+            Ok(vec![Some(o.cast::<PyTensor>()?.get().t.clone())])
+        }
         Some(o) => o
             .try_iter()?
             .map(|g| {
@@ -162,7 +176,9 @@ fn run(
             create_graph,
             accumulate,
             inputs: inputs.as_deref(),
-            grad_consumer: consume.as_ref().map(|c| c as &(dyn Fn(&Tensor, &Tensor) -> Result<()> + Sync)),
+            grad_consumer: consume
+                .as_ref()
+                .map(|c| c as &(dyn Fn(&Tensor, &Tensor) -> Result<()> + Sync)),
             check_interrupt: &interrupt_check,
         };
         run_backward(&roots, &grads, &opts)
@@ -183,7 +199,10 @@ impl PyTensor {
     }
 
     #[pyo3(signature = (requires_grad=true))]
-    fn requires_grad_<'py>(slf: &Bound<'py, Self>, requires_grad: bool) -> PyResult<Bound<'py, Self>> {
+    fn requires_grad_<'py>(
+        slf: &Bound<'py, Self>,
+        requires_grad: bool,
+    ) -> PyResult<Bound<'py, Self>> {
         slf.get().t.set_requires_grad(requires_grad)?;
         Ok(slf.clone())
     }
@@ -252,9 +271,20 @@ impl PyTensor {
             _ => None,
         };
         if inputs.as_ref().is_some_and(|i| i.is_empty()) {
-            return Err(PyRuntimeError::new_err("backward: 'inputs' argument to backward() cannot be empty."));
+            return Err(PyRuntimeError::new_err(
+                "backward: 'inputs' argument to backward() cannot be empty.",
+            ));
         }
-        run(py, vec![self.t.clone()], grads, retain_graph, create_graph, true, inputs, grad_consumer)?;
+        run(
+            py,
+            vec![self.t.clone()],
+            grads,
+            retain_graph,
+            create_graph,
+            true,
+            inputs,
+            grad_consumer,
+        )?;
         Ok(())
     }
 
@@ -330,7 +360,16 @@ fn autograd_backward(
         Some(i) if !i.is_none() => Some(tensors_arg("inputs", i)?),
         _ => None,
     };
-    run(py, roots, grads, retain_graph, create_graph, true, inputs, grad_consumer)?;
+    run(
+        py,
+        roots,
+        grads,
+        retain_graph,
+        create_graph,
+        true,
+        inputs,
+        grad_consumer,
+    )?;
     Ok(())
 }
 
@@ -357,7 +396,16 @@ fn autograd_grad<'py>(
     }
     let grads = grads_arg(grad_outputs, roots.len())?;
     let allow_unused = allow_unused.unwrap_or(materialize_grads);
-    let res = run(py, roots, grads, retain_graph, create_graph, false, Some(ins.clone()), None)?;
+    let res = run(
+        py,
+        roots,
+        grads,
+        retain_graph,
+        create_graph,
+        false,
+        Some(ins.clone()),
+        None,
+    )?;
     let mut out = Vec::with_capacity(res.len());
     for (i, (g, inp)) in res.into_iter().zip(&ins).enumerate() {
         match g {
@@ -399,7 +447,5 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(is_grad_enabled, m)?)?;
     m.add_function(wrap_pyfunction!(_set_grad_enabled, m)?)?;
     m.add_function(wrap_pyfunction!(_backward_calls, m)?)?;
-    let _ = PyList::empty(m.py());
-    let _ = PyTypeError::new_err("");
     Ok(())
 }

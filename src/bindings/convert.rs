@@ -12,7 +12,14 @@ use crate::ops::{Operand, Scalar};
 use crate::tensor::Tensor;
 
 /// `gradstream.float32` and friends.
-#[pyclass(name = "dtype", module = "gradstream", frozen, eq, hash, from_py_object)]
+#[pyclass(
+    name = "dtype",
+    module = "gradstream",
+    frozen,
+    eq,
+    hash,
+    from_py_object
+)]
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct PyDType {
     pub dt: DType,
@@ -41,7 +48,14 @@ impl PyDType {
 }
 
 /// `gradstream.device("cpu")`. CUDA devices can be named but hold no tensors in this build.
-#[pyclass(name = "device", module = "gradstream", frozen, eq, hash, from_py_object)]
+#[pyclass(
+    name = "device",
+    module = "gradstream",
+    frozen,
+    eq,
+    hash,
+    from_py_object
+)]
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct PyDevice {
     kind: String,
@@ -68,7 +82,10 @@ impl PyDevice {
         let s: String = spec.extract().map_err(|_| {
             PyTypeError::new_err(format!(
                 "device(): expected a string such as 'cpu', got {}",
-                spec.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+                spec.get_type()
+                    .name()
+                    .map(|n| n.to_string())
+                    .unwrap_or_default()
             ))
         })?;
         let (kind, idx) = match s.split_once(':') {
@@ -198,7 +215,10 @@ pub fn extract_operand(op: &str, obj: &Bound<'_, PyAny>) -> PyResult<Operand> {
     if let Some(s) = extract_scalar(obj) {
         return Ok(Operand::Scalar(s));
     }
-    if obj.is_instance_of::<PyList>() || obj.is_instance_of::<PyTuple>() || obj.is_instance_of::<PyUntypedArray>() {
+    if obj.is_instance_of::<PyList>()
+        || obj.is_instance_of::<PyTuple>()
+        || obj.is_instance_of::<PyUntypedArray>()
+    {
         return Ok(Operand::Tensor(tensor_from_data(obj, None)?));
     }
     Err(PyTypeError::new_err(format!(
@@ -209,12 +229,17 @@ pub fn extract_operand(op: &str, obj: &Bound<'_, PyAny>) -> PyResult<Operand> {
 
 /// An argument that must be a tensor.
 pub fn extract_tensor(op: &str, name: &str, obj: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-    obj.cast::<PyTensor>().map(|t| t.get().t.clone()).map_err(|_| {
-        PyTypeError::new_err(format!(
-            "{op}(): argument '{name}' must be Tensor, not {}",
-            obj.get_type().name().map(|n| n.to_string()).unwrap_or_default()
-        ))
-    })
+    obj.cast::<PyTensor>()
+        .map(|t| t.get().t.clone())
+        .map_err(|_| {
+            PyTypeError::new_err(format!(
+                "{op}(): argument '{name}' must be Tensor, not {}",
+                obj.get_type()
+                    .name()
+                    .map(|n| n.to_string())
+                    .unwrap_or_default()
+            ))
+        })
 }
 
 fn array_to_tensor<T: numpy::Element + candle_core::WithDType>(
@@ -248,11 +273,17 @@ pub fn tensor_from_numpy(arr: &Bound<'_, PyUntypedArray>) -> PyResult<Tensor> {
         "uint8" => (array_to_tensor::<u8>(arr)?, DType::UInt8),
         "bool" => {
             let as_u8 = arr.call_method1("astype", ("uint8",))?;
-            (array_to_tensor::<u8>(as_u8.cast::<PyUntypedArray>()?)?, DType::Bool)
+            (
+                array_to_tensor::<u8>(as_u8.cast::<PyUntypedArray>()?)?,
+                DType::Bool,
+            )
         }
         "int8" | "int16" | "uint16" | "uint32" | "uint64" => {
             let c = arr.call_method1("astype", ("int64",))?;
-            (array_to_tensor::<i64>(c.cast::<PyUntypedArray>()?)?, DType::Int64)
+            (
+                array_to_tensor::<i64>(c.cast::<PyUntypedArray>()?)?,
+                DType::Int64,
+            )
         }
         other => {
             return Err(PyTypeError::new_err(format!(
@@ -315,7 +346,9 @@ pub fn tensor_to_numpy<'py>(py: Python<'py>, t: &Tensor) -> PyResult<Bound<'py, 
         dims: &[usize],
     ) -> PyResult<Bound<'py, PyAny>> {
         let v: Vec<T> = d.to_vec1().op("numpy")?;
-        Ok(numpy::PyArray1::from_vec(py, v).reshape(dims.to_vec())?.into_any())
+        Ok(numpy::PyArray1::from_vec(py, v)
+            .reshape(dims.to_vec())?
+            .into_any())
     }
     match t.dtype() {
         DType::Float32 => mk::<f32>(py, &data, &dims),
@@ -331,18 +364,19 @@ pub fn tensor_to_numpy<'py>(py: Python<'py>, t: &Tensor) -> PyResult<Bound<'py, 
 
 /// Dims given as `f(2, 3)`, `f((2, 3))` or `f([2, 3])`.
 pub fn extract_size(op: &str, args: &Bound<'_, PyTuple>) -> PyResult<Vec<i64>> {
-    let items: Vec<Bound<'_, PyAny>> = if args.len() == 1 && !args.get_item(0)?.is_instance_of::<PyInt>() {
-        let a = args.get_item(0)?;
-        if extract_scalar(&a).is_some() {
-            vec![a]
+    let items: Vec<Bound<'_, PyAny>> =
+        if args.len() == 1 && !args.get_item(0)?.is_instance_of::<PyInt>() {
+            let a = args.get_item(0)?;
+            if extract_scalar(&a).is_some() {
+                vec![a]
+            } else {
+                a.try_iter()
+                    .map_err(|_| size_type_error(op, &a))?
+                    .collect::<PyResult<Vec<_>>>()?
+            }
         } else {
-            a.try_iter()
-                .map_err(|_| size_type_error(op, &a))?
-                .collect::<PyResult<Vec<_>>>()?
-        }
-    } else {
-        args.iter().collect()
-    };
+            args.iter().collect()
+        };
     items
         .iter()
         .map(|i| {
@@ -361,7 +395,10 @@ pub fn extract_size(op: &str, args: &Bound<'_, PyTuple>) -> PyResult<Vec<i64>> {
 fn size_type_error(op: &str, obj: &Bound<'_, PyAny>) -> PyErr {
     PyTypeError::new_err(format!(
         "{op}(): argument 'size' must be tuple of ints, but found element of type {}",
-        obj.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+        obj.get_type()
+            .name()
+            .map(|n| n.to_string())
+            .unwrap_or_default()
     ))
 }
 
@@ -385,6 +422,10 @@ pub fn extract_dims(obj: &Bound<'_, PyAny>) -> PyResult<Vec<i64>> {
     if let Ok(d) = obj.extract::<i64>() {
         return Ok(vec![d]);
     }
-    obj.extract::<Vec<i64>>()
-        .map_err(|_| PyTypeError::new_err(format!("dim must be an int or a tuple of ints, got {}", obj.repr().map(|r| r.to_string()).unwrap_or_default())))
+    obj.extract::<Vec<i64>>().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "dim must be an int or a tuple of ints, got {}",
+            obj.repr().map(|r| r.to_string()).unwrap_or_default()
+        ))
+    })
 }

@@ -2,12 +2,12 @@
 
 use std::sync::OnceLock;
 
+use ::rand::{Rng, SeedableRng};
+use numpy::PyUntypedArray;
 use parking_lot::Mutex;
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use numpy::PyUntypedArray;
 use pyo3::types::PyTuple;
-use ::rand::{Rng, SeedableRng};
 use rand_distr::{Distribution, StandardNormal};
 
 use crate::bindings::convert::{
@@ -39,17 +39,26 @@ fn finish(t: Tensor, requires_grad: bool) -> PyResult<Tensor> {
 
 fn from_f64s(v: Vec<f64>, dims: &[usize], dtype: DType) -> PyResult<Tensor> {
     let t = candle_core::Tensor::from_vec(v, dims, &candle_core::Device::Cpu).op("tensor")?;
-    Ok(ops::convert::to_dtype(&Tensor::new(t, DType::Float64), dtype)?)
+    Ok(ops::convert::to_dtype(
+        &Tensor::new(t, DType::Float64),
+        dtype,
+    )?)
 }
 
 fn from_f32s(v: Vec<f32>, dims: &[usize], dtype: DType) -> PyResult<Tensor> {
     let t = candle_core::Tensor::from_vec(v, dims, &candle_core::Device::Cpu).op("tensor")?;
-    Ok(ops::convert::to_dtype(&Tensor::new(t, DType::Float32), dtype)?)
+    Ok(ops::convert::to_dtype(
+        &Tensor::new(t, DType::Float32),
+        dtype,
+    )?)
 }
 
 fn from_i64s(v: Vec<i64>, dims: &[usize], dtype: DType) -> PyResult<Tensor> {
     let t = candle_core::Tensor::from_vec(v, dims, &candle_core::Device::Cpu).op("tensor")?;
-    Ok(ops::convert::to_dtype(&Tensor::new(t, DType::Int64), dtype)?)
+    Ok(ops::convert::to_dtype(
+        &Tensor::new(t, DType::Int64),
+        dtype,
+    )?)
 }
 
 /// `tensor(data, dtype=None, device=None, requires_grad=False)`: always copies.
@@ -73,7 +82,11 @@ fn tensor(
 /// `as_tensor(data, dtype=None)`: a tensor is returned as is (cast if asked).
 #[pyfunction]
 #[pyo3(signature = (data, dtype=None, device=None))]
-fn as_tensor(data: &Bound<'_, PyAny>, dtype: Option<&Bound<'_, PyAny>>, device: Option<&Bound<'_, PyAny>>) -> PyResult<Tensor> {
+fn as_tensor(
+    data: &Bound<'_, PyAny>,
+    dtype: Option<&Bound<'_, PyAny>>,
+    device: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Tensor> {
     check_device(device)?;
     let dt = opt_dtype(dtype)?;
     if let Ok(t) = data.cast::<PyTensor>() {
@@ -93,7 +106,11 @@ fn from_numpy(array: &Bound<'_, PyAny>) -> PyResult<Tensor> {
     let arr = array.cast::<PyUntypedArray>().map_err(|_| {
         PyTypeError::new_err(format!(
             "expected np.ndarray (got {})",
-            array.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+            array
+                .get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default()
         ))
     })?;
     tensor_from_numpy(arr)
@@ -150,7 +167,11 @@ fn fill_scalar(op: &str, v: &Bound<'_, PyAny>) -> PyResult<Scalar> {
     if let Ok(t) = v.cast::<PyTensor>() {
         if t.get().t.numel() == 1 {
             let f: f64 = t.call_method0("item")?.extract()?;
-            return Ok(if t.get().t.dtype().is_floating_point() { Scalar::Float(f) } else { Scalar::Int(f as i64) });
+            return Ok(if t.get().t.dtype().is_floating_point() {
+                Scalar::Float(f)
+            } else {
+                Scalar::Int(f as i64)
+            });
         }
     }
     Err(PyTypeError::new_err(format!(
@@ -204,7 +225,10 @@ fn full_like(
     let t = extract_tensor("full_like", "input", input)?;
     let s = fill_scalar("full_like", fill_value)?;
     let dt = opt_dtype(dtype)?.unwrap_or(t.dtype());
-    finish(ops::creation::full(&t.dims(), s.as_f64(), dt)?, requires_grad)
+    finish(
+        ops::creation::full(&t.dims(), s.as_f64(), dt)?,
+        requires_grad,
+    )
 }
 
 /// `arange(end)`, `arange(start, end, step=1)`: int64 for integer arguments, else float32.
@@ -219,9 +243,7 @@ fn arange(
     requires_grad: bool,
 ) -> PyResult<Tensor> {
     check_device(device)?;
-    let num = |o: &Bound<'_, PyAny>| {
-        fill_scalar("arange", o)
-    };
+    let num = |o: &Bound<'_, PyAny>| fill_scalar("arange", o);
     let (s, e) = match end {
         Some(e) if !e.is_none() => (num(start)?, num(e)?),
         _ => (Scalar::Int(0), num(start)?),
@@ -231,7 +253,11 @@ fn arange(
         _ => Scalar::Int(1),
     };
     let any_float = [s, e, st].iter().any(|x| matches!(x, Scalar::Float(_)));
-    let dt = opt_dtype(dtype)?.unwrap_or(if any_float { DEFAULT_FLOAT } else { DType::Int64 });
+    let dt = opt_dtype(dtype)?.unwrap_or(if any_float {
+        DEFAULT_FLOAT
+    } else {
+        DType::Int64
+    });
     let (a, b, c) = (s.as_f64(), e.as_f64(), st.as_f64());
     if c == 0.0 {
         return Err(PyRuntimeError::new_err("arange: step must be nonzero"));
@@ -263,13 +289,25 @@ fn linspace(
 ) -> PyResult<Tensor> {
     check_device(device)?;
     if steps < 0 {
-        return Err(PyRuntimeError::new_err(format!("linspace: number of steps must be non-negative, got {steps}")));
+        return Err(PyRuntimeError::new_err(format!(
+            "linspace: number of steps must be non-negative, got {steps}"
+        )));
     }
     let n = steps as usize;
-    let step = if n > 1 { (end - start) / (n - 1) as f64 } else { 0.0 };
+    let step = if n > 1 {
+        (end - start) / (n - 1) as f64
+    } else {
+        0.0
+    };
     // Symmetric from both ends, as PyTorch computes it.
     let v: Vec<f64> = (0..n)
-        .map(|i| if i < n / 2 { start + step * i as f64 } else { end - step * (n - 1 - i) as f64 })
+        .map(|i| {
+            if i < n / 2 {
+                start + step * i as f64
+            } else {
+                end - step * (n - 1 - i) as f64
+            }
+        })
         .collect();
     let dt = opt_dtype(dtype)?.unwrap_or(DEFAULT_FLOAT);
     finish(from_f64s(v, &[n], dt)?, requires_grad)
@@ -287,7 +325,9 @@ fn eye(
     check_device(device)?;
     let m = m.unwrap_or(n);
     if n < 0 || m < 0 {
-        return Err(PyRuntimeError::new_err(format!("eye: n and m must be non-negative, got n={n}, m={m}")));
+        return Err(PyRuntimeError::new_err(format!(
+            "eye: n and m must be non-negative, got n={n}, m={m}"
+        )));
     }
     let (n, m) = (n as usize, m as usize);
     let mut v = vec![0f64; n * m];
@@ -298,11 +338,19 @@ fn eye(
     finish(from_f64s(v, &[n, m], dt)?, requires_grad)
 }
 
-fn random_float(op: &str, size: &Bound<'_, PyTuple>, dtype: Option<&Bound<'_, PyAny>>, normal: bool) -> PyResult<Tensor> {
+fn random_float(
+    op: &str,
+    size: &Bound<'_, PyTuple>,
+    dtype: Option<&Bound<'_, PyAny>>,
+    normal: bool,
+) -> PyResult<Tensor> {
     let dims = to_dims(op, &extract_size(op, size)?)?;
     let dt = opt_dtype(dtype)?.unwrap_or(DEFAULT_FLOAT);
     if !dt.is_floating_point() {
-        return Err(PyTypeError::new_err(format!("{op}: expected a floating point dtype, got {}", dt.name())));
+        return Err(PyTypeError::new_err(format!(
+            "{op}: expected a floating point dtype, got {}",
+            dt.name()
+        )));
     }
     let n: usize = dims.iter().product();
     let v: Vec<f32> = with_rng(|r| {
@@ -349,7 +397,19 @@ fn randn(
 fn rand_like(input: &Bound<'_, PyAny>, dtype: Option<&Bound<'_, PyAny>>) -> PyResult<Tensor> {
     let t = extract_tensor("rand_like", "input", input)?;
     let size = PyTuple::new(input.py(), t.dims())?;
-    random_float("rand_like", &size, Some(dtype.cloned().unwrap_or(crate::bindings::convert::PyDType { dt: t.dtype() }.into_pyobject(input.py())?.into_any())).as_ref(), false)
+    random_float(
+        "rand_like",
+        &size,
+        Some(
+            dtype.cloned().unwrap_or(
+                crate::bindings::convert::PyDType { dt: t.dtype() }
+                    .into_pyobject(input.py())?
+                    .into_any(),
+            ),
+        )
+        .as_ref(),
+        false,
+    )
 }
 
 #[pyfunction]
@@ -357,7 +417,19 @@ fn rand_like(input: &Bound<'_, PyAny>, dtype: Option<&Bound<'_, PyAny>>) -> PyRe
 fn randn_like(input: &Bound<'_, PyAny>, dtype: Option<&Bound<'_, PyAny>>) -> PyResult<Tensor> {
     let t = extract_tensor("randn_like", "input", input)?;
     let size = PyTuple::new(input.py(), t.dims())?;
-    random_float("randn_like", &size, Some(dtype.cloned().unwrap_or(crate::bindings::convert::PyDType { dt: t.dtype() }.into_pyobject(input.py())?.into_any())).as_ref(), true)
+    random_float(
+        "randn_like",
+        &size,
+        Some(
+            dtype.cloned().unwrap_or(
+                crate::bindings::convert::PyDType { dt: t.dtype() }
+                    .into_pyobject(input.py())?
+                    .into_any(),
+            ),
+        )
+        .as_ref(),
+        true,
+    )
 }
 
 /// `randint(high, size)` or `randint(low, high, size)`.
@@ -384,15 +456,23 @@ fn randint(
     let (low, high) = match ints.as_slice() {
         [h] => (0, *h),
         [l, h] => (*l, *h),
-        _ => return Err(PyTypeError::new_err("randint() expects (high, size) or (low, high, size)")),
+        _ => {
+            return Err(PyTypeError::new_err(
+                "randint() expects (high, size) or (low, high, size)",
+            ))
+        }
     };
-    let sz = sz.ok_or_else(|| PyTypeError::new_err("randint() missing required argument 'size'"))?;
+    let sz =
+        sz.ok_or_else(|| PyTypeError::new_err("randint() missing required argument 'size'"))?;
     if low >= high {
         return Err(PyRuntimeError::new_err(format!(
             "random_ expects 'from' to be less than 'to', but got from={low} >= to={high}"
         )));
     }
-    let dims = to_dims("randint", &extract_size("randint", &PyTuple::new(sz.py(), [sz])?)?)?;
+    let dims = to_dims(
+        "randint",
+        &extract_size("randint", &PyTuple::new(sz.py(), [sz])?)?,
+    )?;
     let n: usize = dims.iter().product();
     let v: Vec<i64> = with_rng(|r| (0..n).map(|_| r.random_range(low..high)).collect());
     from_i64s(v, &dims, opt_dtype(dtype)?.unwrap_or(DType::Int64))
@@ -410,7 +490,9 @@ fn randperm(
     let _ = (generator, requires_grad);
     check_device(device)?;
     if n < 0 {
-        return Err(PyRuntimeError::new_err(format!("randperm: n must be non-negative, got {n}")));
+        return Err(PyRuntimeError::new_err(format!(
+            "randperm: n must be non-negative, got {n}"
+        )));
     }
     let mut v: Vec<i64> = (0..n).collect();
     with_rng(|r| {
@@ -437,12 +519,17 @@ fn seed() -> u64 {
 /// `meshgrid(*tensors, indexing="ij")`: views of each 1-D input expanded to the grid.
 #[pyfunction]
 #[pyo3(signature = (*tensors, indexing=None))]
-fn meshgrid(py: Python<'_>, tensors: &Bound<'_, PyTuple>, indexing: Option<&str>) -> PyResult<Py<PyTuple>> {
-    let items: Vec<Bound<'_, PyAny>> = if tensors.len() == 1 && tensors.get_item(0)?.cast::<PyTensor>().is_err() {
-        tensors.get_item(0)?.try_iter()?.collect::<PyResult<_>>()?
-    } else {
-        tensors.iter().collect()
-    };
+fn meshgrid(
+    py: Python<'_>,
+    tensors: &Bound<'_, PyTuple>,
+    indexing: Option<&str>,
+) -> PyResult<Py<PyTuple>> {
+    let items: Vec<Bound<'_, PyAny>> =
+        if tensors.len() == 1 && tensors.get_item(0)?.cast::<PyTensor>().is_err() {
+            tensors.get_item(0)?.try_iter()?.collect::<PyResult<_>>()?
+        } else {
+            tensors.iter().collect()
+        };
     let ts = items
         .iter()
         .map(|t| extract_tensor("meshgrid", "tensors", t))

@@ -10,13 +10,22 @@ use crate::tensor::Tensor;
 #[pymethods]
 impl PyTensor {
     fn __matmul__(&self, other: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-        Ok(linalg::matmul(&self.t, &extract_tensor("matmul", "other", other)?)?)
+        Ok(linalg::matmul(
+            &self.t,
+            &extract_tensor("matmul", "other", other)?,
+        )?)
     }
     fn __rmatmul__(&self, other: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-        Ok(linalg::matmul(&extract_tensor("matmul", "other", other)?, &self.t)?)
+        Ok(linalg::matmul(
+            &extract_tensor("matmul", "other", other)?,
+            &self.t,
+        )?)
     }
     fn matmul(&self, other: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-        Ok(linalg::matmul(&self.t, &extract_tensor("matmul", "other", other)?)?)
+        Ok(linalg::matmul(
+            &self.t,
+            &extract_tensor("matmul", "other", other)?,
+        )?)
     }
 }
 

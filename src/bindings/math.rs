@@ -15,20 +15,38 @@ fn bin(op: BinaryOp, a: &Bound<'_, PyAny>, b: &Bound<'_, PyAny>) -> PyResult<Ten
     Ok(binary(op, &x, &y)?)
 }
 
-fn bin_self(op: BinaryOp, t: &Tensor, other: &Bound<'_, PyAny>, reflected: bool) -> PyResult<Tensor> {
+fn bin_self(
+    op: BinaryOp,
+    t: &Tensor,
+    other: &Bound<'_, PyAny>,
+    reflected: bool,
+) -> PyResult<Tensor> {
     let o = extract_operand(op.name(), other)?;
     let s = Operand::Tensor(t.clone());
-    Ok(if reflected { binary(op, &o, &s)? } else { binary(op, &s, &o)? })
+    Ok(if reflected {
+        binary(op, &o, &s)?
+    } else {
+        binary(op, &s, &o)?
+    })
 }
 
 /// `a + alpha * b` / `a - alpha * b`.
-fn with_alpha(op: BinaryOp, t: &Tensor, other: &Bound<'_, PyAny>, alpha: Option<f64>) -> PyResult<Tensor> {
+fn with_alpha(
+    op: BinaryOp,
+    t: &Tensor,
+    other: &Bound<'_, PyAny>,
+    alpha: Option<f64>,
+) -> PyResult<Tensor> {
     match alpha {
         None => bin_self(op, t, other, false),
         Some(a) => {
             let o = extract_operand(op.name(), other)?;
             let scaled = binary(BinaryOp::Mul, &o, &Operand::from(a))?;
-            Ok(binary(op, &Operand::Tensor(t.clone()), &Operand::Tensor(scaled))?)
+            Ok(binary(
+                op,
+                &Operand::Tensor(t.clone()),
+                &Operand::Tensor(scaled),
+            )?)
         }
     }
 }

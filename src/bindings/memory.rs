@@ -49,16 +49,28 @@ fn record_memory_history(enabled: bool, max_entries: usize) {
 /// Recorded events as `(alloc, addr, size, category, time_us, context)` tuples.
 #[pyfunction]
 fn memory_history<'py>(py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-    let items = memory::history_events()
-        .into_iter()
-        .map(|e| (e.alloc, e.addr, e.size, e.category.name(), e.time_us, e.context));
+    let items = memory::history_events().into_iter().map(|e| {
+        (
+            e.alloc,
+            e.addr,
+            e.size,
+            e.category.name(),
+            e.time_us,
+            e.context,
+        )
+    });
     PyList::new(py, items)
 }
 
 /// Live buffers as `(addr, size, category)`.
 #[pyfunction]
 fn memory_live_blocks<'py>(py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-    PyList::new(py, memory::live_blocks().into_iter().map(|(a, s, c)| (a, s, c.name())))
+    PyList::new(
+        py,
+        memory::live_blocks()
+            .into_iter()
+            .map(|(a, s, c)| (a, s, c.name())),
+    )
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

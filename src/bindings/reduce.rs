@@ -15,7 +15,12 @@ fn dims_arg(op: &str, t: &Tensor, dim: Option<&Bound<'_, PyAny>>) -> PyResult<Op
     }
 }
 
-fn sum_impl(t: &Tensor, dim: Option<&Bound<'_, PyAny>>, keepdim: bool, dtype: Option<&Bound<'_, PyAny>>) -> PyResult<Tensor> {
+fn sum_impl(
+    t: &Tensor,
+    dim: Option<&Bound<'_, PyAny>>,
+    keepdim: bool,
+    dtype: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Tensor> {
     let t = match opt_dtype(dtype)? {
         Some(dt) => ops::convert::to_dtype(t, dt)?,
         None => t.clone(),
@@ -24,7 +29,12 @@ fn sum_impl(t: &Tensor, dim: Option<&Bound<'_, PyAny>>, keepdim: bool, dtype: Op
     Ok(ops::reduce::sum(&t, dims.as_deref(), keepdim)?)
 }
 
-fn mean_impl(t: &Tensor, dim: Option<&Bound<'_, PyAny>>, keepdim: bool, dtype: Option<&Bound<'_, PyAny>>) -> PyResult<Tensor> {
+fn mean_impl(
+    t: &Tensor,
+    dim: Option<&Bound<'_, PyAny>>,
+    keepdim: bool,
+    dtype: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Tensor> {
     let t = match opt_dtype(dtype)? {
         Some(dt) => ops::convert::to_dtype(t, dt)?,
         None => t.clone(),
@@ -36,26 +46,51 @@ fn mean_impl(t: &Tensor, dim: Option<&Bound<'_, PyAny>>, keepdim: bool, dtype: O
 #[pymethods]
 impl PyTensor {
     #[pyo3(signature = (dim=None, keepdim=false, *, dtype=None))]
-    fn sum(&self, dim: Option<&Bound<'_, PyAny>>, keepdim: bool, dtype: Option<&Bound<'_, PyAny>>) -> PyResult<Tensor> {
+    fn sum(
+        &self,
+        dim: Option<&Bound<'_, PyAny>>,
+        keepdim: bool,
+        dtype: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Tensor> {
         sum_impl(&self.t, dim, keepdim, dtype)
     }
 
     #[pyo3(signature = (dim=None, keepdim=false, *, dtype=None))]
-    fn mean(&self, dim: Option<&Bound<'_, PyAny>>, keepdim: bool, dtype: Option<&Bound<'_, PyAny>>) -> PyResult<Tensor> {
+    fn mean(
+        &self,
+        dim: Option<&Bound<'_, PyAny>>,
+        keepdim: bool,
+        dtype: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Tensor> {
         mean_impl(&self.t, dim, keepdim, dtype)
     }
 }
 
 #[pyfunction]
 #[pyo3(name = "sum", signature = (input, dim=None, keepdim=false, *, dtype=None))]
-fn sum_fn(input: &Bound<'_, PyAny>, dim: Option<&Bound<'_, PyAny>>, keepdim: bool, dtype: Option<&Bound<'_, PyAny>>) -> PyResult<Tensor> {
+fn sum_fn(
+    input: &Bound<'_, PyAny>,
+    dim: Option<&Bound<'_, PyAny>>,
+    keepdim: bool,
+    dtype: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Tensor> {
     sum_impl(&extract_tensor("sum", "input", input)?, dim, keepdim, dtype)
 }
 
 #[pyfunction]
 #[pyo3(name = "mean", signature = (input, dim=None, keepdim=false, *, dtype=None))]
-fn mean_fn(input: &Bound<'_, PyAny>, dim: Option<&Bound<'_, PyAny>>, keepdim: bool, dtype: Option<&Bound<'_, PyAny>>) -> PyResult<Tensor> {
-    mean_impl(&extract_tensor("mean", "input", input)?, dim, keepdim, dtype)
+fn mean_fn(
+    input: &Bound<'_, PyAny>,
+    dim: Option<&Bound<'_, PyAny>>,
+    keepdim: bool,
+    dtype: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Tensor> {
+    mean_impl(
+        &extract_tensor("mean", "input", input)?,
+        dim,
+        keepdim,
+        dtype,
+    )
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -5,7 +5,7 @@ use pyo3::types::PyTuple;
 
 use crate::bindings::convert::{extract_size, extract_tensor};
 use crate::bindings::tensor::PyTensor;
-use crate::ops::{self, shape, wrap_dim};
+use crate::ops::{shape, wrap_dim};
 use crate::tensor::Tensor;
 
 fn reshape_impl(op: &str, t: &Tensor, size: &Bound<'_, PyTuple>) -> PyResult<Tensor> {
@@ -34,7 +34,10 @@ impl PyTensor {
 
     fn transpose(&self, dim0: i64, dim1: i64) -> PyResult<Tensor> {
         let r = self.t.rank();
-        let (a, b) = (wrap_dim("transpose", dim0, r)?, wrap_dim("transpose", dim1, r)?);
+        let (a, b) = (
+            wrap_dim("transpose", dim0, r)?,
+            wrap_dim("transpose", dim1, r)?,
+        );
         Ok(shape::transpose(&self.t, a, b)?)
     }
 
@@ -61,7 +64,13 @@ impl PyTensor {
         let dims: Vec<usize> = req
             .iter()
             .enumerate()
-            .map(|(i, &d)| if d == -1 && i >= off { in_dims[i - off] } else { d.max(0) as usize })
+            .map(|(i, &d)| {
+                if d == -1 && i >= off {
+                    in_dims[i - off]
+                } else {
+                    d.max(0) as usize
+                }
+            })
             .collect();
         Ok(shape::expand(&self.t, &dims)?)
     }
@@ -110,19 +119,25 @@ fn reshape(input: &Bound<'_, PyAny>, shape: &Bound<'_, PyAny>) -> PyResult<Tenso
 fn transpose(input: &Bound<'_, PyAny>, dim0: i64, dim1: i64) -> PyResult<Tensor> {
     let t = extract_tensor("transpose", "input", input)?;
     let r = t.rank();
-    Ok(shape::transpose(&t, wrap_dim("transpose", dim0, r)?, wrap_dim("transpose", dim1, r)?)?)
+    Ok(shape::transpose(
+        &t,
+        wrap_dim("transpose", dim0, r)?,
+        wrap_dim("transpose", dim1, r)?,
+    )?)
 }
 
 #[pyfunction]
 fn unsqueeze(input: &Bound<'_, PyAny>, dim: i64) -> PyResult<Tensor> {
     let t = extract_tensor("unsqueeze", "input", input)?;
-    Ok(shape::unsqueeze(&t, wrap_dim("unsqueeze", dim, t.rank() + 1)?)?)
+    Ok(shape::unsqueeze(
+        &t,
+        wrap_dim("unsqueeze", dim, t.rank() + 1)?,
+    )?)
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(reshape, m)?)?;
     m.add_function(wrap_pyfunction!(transpose, m)?)?;
     m.add_function(wrap_pyfunction!(unsqueeze, m)?)?;
-    let _ = ops::wrap_dim;
     Ok(())
 }

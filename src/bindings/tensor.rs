@@ -15,7 +15,14 @@ use crate::error::{CandleContext, Error};
 use crate::ops;
 use crate::tensor::Tensor;
 
-#[pyclass(name = "Tensor", module = "gradstream", subclass, weakref, dict, frozen)]
+#[pyclass(
+    name = "Tensor",
+    module = "gradstream",
+    subclass,
+    weakref,
+    dict,
+    frozen
+)]
 pub struct PyTensor {
     pub t: Tensor,
 }
@@ -54,7 +61,10 @@ fn scalar_to_py<'py>(py: Python<'py>, t: &Tensor) -> PyResult<Bound<'py, PyAny>>
     }
     let d = t.data().flatten_all().op("item")?;
     Ok(match t.dtype() {
-        DType::Bool => (d.to_vec1::<u8>().op("item")?[0] != 0).into_pyobject(py)?.to_owned().into_any(),
+        DType::Bool => (d.to_vec1::<u8>().op("item")?[0] != 0)
+            .into_pyobject(py)?
+            .to_owned()
+            .into_any(),
         dt if dt.is_floating_point() => d
             .to_dtype(candle_core::DType::F64)
             .op("item")?
@@ -215,7 +225,9 @@ impl PyTensor {
 
     fn __len__(&self) -> PyResult<usize> {
         let dims = self.t.dims();
-        dims.first().copied().ok_or_else(|| PyTypeError::new_err("len() of a 0-d tensor"))
+        dims.first()
+            .copied()
+            .ok_or_else(|| PyTypeError::new_err("len() of a 0-d tensor"))
     }
 
     fn __iter__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
@@ -227,14 +239,20 @@ impl PyTensor {
         let items = (0..dims[0])
             .map(|i| ops::index::select(t, 0, i as i64))
             .collect::<Result<Vec<_>, Error>>()?;
-        PyList::new(slf.py(), items)?.try_iter().map(|i| i.into_any())
+        PyList::new(slf.py(), items)?
+            .try_iter()
+            .map(|i| i.into_any())
     }
 
     fn __bool__(&self) -> PyResult<bool> {
         if self.t.numel() != 1 {
             return Err(PyRuntimeError::new_err(format!(
                 "Boolean value of Tensor with {} values is ambiguous",
-                if self.t.numel() == 0 { "no".to_string() } else { "more than one".to_string() }
+                if self.t.numel() == 0 {
+                    "no".to_string()
+                } else {
+                    "more than one".to_string()
+                }
             )));
         }
         Python::attach(|py| scalar_to_py(py, &self.t)?.is_truthy())
@@ -265,16 +283,25 @@ impl PyTensor {
     fn __repr__(slf: &Bound<'_, Self>) -> PyResult<String> {
         let py = slf.py();
         let f = FORMAT.get_or_try_init(py, || {
-            Ok::<_, PyErr>(py.import("gradstream._formatting")?.getattr("tensor_repr")?.unbind())
+            Ok::<_, PyErr>(
+                py.import("gradstream._formatting")?
+                    .getattr("tensor_repr")?
+                    .unbind(),
+            )
         })?;
         f.bind(py).call1((slf,))?.extract()
     }
 
     fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
         let py = slf.py();
-        let rebuild = py.import("gradstream._formatting")?.getattr("rebuild_tensor")?;
+        let rebuild = py
+            .import("gradstream._formatting")?
+            .getattr("rebuild_tensor")?;
         let arr = if slf.get().t.dtype() == DType::BFloat16 {
-            tensor_to_numpy(py, &ops::convert::to_dtype(&slf.get().t.detach(), DType::Float32)?)?
+            tensor_to_numpy(
+                py,
+                &ops::convert::to_dtype(&slf.get().t.detach(), DType::Float32)?,
+            )?
         } else {
             tensor_to_numpy(py, &slf.get().t)?
         };
@@ -286,8 +313,17 @@ impl PyTensor {
                     py,
                     [
                         arr,
-                        PyDType { dt: slf.get().t.dtype() }.into_pyobject(py)?.into_any(),
-                        slf.get().t.requires_grad().into_pyobject(py)?.to_owned().into_any(),
+                        PyDType {
+                            dt: slf.get().t.dtype(),
+                        }
+                        .into_pyobject(py)?
+                        .into_any(),
+                        slf.get()
+                            .t
+                            .requires_grad()
+                            .into_pyobject(py)?
+                            .to_owned()
+                            .into_any(),
                     ],
                 )?
                 .into_any(),
@@ -343,8 +379,14 @@ impl PyTensor {
     #[pyo3(signature = (dtype=None))]
     fn r#type(&self, py: Python<'_>, dtype: Option<&Bound<'_, PyAny>>) -> PyResult<Py<PyAny>> {
         match dtype {
-            None => Ok(format!("gradstream.{}Tensor", self.t.dtype().name()).into_pyobject(py)?.into_any().unbind()),
-            Some(d) => Ok(ops::convert::to_dtype(&self.t, extract_dtype(d)?)?.into_pyobject(py)?.into_any().unbind()),
+            None => Ok(format!("gradstream.{}Tensor", self.t.dtype().name())
+                .into_pyobject(py)?
+                .into_any()
+                .unbind()),
+            Some(d) => Ok(ops::convert::to_dtype(&self.t, extract_dtype(d)?)?
+                .into_pyobject(py)?
+                .into_any()
+                .unbind()),
         }
     }
 
@@ -401,7 +443,11 @@ impl PyTensor {
 
     /// `copy_(src)`: in place, broadcasting `src`; differentiable like PyTorch's.
     #[pyo3(signature = (src, non_blocking=false))]
-    fn copy_<'py>(slf: &Bound<'py, Self>, src: &Bound<'py, PyAny>, non_blocking: bool) -> PyResult<Bound<'py, Self>> {
+    fn copy_<'py>(
+        slf: &Bound<'py, Self>,
+        src: &Bound<'py, PyAny>,
+        non_blocking: bool,
+    ) -> PyResult<Bound<'py, Self>> {
         let _ = non_blocking;
         let s = match extract_operand("copy_", src)? {
             ops::Operand::Tensor(t) => t,
@@ -468,7 +514,9 @@ impl PyTensor {
         if ty.is(py.get_type::<PyTensor>()) {
             return Ok(c.into_pyobject(py)?.into_any().unbind());
         }
-        Ok(ty.call1((c.into_pyobject(py)?, t.requires_grad()))?.unbind())
+        Ok(ty
+            .call1((c.into_pyobject(py)?, t.requires_grad()))?
+            .unbind())
     }
 }
 

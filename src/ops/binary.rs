@@ -41,7 +41,11 @@ impl BinaryOp {
         }
     }
 
-    fn forward(self, a: &candle_core::Tensor, b: &candle_core::Tensor) -> Result<candle_core::Tensor> {
+    fn forward(
+        self,
+        a: &candle_core::Tensor,
+        b: &candle_core::Tensor,
+    ) -> Result<candle_core::Tensor> {
         let r = match self {
             BinaryOp::Add => a.broadcast_add(b),
             BinaryOp::Sub => a.broadcast_sub(b),
@@ -74,7 +78,10 @@ impl BinaryOp {
         let (na, nb) = need;
         Ok(match self {
             BinaryOp::Add => (na.then(|| g.clone()), nb.then(|| g.clone())),
-            BinaryOp::Sub => (na.then(|| g.clone()), if nb { Some(unary::neg(g)?) } else { None }),
+            BinaryOp::Sub => (
+                na.then(|| g.clone()),
+                if nb { Some(unary::neg(g)?) } else { None },
+            ),
             BinaryOp::Mul => (
                 if na { Some(mul(g, b.unwrap())?) } else { None },
                 if nb { Some(mul(g, a.unwrap())?) } else { None },
@@ -106,7 +113,11 @@ impl BinaryOp {
                     &mul_scalar(&crate::ops::convert::to_dtype(&tie, dt)?, 0.5)?,
                 )?;
                 let ga = if na { Some(mul(g, &wa)?) } else { None };
-                let gb = if nb { Some(sub(g, &mul(g, &wa)?)?) } else { None };
+                let gb = if nb {
+                    Some(sub(g, &mul(g, &wa)?)?)
+                } else {
+                    None
+                };
                 (ga, gb)
             }
         })

@@ -17,10 +17,21 @@ pub fn cast_data(t: &candle_core::Tensor, from: DType, to: DType) -> Result<cand
     if from.is_floating_point() && !to.is_floating_point() {
         // Truncate toward zero like PyTorch's float -> int conversion.
         let f = t.to_dtype(candle_core::DType::F64).op("to")?;
-        let trunc = (f.floor().op("to")? * f.ge(0f64).op("to")?.to_dtype(candle_core::DType::F64).op("to")?)
-            .op("to")?
-            .add(&(f.ceil().op("to")? * f.lt(0f64).op("to")?.to_dtype(candle_core::DType::F64).op("to")?).op("to")?)
-            .op("to")?;
+        let trunc = (f.floor().op("to")?
+            * f.ge(0f64)
+                .op("to")?
+                .to_dtype(candle_core::DType::F64)
+                .op("to")?)
+        .op("to")?
+        .add(
+            &(f.ceil().op("to")?
+                * f.lt(0f64)
+                    .op("to")?
+                    .to_dtype(candle_core::DType::F64)
+                    .op("to")?)
+            .op("to")?,
+        )
+        .op("to")?;
         return trunc.to_dtype(to.candle()).op("to");
     }
     t.to_dtype(to.candle()).op("to")
@@ -53,7 +64,9 @@ pub fn dense_copy(t: &candle_core::Tensor) -> Result<candle_core::Tensor> {
 /// `clone()`: a new buffer, gradient passes through.
 pub fn clone(t: &Tensor) -> Result<Tensor> {
     let out = Tensor::new(dense_copy(&t.data())?, t.dtype());
-    record("CloneBackward0", &out, &[t], Vec::new, |_, g| Ok(vec![Some(g.clone())]));
+    record("CloneBackward0", &out, &[t], Vec::new, |_, g| {
+        Ok(vec![Some(g.clone())])
+    });
     Ok(out)
 }
 

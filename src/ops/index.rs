@@ -77,16 +77,20 @@ pub fn assign(dst: &Tensor, region: Option<ViewFn>, src: &Tensor) -> Result<()> 
     }
     let old = dst.detach();
     old.set_grad_fn(dst.grad_fn());
-    if dst.is_leaf() && dst.requires_grad() {
-        // unreachable: check_inplace refused leaves that require grad
-        return Ok(());
-    }
     let src_dims = src.dims();
     let src_dtype = src.dtype();
     let old_in_graph = old.grad_fn().is_some();
-    let inputs: Vec<&Tensor> = if old_in_graph { vec![&old, src] } else { vec![src] };
+    let inputs: Vec<&Tensor> = if old_in_graph {
+        vec![&old, src]
+    } else {
+        vec![src]
+    };
     record(
-        if region.is_some() { "CopySlices" } else { "CopyBackwards" },
+        if region.is_some() {
+            "CopySlices"
+        } else {
+            "CopyBackwards"
+        },
         dst,
         &inputs,
         Vec::new,
@@ -97,7 +101,9 @@ pub fn assign(dst: &Tensor, region: Option<ViewFn>, src: &Tensor) -> Result<()> 
                 out.push(if ctx.needs(0) {
                     let kept = crate::ops::convert::clone(g)?;
                     match &region {
-                        Some(f) => crate::ops::inplace::fill_data(&f(&kept)?, crate::ops::Scalar::Int(0))?,
+                        Some(f) => {
+                            crate::ops::inplace::fill_data(&f(&kept)?, crate::ops::Scalar::Int(0))?
+                        }
                         None => crate::ops::inplace::fill_data(&kept, crate::ops::Scalar::Int(0))?,
                     }
                     Some(kept)

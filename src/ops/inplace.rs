@@ -36,7 +36,13 @@ impl Update {
 /// Below this many elements a kernel stays on one thread.
 pub const PAR_MIN: usize = 1 << 15;
 
-fn update_slices<T: WithDType>(u: Update, dst: &mut [T], dl: &Layout, src: &[T], sl: &Layout) -> Result<()> {
+fn update_slices<T: WithDType>(
+    u: Update,
+    dst: &mut [T],
+    dl: &Layout,
+    src: &[T],
+    sl: &Layout,
+) -> Result<()> {
     let sl = sl.broadcast_as(dl.shape().clone()).op("copy_")?;
     match (dl.contiguous_offsets(), sl.contiguous_offsets()) {
         (Some((d0, d1)), Some((s0, s1))) => {
@@ -68,7 +74,11 @@ macro_rules! each_storage_pair {
             (CpuStorage::BF16($dv), CpuStorage::BF16($sv)) => $body,
             (CpuStorage::F32($dv), CpuStorage::F32($sv)) => $body,
             (CpuStorage::F64($dv), CpuStorage::F64($sv)) => $body,
-            (d, s) => candle_core::bail!("in-place update: dtypes differ ({:?} vs {:?})", d.dtype(), s.dtype()),
+            (d, s) => candle_core::bail!(
+                "in-place update: dtypes differ ({:?} vs {:?})",
+                d.dtype(),
+                s.dtype()
+            ),
         }
     };
 }
@@ -94,7 +104,13 @@ impl InplaceOp2 for StridedUpdate {
     fn name(&self) -> &'static str {
         "strided-update"
     }
-    fn cpu_fwd(&self, s1: &mut CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout) -> candle_core::Result<()> {
+    fn cpu_fwd(
+        &self,
+        s1: &mut CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<()> {
         each_storage_pair!(s1, s2, |d, s| update_slices(self.0, d, l1, s, l2)
             .map_err(|e| candle_core::Error::Msg(e.to_string())))
     }
@@ -124,7 +140,11 @@ impl InplaceOp1 for Fill {
 /// A view whose elements share memory (a stride 0 over a dim > 1) cannot be written.
 fn check_writable(op: &str, dst: &candle_core::Tensor) -> Result<()> {
     let l = dst.layout();
-    if l.dims().iter().zip(l.stride()).any(|(&d, &s)| d > 1 && s == 0) {
+    if l.dims()
+        .iter()
+        .zip(l.stride())
+        .any(|(&d, &s)| d > 1 && s == 0)
+    {
         return Err(Error::shape(format!(
             "{op}: unsupported operation: more than one element of the written-to tensor refers \
              to a single memory location. Please clone() the tensor before performing the operation."

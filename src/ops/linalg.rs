@@ -128,4 +128,3 @@ pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     }
     reshape(&out, &out_dims)
 }
-

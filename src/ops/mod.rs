@@ -95,8 +95,16 @@ pub fn broadcast_shape(op: &str, a: &[usize], b: &[usize]) -> Result<Vec<usize>>
     let n = a.len().max(b.len());
     let mut out = vec![0; n];
     for i in 0..n {
-        let da = if i + a.len() >= n { a[i + a.len() - n] } else { 1 };
-        let db = if i + b.len() >= n { b[i + b.len() - n] } else { 1 };
+        let da = if i + a.len() >= n {
+            a[i + a.len() - n]
+        } else {
+            1
+        };
+        let db = if i + b.len() >= n {
+            b[i + b.len() - n]
+        } else {
+            1
+        };
         out[i] = if da == db || db == 1 {
             da
         } else if da == 1 {
@@ -140,7 +148,11 @@ pub fn wrap_dim(op: &str, dim: i64, rank: usize) -> Result<usize> {
             r - 1
         )));
     }
-    Ok(if dim < 0 { (dim + r) as usize } else { dim as usize })
+    Ok(if dim < 0 {
+        (dim + r) as usize
+    } else {
+        dim as usize
+    })
 }
 
 /// Normalise a list of dims; `None` means all. Rejects repeats.

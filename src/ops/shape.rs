@@ -22,7 +22,9 @@ pub fn infer_shape(op: &str, req: &[i64], numel: usize, from: &[usize]) -> Resul
     for (i, &d) in req.iter().enumerate() {
         if d == -1 {
             if hole.is_some() {
-                return Err(Error::shape(format!("{op}: only one dimension can be inferred")));
+                return Err(Error::shape(format!(
+                    "{op}: only one dimension can be inferred"
+                )));
             }
             hole = Some(i);
         } else if d < 0 {
@@ -34,7 +36,8 @@ pub fn infer_shape(op: &str, req: &[i64], numel: usize, from: &[usize]) -> Resul
     let bad = || {
         Error::shape(format!(
             "{op}: shape '{}' is invalid for input of size {numel} (input shape {})",
-            shape_str(&req.iter().map(|&d| d as usize).collect::<Vec<_>>()).replace("18446744073709551615", "-1"),
+            shape_str(&req.iter().map(|&d| d as usize).collect::<Vec<_>>())
+                .replace("18446744073709551615", "-1"),
             shape_str(from)
         ))
     };
@@ -89,7 +92,11 @@ pub fn transpose(x: &Tensor, d0: usize, d1: usize) -> Result<Tensor> {
 pub fn permute(x: &Tensor, perm: &[usize]) -> Result<Tensor> {
     let rank = x.rank();
     let mut seen = vec![false; rank];
-    if perm.len() != rank || perm.iter().any(|&p| p >= rank || std::mem::replace(&mut seen[p], true)) {
+    if perm.len() != rank
+        || perm
+            .iter()
+            .any(|&p| p >= rank || std::mem::replace(&mut seen[p], true))
+    {
         return Err(Error::shape(format!(
             "permute: number of dims don't match or repeated dim in permute (input shape {}, dims {:?})",
             shape_str(&x.dims()),

@@ -58,7 +58,10 @@ mod tests {
         let offs: Vec<_> = StridedOffsets::new(&l).collect();
         assert_eq!(offs, vec![0, 3, 1, 4, 2, 5]);
         let n = Layout::contiguous((4, 3)).narrow(0, 1, 2).unwrap();
-        assert_eq!(StridedOffsets::new(&n).collect::<Vec<_>>(), vec![3, 4, 5, 6, 7, 8]);
+        assert_eq!(
+            StridedOffsets::new(&n).collect::<Vec<_>>(),
+            vec![3, 4, 5, 6, 7, 8]
+        );
         let z = Layout::contiguous((0, 3));
         assert_eq!(StridedOffsets::new(&z).count(), 0);
         let s = Layout::contiguous(());

@@ -27,7 +27,9 @@ def _numerical_jacobian(fn, inputs, i, eps):
             args[i] = _core.tensor(pert.reshape(base.shape), dtype=x.dtype)
             with _no_grad():
                 out = _as_tuple(fn(*args))
-            outs.append(np.concatenate([o.detach().numpy().astype(np.float64).reshape(-1) for o in out]))
+            outs.append(
+                np.concatenate([o.detach().numpy().astype(np.float64).reshape(-1) for o in out])
+            )
         cols.append((outs[0] - outs[1]) / (2 * eps))
     return np.stack(cols, axis=1) if cols else np.zeros((0, 0))
 
@@ -45,7 +47,7 @@ def _analytical_jacobian(fn, inputs, i):
                 g[k - offset] = 1.0
             grads.append(_core.tensor(g.reshape(tuple(o.shape)), dtype=o.dtype))
             offset += o.numel()
-        diff = [(o, g) for o, g in zip(outs, grads) if o.requires_grad]
+        diff = [(o, g) for o, g in zip(outs, grads, strict=True) if o.requires_grad]
         if not diff:
             rows.append(np.zeros(inputs[i].numel()))
             continue
@@ -56,7 +58,9 @@ def _analytical_jacobian(fn, inputs, i):
             retain_graph=True,
             allow_unused=True,
         )
-        rows.append(np.zeros(inputs[i].numel()) if gi is None else gi.numpy().astype(np.float64).reshape(-1))
+        rows.append(
+            np.zeros(inputs[i].numel()) if gi is None else gi.numpy().astype(np.float64).reshape(-1)
+        )
     return np.stack(rows, axis=0)
 
 
