@@ -7,6 +7,7 @@ pub mod dtype;
 pub mod error;
 pub mod memory;
 pub mod ops;
+pub mod optim;
 pub mod tensor;
 
 use pyo3::prelude::*;

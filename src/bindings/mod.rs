@@ -3,10 +3,14 @@
 pub mod autograd;
 pub mod convert;
 pub mod creation;
+pub mod index;
 pub mod linalg;
 pub mod math;
 pub mod memory;
+pub mod nn;
+pub mod optim;
 pub mod reduce;
+pub mod scan;
 pub mod shape;
 pub mod tensor;
 
@@ -23,10 +27,14 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     }
     autograd::register(m)?;
     creation::register(m)?;
+    index::register(m)?;
     linalg::register(m)?;
     math::register(m)?;
     memory::register(m)?;
+    nn::register(m)?;
+    optim::register(m)?;
     reduce::register(m)?;
+    scan::register(m)?;
     shape::register(m)?;
     Ok(())
 }

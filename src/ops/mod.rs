@@ -9,6 +9,7 @@ pub mod creation;
 pub mod index;
 pub mod inplace;
 pub mod linalg;
+pub mod nn;
 pub mod reduce;
 pub mod scan;
 pub mod shape;

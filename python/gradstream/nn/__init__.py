@@ -1,0 +1,1 @@
+"""`gradstream.nn`: modules, functional ops and initialisers shaped like `torch.nn`."""

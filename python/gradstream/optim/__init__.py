@@ -1,0 +1,1 @@
+"""`gradstream.optim`: optimizers shaped like `torch.optim`, steppable inside backward."""

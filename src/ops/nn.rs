@@ -1,0 +1,1 @@
+//! Fused neural-network functionals (softmax, layer_norm, losses...) with their backward rules.

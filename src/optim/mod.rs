@@ -1,0 +1,1 @@
+//! Per-parameter optimizer updates: one fused in-place kernel per step (SGD, Adam, AdamW).
