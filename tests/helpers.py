@@ -1,0 +1,67 @@
+"""Comparing gradstream with NumPy and PyTorch."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import gradstream as gs
+
+TORCH_DTYPES = {
+    "float32": "float32",
+    "float64": "float64",
+    "float16": "float16",
+    "bfloat16": "bfloat16",
+    "int64": "int64",
+    "int32": "int32",
+    "uint8": "uint8",
+    "bool": "bool",
+}
+
+
+def dtype_name(dt) -> str:
+    return repr(dt).split(".")[-1]
+
+
+def to_numpy(t) -> np.ndarray:
+    """Any tensor (gradstream or torch) or array as a NumPy array."""
+    if isinstance(t, gs.Tensor):
+        if t.dtype == gs.bfloat16:
+            t = t.float()
+        return t.detach().numpy()
+    if hasattr(t, "detach"):  # torch
+        t = t.detach()
+        if str(t.dtype) == "torch.bfloat16":
+            t = t.float()
+        return t.numpy()
+    return np.asarray(t)
+
+
+def to_torch(t, requires_grad: bool | None = None):
+    import torch
+
+    arr = to_numpy(t)
+    out = torch.from_numpy(arr.copy())
+    if isinstance(t, gs.Tensor):
+        out = out.to(getattr(torch, dtype_name(t.dtype)))
+        if requires_grad is None:
+            requires_grad = t.requires_grad
+    if requires_grad:
+        out.requires_grad_(True)
+    return out
+
+
+def assert_close(actual, expected, rtol: float = 1e-5, atol: float = 1e-6, check_dtype: bool = True):
+    """Values (and dtype names) of two tensors agree."""
+    a, e = to_numpy(actual), to_numpy(expected)
+    if check_dtype and isinstance(actual, gs.Tensor) and hasattr(expected, "dtype"):
+        exp_name = str(expected.dtype).replace("torch.", "")
+        assert dtype_name(actual.dtype) == exp_name, f"dtype {actual.dtype} != {expected.dtype}"
+    assert a.shape == e.shape, f"shape {a.shape} != {e.shape}"
+    np.testing.assert_allclose(a.astype(np.float64), e.astype(np.float64), rtol=rtol, atol=atol)
+
+
+def noncontiguous(t):
+    """The same values through a non-contiguous view (a transposed copy, transposed back)."""
+    if t.ndim < 2:
+        return gs.stack([t, t], 0)[0] if hasattr(gs, "stack") else t
+    return t.transpose(0, 1).contiguous().transpose(0, 1)
