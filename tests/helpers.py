@@ -6,17 +6,6 @@ import numpy as np
 
 import gradstream as gs
 
-TORCH_DTYPES = {
-    "float32": "float32",
-    "float64": "float64",
-    "float16": "float16",
-    "bfloat16": "bfloat16",
-    "int64": "int64",
-    "int32": "int32",
-    "uint8": "uint8",
-    "bool": "bool",
-}
-
 
 def dtype_name(dt) -> str:
     return repr(dt).split(".")[-1]
@@ -50,7 +39,7 @@ def to_torch(t, requires_grad: bool | None = None):
     return out
 
 
-def assert_close(actual, expected, rtol: float = 1e-5, atol: float = 1e-6, check_dtype: bool = True):
+def assert_close(actual, expected, rtol=1e-5, atol=1e-6, check_dtype=True):
     """Values (and dtype names) of two tensors agree."""
     a, e = to_numpy(actual), to_numpy(expected)
     if check_dtype and isinstance(actual, gs.Tensor) and hasattr(expected, "dtype"):
