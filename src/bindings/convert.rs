@@ -42,8 +42,28 @@ impl PyDType {
     fn __repr__(&self) -> String {
         format!("gradstream.{}", self.dt.name())
     }
-    fn __reduce__(&self) -> (String,) {
-        (self.dt.name().to_string(),)
+    /// Pickles as the module attribute `gradstream.<name>`.
+    fn __reduce__(&self) -> &'static str {
+        self.dt.name()
+    }
+}
+
+static DTYPE_OBJECTS: pyo3::sync::PyOnceLock<Vec<Py<PyDType>>> = pyo3::sync::PyOnceLock::new();
+
+impl PyDType {
+    /// The one Python object for each dtype, so `t.dtype is gradstream.float32` holds.
+    pub fn object(py: Python<'_>, dt: DType) -> PyResult<Py<PyDType>> {
+        let all = DTYPE_OBJECTS.get_or_try_init(py, || {
+            DType::ALL
+                .iter()
+                .map(|&dt| Py::new(py, PyDType { dt }))
+                .collect::<PyResult<Vec<_>>>()
+        })?;
+        let i = DType::ALL
+            .iter()
+            .position(|&d| d == dt)
+            .expect("every dtype is listed");
+        Ok(all[i].clone_ref(py))
     }
 }
 

@@ -338,14 +338,7 @@ fn eye(
     finish(from_f64s(v, &[n, m], dt)?, requires_grad)
 }
 
-fn random_float(
-    op: &str,
-    size: &Bound<'_, PyTuple>,
-    dtype: Option<&Bound<'_, PyAny>>,
-    normal: bool,
-) -> PyResult<Tensor> {
-    let dims = to_dims(op, &extract_size(op, size)?)?;
-    let dt = opt_dtype(dtype)?.unwrap_or(DEFAULT_FLOAT);
+fn random_float(op: &str, dims: &[usize], dt: DType, normal: bool) -> PyResult<Tensor> {
     if !dt.is_floating_point() {
         return Err(PyTypeError::new_err(format!(
             "{op}: expected a floating point dtype, got {}",
@@ -360,7 +353,37 @@ fn random_float(
             (0..n).map(|_| r.random::<f32>()).collect()
         }
     });
-    from_f32s(v, &dims, dt)
+    from_f32s(v, dims, dt)
+}
+
+fn random_sized(
+    op: &str,
+    size: &Bound<'_, PyTuple>,
+    dtype: Option<&Bound<'_, PyAny>>,
+    normal: bool,
+) -> PyResult<Tensor> {
+    let dims = to_dims(op, &extract_size(op, size)?)?;
+    random_float(
+        op,
+        &dims,
+        opt_dtype(dtype)?.unwrap_or(DEFAULT_FLOAT),
+        normal,
+    )
+}
+
+fn random_like(
+    op: &str,
+    input: &Bound<'_, PyAny>,
+    dtype: Option<&Bound<'_, PyAny>>,
+    normal: bool,
+) -> PyResult<Tensor> {
+    let t = extract_tensor(op, "input", input)?;
+    random_float(
+        op,
+        &t.dims(),
+        opt_dtype(dtype)?.unwrap_or(t.dtype()),
+        normal,
+    )
 }
 
 #[pyfunction]
@@ -375,7 +398,7 @@ fn rand_fn(
 ) -> PyResult<Tensor> {
     let _ = generator;
     check_device(device)?;
-    finish(random_float("rand", size, dtype, false)?, requires_grad)
+    finish(random_sized("rand", size, dtype, false)?, requires_grad)
 }
 
 #[pyfunction]
@@ -389,47 +412,19 @@ fn randn(
 ) -> PyResult<Tensor> {
     let _ = generator;
     check_device(device)?;
-    finish(random_float("randn", size, dtype, true)?, requires_grad)
+    finish(random_sized("randn", size, dtype, true)?, requires_grad)
 }
 
 #[pyfunction]
 #[pyo3(signature = (input, *, dtype=None))]
 fn rand_like(input: &Bound<'_, PyAny>, dtype: Option<&Bound<'_, PyAny>>) -> PyResult<Tensor> {
-    let t = extract_tensor("rand_like", "input", input)?;
-    let size = PyTuple::new(input.py(), t.dims())?;
-    random_float(
-        "rand_like",
-        &size,
-        Some(
-            dtype.cloned().unwrap_or(
-                crate::bindings::convert::PyDType { dt: t.dtype() }
-                    .into_pyobject(input.py())?
-                    .into_any(),
-            ),
-        )
-        .as_ref(),
-        false,
-    )
+    random_like("rand_like", input, dtype, false)
 }
 
 #[pyfunction]
 #[pyo3(signature = (input, *, dtype=None))]
 fn randn_like(input: &Bound<'_, PyAny>, dtype: Option<&Bound<'_, PyAny>>) -> PyResult<Tensor> {
-    let t = extract_tensor("randn_like", "input", input)?;
-    let size = PyTuple::new(input.py(), t.dims())?;
-    random_float(
-        "randn_like",
-        &size,
-        Some(
-            dtype.cloned().unwrap_or(
-                crate::bindings::convert::PyDType { dt: t.dtype() }
-                    .into_pyobject(input.py())?
-                    .into_any(),
-            ),
-        )
-        .as_ref(),
-        true,
-    )
+    random_like("randn_like", input, dtype, true)
 }
 
 /// `randint(high, size)` or `randint(low, high, size)`.

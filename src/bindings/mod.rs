@@ -23,7 +23,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<convert::PyDType>()?;
     m.add_class::<convert::PyDevice>()?;
     for dt in DType::ALL {
-        m.add(dt.name(), convert::PyDType { dt })?;
+        m.add(dt.name(), convert::PyDType::object(m.py(), dt)?)?;
     }
     autograd::register(m)?;
     creation::register(m)?;

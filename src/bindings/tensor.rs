@@ -127,8 +127,8 @@ impl PyTensor {
     }
 
     #[getter]
-    fn dtype(&self) -> PyDType {
-        PyDType { dt: self.t.dtype() }
+    fn dtype(&self, py: Python<'_>) -> PyResult<Py<PyDType>> {
+        PyDType::object(py, self.t.dtype())
     }
 
     #[getter]
@@ -294,42 +294,21 @@ impl PyTensor {
 
     fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
         let py = slf.py();
+        let t = &slf.get().t;
         let rebuild = py
             .import("gradstream._formatting")?
             .getattr("rebuild_tensor")?;
-        let arr = if slf.get().t.dtype() == DType::BFloat16 {
-            tensor_to_numpy(
-                py,
-                &ops::convert::to_dtype(&slf.get().t.detach(), DType::Float32)?,
-            )?
-        } else {
-            tensor_to_numpy(py, &slf.get().t)?
+        let arr = match t.dtype() {
+            // NumPy has no bfloat16: travel as float32, cast back on load.
+            DType::BFloat16 => {
+                tensor_to_numpy(py, &ops::convert::to_dtype(&t.detach(), DType::Float32)?)?
+            }
+            _ => tensor_to_numpy(py, &t.detach())?,
         };
-        PyTuple::new(
-            py,
-            [
-                rebuild,
-                PyTuple::new(
-                    py,
-                    [
-                        arr,
-                        PyDType {
-                            dt: slf.get().t.dtype(),
-                        }
-                        .into_pyobject(py)?
-                        .into_any(),
-                        slf.get()
-                            .t
-                            .requires_grad()
-                            .into_pyobject(py)?
-                            .to_owned()
-                            .into_any(),
-                    ],
-                )?
-                .into_any(),
-            ],
-        )
-        .map(|t| t.into_any())
+        let dtype = PyDType::object(py, t.dtype())?;
+        Ok((rebuild, (arr, dtype, t.requires_grad()))
+            .into_pyobject(py)?
+            .into_any())
     }
 
     // ---- conversions ----
