@@ -3,6 +3,7 @@
 pub mod autograd;
 pub mod convert;
 pub mod creation;
+pub mod function;
 pub mod index;
 pub mod linalg;
 pub mod math;
@@ -27,6 +28,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     }
     autograd::register(m)?;
     creation::register(m)?;
+    function::register(m)?;
     index::register(m)?;
     linalg::register(m)?;
     math::register(m)?;

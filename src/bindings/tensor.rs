@@ -472,6 +472,12 @@ impl PyTensor {
         Ok(())
     }
 
+    /// The in-place version counter (bumped by every in-place change of the buffer).
+    #[getter]
+    fn _version(&self) -> u64 {
+        self.t.version()
+    }
+
     #[getter]
     fn is_sparse(&self) -> bool {
         false

@@ -1,0 +1,115 @@
+"""Custom differentiable functions: subclass `Function`, define `forward` and `backward`.
+
+    class Exp(Function):
+        @staticmethod
+        def forward(ctx, x):
+            y = x.exp()
+            ctx.save_for_backward(y)
+            return y
+
+        @staticmethod
+        def backward(ctx, grad):
+            (y,) = ctx.saved_tensors
+            return grad * y
+
+    y = Exp.apply(x)
+
+The forward runs without recording; `backward` runs inside the engine and returns one
+gradient (or None) per argument of `forward`. Saved tensors are freed once the node has
+run, unless the graph is retained.
+"""
+
+from __future__ import annotations
+
+from .. import _core
+from .grad_mode import no_grad
+
+
+class FunctionCtx:
+    """What `forward` hands to `backward`."""
+
+    def __init__(self, needs_input_grad: tuple[bool, ...]):
+        self.needs_input_grad = needs_input_grad
+        self._saved: tuple | None = ()
+        self._versions: tuple[int, ...] = ()
+        self.materialize_grads = True
+
+    def save_for_backward(self, *tensors) -> None:
+        self._saved = tensors
+        self._versions = tuple(t._version if t is not None else 0 for t in tensors)
+
+    @property
+    def saved_tensors(self) -> tuple:
+        if self._saved is None:
+            raise RuntimeError(
+                "Trying to backward through the graph a second time (or directly access saved "
+                "tensors after they have already been freed). Specify retain_graph=True if you "
+                "need to backward through the graph a second time."
+            )
+        for i, (t, v) in enumerate(zip(self._saved, self._versions, strict=True)):
+            if t is not None and t._version != v:
+                raise RuntimeError(
+                    "one of the variables needed for gradient computation has been modified by "
+                    f"an inplace operation: saved tensor {i} of shape {list(t.shape)} is at "
+                    f"version {t._version}; expected version {v} instead."
+                )
+        return self._saved
+
+    def mark_non_differentiable(self, *tensors) -> None:
+        """Accepted for compatibility: integer outputs never get a gradient."""
+
+    def set_materialize_grads(self, value: bool) -> None:
+        self.materialize_grads = value
+
+    def _release(self) -> None:
+        self._saved = None
+
+
+class Function:
+    """Base class of custom autograd functions (PyTorch's `torch.autograd.Function`)."""
+
+    @staticmethod
+    def forward(ctx, *args, **kwargs):
+        raise NotImplementedError("Function subclasses must implement forward")
+
+    @staticmethod
+    def backward(ctx, *grad_outputs):
+        raise NotImplementedError("Function subclasses must implement backward")
+
+    @classmethod
+    def apply(cls, *args, **kwargs):
+        positions = [i for i, a in enumerate(args) if isinstance(a, _core.Tensor)]
+        tensors = [args[i] for i in positions]
+        needs = tuple(isinstance(a, _core.Tensor) and a.requires_grad for a in args)
+        ctx = FunctionCtx(needs)
+        with no_grad():
+            out = cls.forward(ctx, *args, **kwargs)
+        if not isinstance(out, _core.Tensor):
+            raise TypeError(
+                f"{cls.__name__}.forward must return a Tensor (got {type(out).__name__}); "
+                "functions with several outputs are not supported yet"
+            )
+        if not (_core.is_grad_enabled() and any(needs)):
+            return out
+        if any(out is t for t in tensors):
+            out = out.detach()  # never rewrite the history of an input
+        if ctx._saved:
+            # A saved output would own its own node (a cycle the GC cannot see): keep an
+            # alias without history, sharing the buffer and the version counter.
+            ctx._saved = tuple(t.detach() if t is out else t for t in ctx._saved)
+
+        # The engine calls a node only with a gradient. This closure must not capture `out`:
+        # `out` owns the node, and the node owns the closure.
+        def backward(grad):
+            grads = cls.backward(ctx, grad)
+            if not isinstance(grads, tuple):
+                grads = (grads,)
+            if len(grads) != len(args):
+                raise RuntimeError(
+                    f"function {cls.__name__}Backward returned an incorrect number of gradients "
+                    f"(expected {len(args)}, got {len(grads)})"
+                )
+            return [grads[i] for i in positions]
+
+        _core._function_node(out, tensors, backward, ctx._release, f"{cls.__name__}Backward")
+        return out

@@ -1,0 +1,123 @@
+//! `gradstream.autograd.Function`: a backward node whose rule is Python code.
+
+use parking_lot::Mutex;
+use pyo3::exceptions::PyTypeError;
+use pyo3::prelude::*;
+use pyo3::types::PyList;
+
+use crate::autograd::node::{Node, NodeBase};
+use crate::bindings::convert::extract_tensor;
+use crate::error::{Error, Result};
+use crate::tensor::{shape_str, Tensor};
+
+/// Runs a Python `backward(grad) -> [grad per input]`; `release()` frees what the
+/// function saved once the node has run (unless the graph is retained).
+pub struct PyFunctionNode {
+    name: String,
+    base: NodeBase,
+    input_dims: Vec<Vec<usize>>,
+    backward: Py<PyAny>,
+    release: Mutex<Option<Py<PyAny>>>,
+}
+
+impl Node for PyFunctionNode {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn base(&self) -> &NodeBase {
+        &self.base
+    }
+
+    fn apply(&self, _me: &std::sync::Arc<dyn Node>, grad: &Tensor) -> Result<Vec<Option<Tensor>>> {
+        Python::attach(|py| {
+            let out = self.backward.call1(py, (grad.clone(),))?;
+            let out = out.bind(py);
+            let n = self.base.edges.len();
+            let items: Vec<Bound<'_, PyAny>> = out.try_iter()?.collect::<PyResult<_>>()?;
+            if items.len() != n {
+                return Err(Error::autograd(format!(
+                    "function {} returned an incorrect number of gradients (expected {n}, got {})",
+                    self.name,
+                    items.len()
+                )));
+            }
+            items
+                .iter()
+                .enumerate()
+                .map(|(i, g)| {
+                    if g.is_none() || self.base.edges[i].is_none() {
+                        return Ok(None);
+                    }
+                    let g = extract_tensor(&self.name, "gradient", g)?;
+                    if g.dims() != self.input_dims[i] {
+                        return Err(Error::shape(format!(
+                            "Function {} returned an invalid gradient at index {i} - got {} but \
+                             expected shape compatible with {}",
+                            self.name,
+                            shape_str(&g.dims()),
+                            shape_str(&self.input_dims[i])
+                        )));
+                    }
+                    Ok(Some(g))
+                })
+                .collect()
+        })
+    }
+
+    fn release_saved(&self) {
+        if let Some(f) = self.release.lock().take() {
+            Python::attach(|py| {
+                if let Err(e) = f.call0(py) {
+                    e.write_unraisable(py, None);
+                }
+            });
+        }
+    }
+}
+
+/// Attach a Python-defined backward to `output`: gradients flow to `inputs` (those that
+/// require grad). The caller ran the forward without recording.
+#[pyfunction]
+#[pyo3(signature = (output, inputs, backward, release, name))]
+fn _function_node(
+    output: &Bound<'_, PyAny>,
+    inputs: &Bound<'_, PyList>,
+    backward: Py<PyAny>,
+    release: Py<PyAny>,
+    name: String,
+) -> PyResult<()> {
+    let out = extract_tensor(&name, "output", output)?;
+    if !out.is_leaf() || out.requires_grad() {
+        return Err(PyTypeError::new_err(format!(
+            "{name}: the forward output must be a new tensor without history"
+        )));
+    }
+    let ins = inputs
+        .iter()
+        .map(|t| extract_tensor(&name, "input", &t))
+        .collect::<PyResult<Vec<_>>>()?;
+    if !ins.iter().any(Tensor::requires_grad) {
+        return Ok(());
+    }
+    if !out.dtype().is_floating_point() {
+        return Err(PyTypeError::new_err(format!(
+            "{name}: only floating point outputs can have a gradient (got {})",
+            out.dtype().name()
+        )));
+    }
+    let node = PyFunctionNode {
+        base: NodeBase::new(ins.iter().map(Tensor::gradient_edge).collect()),
+        input_dims: ins.iter().map(Tensor::dims).collect(),
+        name,
+        backward,
+        release: Mutex::new(Some(release)),
+    };
+    out.set_grad_fn(Some(std::sync::Arc::new(node)));
+    Ok(())
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(_function_node, m)?)?;
+    Ok(())
+}
