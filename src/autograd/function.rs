@@ -84,6 +84,16 @@ impl Node for FnNode {
     }
 }
 
+thread_local! {
+    static STRUCTURE_ONLY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Record nodes and edges but save no tensors: the graph shows which leaves a function
+/// uses (checkpointing needs that) at no activation memory. Such nodes cannot run.
+pub fn set_structure_only(on: bool) -> bool {
+    STRUCTURE_ONLY.with(|s| s.replace(on))
+}
+
 /// Whether an op on these inputs must record a node.
 pub fn should_record(inputs: &[&Tensor]) -> bool {
     grad_mode::is_enabled() && inputs.iter().any(|t| t.requires_grad())
@@ -102,12 +112,17 @@ pub fn record(
         return;
     }
     let edges = inputs.iter().map(|t| t.gradient_edge()).collect();
-    let saved = save();
+    let structure_only = STRUCTURE_ONLY.with(|s| s.get());
+    let saved = if structure_only { Vec::new() } else { save() };
     let node: Arc<dyn Node> = Arc::new(FnNode {
         name,
         base: NodeBase::new(edges),
-        saved_count: saved.len(),
-        saved: Mutex::new(Some(saved)),
+        saved_count: if structure_only {
+            usize::MAX
+        } else {
+            saved.len()
+        },
+        saved: Mutex::new((!structure_only).then_some(saved)),
         backward: Box::new(backward),
     });
     out.set_grad_fn(Some(node));

@@ -497,6 +497,29 @@ fn randperm(
     from_i64s(v, &[n as usize], opt_dtype(dtype)?.unwrap_or(DType::Int64))
 }
 
+/// A saved state of the global generator (`get_rng_state` / `set_rng_state`).
+#[pyclass(name = "RngState", module = "gradstream", frozen)]
+pub struct PyRngState {
+    rng: ::rand::rngs::StdRng,
+}
+
+#[pyfunction]
+fn get_rng_state() -> PyRngState {
+    PyRngState {
+        rng: with_rng(|r| r.clone()),
+    }
+}
+
+#[pyfunction]
+fn set_rng_state(state: &Bound<'_, PyAny>) -> PyResult<()> {
+    let s = state.cast::<PyRngState>().map_err(|_| {
+        PyTypeError::new_err("set_rng_state() expects a state returned by get_rng_state()")
+    })?;
+    let rng = s.get().rng.clone();
+    with_rng(|r| *r = rng);
+    Ok(())
+}
+
 /// Seed the global generator: the same seed gives the same `rand`, `randn`, dropout masks.
 #[pyfunction]
 fn manual_seed(seed: i64) -> PyResult<()> {
@@ -587,6 +610,9 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(randint, m)?)?;
     m.add_function(wrap_pyfunction!(randperm, m)?)?;
     m.add_function(wrap_pyfunction!(manual_seed, m)?)?;
+    m.add_class::<PyRngState>()?;
+    m.add_function(wrap_pyfunction!(get_rng_state, m)?)?;
+    m.add_function(wrap_pyfunction!(set_rng_state, m)?)?;
     m.add_function(wrap_pyfunction!(seed, m)?)?;
     m.add_function(wrap_pyfunction!(meshgrid, m)?)?;
     Ok(())

@@ -117,7 +117,35 @@ fn _function_node(
     Ok(())
 }
 
+/// Turn structure-only recording on or off (see `autograd::function::set_structure_only`);
+/// returns the previous setting.
+#[pyfunction]
+fn _set_structure_only(on: bool) -> bool {
+    crate::autograd::function::set_structure_only(on)
+}
+
+/// The leaf tensors that require grad and that `t`'s graph leads to, in discovery order.
+#[pyfunction]
+fn _graph_leaves(t: &Bound<'_, PyAny>) -> PyResult<Vec<Tensor>> {
+    let t = extract_tensor("_graph_leaves", "t", t)?;
+    let mut out = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    let mut stack: Vec<std::sync::Arc<dyn Node>> = t.grad_fn().into_iter().collect();
+    while let Some(n) = stack.pop() {
+        if !seen.insert(crate::autograd::node::node_key(&n)) {
+            continue;
+        }
+        if let Some(leaf) = n.leaf().and_then(|w| w.upgrade()) {
+            out.push(Tensor(leaf));
+        }
+        stack.extend(n.base().edges.iter().flatten().map(|e| e.node.clone()));
+    }
+    Ok(out)
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_function_node, m)?)?;
+    m.add_function(wrap_pyfunction!(_set_structure_only, m)?)?;
+    m.add_function(wrap_pyfunction!(_graph_leaves, m)?)?;
     Ok(())
 }

@@ -1,0 +1,161 @@
+"""Activation checkpointing: keep a function's inputs, recompute its activations in backward.
+
+`checkpoint(fn, *args)` runs `fn` saving no activations; backward recomputes `fn` with
+recording on and backpropagates through it. The parameters `fn` uses get their gradients
+through the outer backward, so streaming hooks and in-backward optimizers see each
+parameter once, with its full gradient. `checkpoint_chunks(fn, x, chunks=k)` does this per
+chunk of `x` along dim 0, so only one chunk's activations are ever alive: the lever for
+point-wise networks such as NeRF's MLP.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Sequence
+
+from .. import _core
+from ..autograd.grad_mode import enable_grad
+
+__all__ = ["checkpoint", "checkpoint_sequential", "checkpoint_chunks"]
+
+
+@contextlib.contextmanager
+def _structure_only():
+    prev = _core._set_structure_only(True)
+    try:
+        yield
+    finally:
+        _core._set_structure_only(prev)
+
+
+@contextlib.contextmanager
+def _rng_state(state):
+    if state is None:
+        yield
+        return
+    current = _core.get_rng_state()
+    _core.set_rng_state(state)
+    try:
+        yield
+    finally:
+        _core.set_rng_state(current)
+
+
+def _versions(tensors):
+    return [t._version for t in tensors]
+
+
+def checkpoint(
+    function: Callable,
+    *args,
+    use_reentrant: bool | None = None,
+    preserve_rng_state: bool = True,
+    **kwargs,
+):
+    """Run `function(*args, **kwargs)` without saving its activations.
+
+    Gradients equal the uncheckpointed run. The RNG state is restored for the recompute
+    so dropout draws the same mask. `use_reentrant` is accepted for compatibility; there
+    is one implementation.
+    """
+    del use_reentrant
+    if not _core.is_grad_enabled():
+        return function(*args, **kwargs)
+    tensors = [a for a in args if isinstance(a, _core.Tensor)]
+    rng = _core.get_rng_state() if preserve_rng_state else None
+    before = _versions(tensors)
+    with _structure_only():
+        out = function(*args, **kwargs)
+    if not isinstance(out, _core.Tensor):
+        raise TypeError(
+            "checkpoint: the checkpointed function must return a single Tensor, got "
+            f"{type(out).__name__}"
+        )
+    if _versions(tensors) != before:
+        raise RuntimeError(
+            "checkpoint: the checkpointed function modified one of its inputs in place; the "
+            "recompute in backward would see different inputs. Clone the input inside the "
+            "function instead."
+        )
+    if out.grad_fn is None:
+        return out
+    ids = {id(t) for t in tensors}
+    leaves = [p for p in _core._graph_leaves(out) if id(p) not in ids]
+    grad_args = [t for t in tensors if t.requires_grad]
+    out = out.detach()
+    saved = {"versions": _versions(tensors)}
+
+    def backward(grad):
+        if saved is None or "versions" not in saved:
+            raise RuntimeError("checkpoint: backward through the graph a second time")
+        if _versions(tensors) != saved["versions"]:
+            raise RuntimeError(
+                "one of the variables needed for gradient computation has been modified by an "
+                "inplace operation: an input of a checkpointed function changed after its forward"
+            )
+        detached = []
+        for a in args:
+            if isinstance(a, _core.Tensor):
+                d = a.detach()
+                d.requires_grad_(a.requires_grad)
+                detached.append(d)
+            else:
+                detached.append(a)
+        with _rng_state(rng), enable_grad():
+            recomputed = function(*detached, **kwargs)
+        targets = [d for d in detached if isinstance(d, _core.Tensor) and d.requires_grad]
+        grads = _core.autograd_grad(
+            [recomputed], targets + leaves, grad_outputs=[grad], allow_unused=True
+        )
+        return list(grads)
+
+    def release():
+        saved.clear()
+
+    _core._function_node(out, grad_args + leaves, backward, release, "CheckpointBackward")
+    return out
+
+
+def checkpoint_sequential(
+    functions: Sequence[Callable] | object,
+    segments: int,
+    input,
+    use_reentrant: bool | None = None,
+    **kwargs,
+):
+    """Run `functions` (a sequence, or an `nn.Sequential`) in `segments` checkpointed runs."""
+    del use_reentrant
+    fns = list(functions.children()) if hasattr(functions, "children") else list(functions)
+    if segments < 1:
+        raise ValueError(f"checkpoint_sequential: segments must be >= 1, got {segments}")
+    size = max(1, -(-len(fns) // segments))
+
+    def run(fs):
+        def f(x):
+            for fn in fs:
+                x = fn(x)
+            return x
+
+        return f
+
+    x = input
+    for start in range(0, len(fns), size):
+        part = fns[start : start + size]
+        last = start + size >= len(fns)
+        x = run(part)(x) if last else checkpoint(run(part), x, **kwargs)
+    return x
+
+
+def checkpoint_chunks(function: Callable, x, chunks: int, **kwargs):
+    """`function(x)` for a point-wise `function`, in `chunks` checkpointed pieces of `x`
+    along dim 0: only one chunk's activations are ever alive, in forward and in backward."""
+    if not isinstance(chunks, int) or chunks < 1:
+        raise ValueError(f"checkpoint_chunks: chunks must be a positive int, got {chunks!r}")
+    n = x.shape[0]
+    size = -(-n // chunks) if n else 1
+    outs = [
+        checkpoint(function, x.narrow(0, s, min(size, n - s)), **kwargs) for s in range(0, n, size)
+    ]
+    if not outs:
+        return function(x)
+    return outs[0] if len(outs) == 1 else _core.cat(outs, 0)
