@@ -4,7 +4,8 @@
 //!    lead to one of them (path pruning).
 //! 2. Count, for each node, the gradients it will receive.
 //! 3. Pop ready nodes from a max-heap on sequence number. A node's pending gradient lives
-//!    in the `GradStore` from its first contribution until the node runs; its saved
+//!    in the `GradStore` from its first contribution until the node runs. The node is told
+//!    which of its edges lead to a wanted gradient and computes only those; its saved
 //!    tensors are released right after (unless `retain_graph`).
 //! 4. A leaf's sink runs as soon as its gradient is final: hooks, `.grad`, consumers.
 
