@@ -28,7 +28,12 @@ impl Node for AccumulateGrad {
     fn base(&self) -> &NodeBase {
         &self.base
     }
-    fn apply(&self, _me: &Arc<dyn Node>, _grad: &Tensor) -> Result<Vec<Option<Tensor>>> {
+    fn apply(
+        &self,
+        _me: &Arc<dyn Node>,
+        _grad: &Tensor,
+        _needs: &[bool],
+    ) -> Result<Vec<Option<Tensor>>> {
         // The engine runs sinks itself (hooks, accumulation, consumers).
         Ok(Vec::new())
     }

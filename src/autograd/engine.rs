@@ -4,7 +4,8 @@
 //!    lead to one of them (path pruning).
 //! 2. Count, for each node, the gradients it will receive.
 //! 3. Pop ready nodes from a max-heap on sequence number. A node's pending gradient lives
-//!    in the `GradStore` from its first contribution until the node runs; its saved
+//!    in the `GradStore` from its first contribution until the node runs. The node is told
+//!    which of its edges lead to a wanted gradient and computes only those; its saved
 //!    tensors are released right after (unless `retain_graph`).
 //! 4. A leaf's sink runs as soon as its gradient is final: hooks, `.grad`, consumers.
 
@@ -90,12 +91,9 @@ fn validate_root(i: usize, root: &Tensor, grad: Option<&Tensor>) -> Result<Tenso
                     shape_str(&root.dims())
                 )));
             }
+            // PyTorch casts a gradient of another dtype to the output's dtype.
             if g.dtype() != root.dtype() {
-                return Err(Error::type_(format!(
-                    "Mismatch in dtype: grad_output[{i}] has a dtype of {} and output[{i}] has a dtype of {}.",
-                    g.dtype().name(),
-                    root.dtype().name()
-                )));
+                return ops::convert::to_dtype(g, root.dtype());
             }
             Ok(g.clone())
         }
@@ -214,45 +212,37 @@ pub fn run_backward(
 
     let mut results: Vec<Option<Tensor>> = vec![None; opts.inputs.map_or(0, |i| i.len())];
     let mut ran: HashSet<usize> = HashSet::new();
+    let _context = ContextGuard;
     while let Some(Ready(_, k)) = heap.pop() {
         if !ran.insert(k) {
             continue;
         }
         (opts.check_interrupt)()?;
         let node = nodes[&k].clone();
-        let grad = store.take(k);
         memory::set_context(node.name());
 
-        let grad = match grad {
-            Some(g) => Some(node.base().run_pre_hooks(g)?),
-            None => None,
-        };
-        if let (Some(g), Some(t)) = (&grad, node.base().retained()) {
-            t.set_grad(Some(accumulate(t.grad(), g)?))?;
-        }
-        let is_target = targets.as_ref().is_some_and(|t| t.contains(&k));
-        if let (Some(&i), false) = (captured.get(&k), opts.accumulate) {
-            results[i] = grad.clone();
-        }
-
-        let outputs = match (&grad, node.leaf()) {
-            (Some(g), Some(leaf)) => {
-                if opts.accumulate && (targets.is_none() || is_target) {
-                    if let Some(leaf) = leaf.upgrade().map(Tensor) {
-                        run_sink(&leaf, g.clone(), opts)?;
-                    }
+        // The pending gradient leaves the store now; it is moved on, never copied.
+        let outputs = match store.take(k) {
+            None => Vec::new(),
+            Some(grad) => {
+                let grad = node.base().run_pre_hooks(grad)?;
+                if let Some(t) = node.base().retained() {
+                    t.set_grad(Some(accumulate(t.grad(), &grad)?))?;
                 }
-                Vec::new()
-            }
-            (Some(g), None) => {
-                let leads_on = node
-                    .base()
-                    .edges
-                    .iter()
-                    .flatten()
-                    .any(|e| needed.contains(&e.key()));
-                if leads_on {
-                    let out = node.apply(&node, g)?;
+                if let (Some(&i), false) = (captured.get(&k), opts.accumulate) {
+                    results[i] = Some(grad.clone());
+                }
+                let is_target = targets.as_ref().is_none_or(|t| t.contains(&k));
+                if let Some(leaf) = node.leaf() {
+                    if opts.accumulate && is_target {
+                        if let Some(leaf) = leaf.upgrade().map(Tensor) {
+                            run_sink(&leaf, grad, opts)?;
+                        }
+                    }
+                    Vec::new()
+                } else if let Some(needs) = edge_needs(&node, &needed) {
+                    let out = node.apply(&node, &grad, &needs)?;
+                    drop(grad);
                     if !opts.retain_graph {
                         node.release_saved();
                     }
@@ -261,9 +251,7 @@ pub fn run_backward(
                     Vec::new()
                 }
             }
-            (None, _) => Vec::new(),
         };
-        drop(grad);
 
         let mut outputs = outputs.into_iter();
         for e in node.base().edges.iter() {
@@ -283,8 +271,27 @@ pub fn run_backward(
             }
         }
     }
-    memory::set_context("");
     Ok(results)
+}
+
+/// Which of a node's edges lead to a wanted gradient; `None` when none does.
+fn edge_needs(node: &Arc<dyn Node>, needed: &HashSet<usize>) -> Option<Vec<bool>> {
+    let needs: Vec<bool> = node
+        .base()
+        .edges
+        .iter()
+        .map(|e| e.as_ref().is_some_and(|e| needed.contains(&e.key())))
+        .collect();
+    needs.iter().any(|&n| n).then_some(needs)
+}
+
+/// Clears the memory-history context when backward ends, by error too.
+struct ContextGuard;
+
+impl Drop for ContextGuard {
+    fn drop(&mut self) {
+        memory::set_context("");
+    }
 }
 
 /// `.grad` of a non-leaf that called `retain_grad()`: summed over backward calls.

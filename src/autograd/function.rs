@@ -13,7 +13,8 @@ use crate::tensor::Tensor;
 
 /// What a backward rule sees besides the incoming gradient.
 pub struct Ctx<'a> {
-    /// `needs[i]`: input i has an edge, so its gradient is wanted. Others return `None`.
+    /// `needs[i]`: input i's gradient is wanted in this backward (it has an edge, and the
+    /// edge leads to a tensor whose gradient is asked for). Others return `None`.
     pub needs: Vec<bool>,
     /// The saved tensors, unpacked and version-checked, in the order they were saved.
     pub saved: Vec<Tensor>,
@@ -50,7 +51,12 @@ impl Node for FnNode {
     fn base(&self) -> &NodeBase {
         &self.base
     }
-    fn apply(&self, me: &Arc<dyn Node>, grad: &Tensor) -> Result<Vec<Option<Tensor>>> {
+    fn apply(
+        &self,
+        me: &Arc<dyn Node>,
+        grad: &Tensor,
+        needs: &[bool],
+    ) -> Result<Vec<Option<Tensor>>> {
         let saved = {
             let guard = self.saved.lock();
             match guard.as_ref() {
@@ -70,7 +76,7 @@ impl Node for FnNode {
             }
         };
         let ctx = Ctx {
-            needs: self.base.edges.iter().map(Option::is_some).collect(),
+            needs: needs.to_vec(),
             saved,
             node: me,
         };

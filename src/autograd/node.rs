@@ -90,8 +90,15 @@ pub trait Node: Send + Sync {
     /// PyTorch-style name, e.g. `MulBackward0`.
     fn name(&self) -> &str;
     fn base(&self) -> &NodeBase;
-    /// Gradients for each edge from the gradient of the node's output.
-    fn apply(&self, me: &Arc<dyn Node>, grad: &Tensor) -> Result<Vec<Option<Tensor>>>;
+    /// Gradients for each edge from the gradient of the node's output. `needs[i]`: the
+    /// engine will use edge i's gradient in this backward (it leads to a wanted input);
+    /// the others are not computed.
+    fn apply(
+        &self,
+        me: &Arc<dyn Node>,
+        grad: &Tensor,
+        needs: &[bool],
+    ) -> Result<Vec<Option<Tensor>>>;
     /// Drop saved tensors (after the node ran, unless the graph is retained).
     fn release_saved(&self) {}
     /// The leaf this node accumulates into, for leaf sinks.

@@ -4,7 +4,7 @@ use std::sync::{Arc, Weak};
 
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
+use pyo3::types::{PyTuple, PyWeakrefReference};
 
 use crate::autograd::engine::{run_backward, BackwardOptions};
 use crate::autograd::function::backward_calls;
@@ -306,8 +306,17 @@ impl PyTensor {
                 let t = extract_tensor("hook", "return value", r)?;
                 if t.dims() != g.dims() {
                     return Err(Error::shape(format!(
-                        "hook: hook returned a gradient of shape {} but the gradient has shape {}",
+                        "hook: hook has changed the size of value: it returned a gradient of \
+                         shape {} but the gradient has shape {}",
                         shape_str(&t.dims()),
+                        shape_str(&g.dims())
+                    )));
+                }
+                if t.dtype() != g.dtype() {
+                    return Err(Error::type_(format!(
+                        "hook: hook has changed the type of value (was {} got {}), shape {}",
+                        g.dtype().name(),
+                        t.dtype().name(),
                         shape_str(&g.dims())
                     )));
                 }
@@ -324,18 +333,32 @@ impl PyTensor {
 
     /// `register_post_accumulate_grad_hook(fn)`: `fn(tensor)` runs once per backward, the
     /// moment this leaf's `.grad` is final. The hook may set `tensor.grad = None`.
-    fn register_post_accumulate_grad_hook(&self, hook: Py<PyAny>) -> PyResult<PyHookHandle> {
-        let weak = self.t.downgrade();
+    fn register_post_accumulate_grad_hook(
+        slf: &Bound<'_, Self>,
+        hook: Py<PyAny>,
+    ) -> PyResult<PyHookHandle> {
+        let t = &slf.get().t;
+        if !t.requires_grad() {
+            return Err(PyRuntimeError::new_err(
+                "cannot register a hook on a tensor that doesn't require gradient",
+            ));
+        }
+        // The hook receives the very Python object it was registered on (a Parameter
+        // stays a Parameter); held weakly, since the tensor holds the hook.
+        let me: Py<PyWeakrefReference> = PyWeakrefReference::new(slf.as_any())?.unbind();
         let h = Arc::new(move |t: &Tensor| -> Result<()> {
-            let _ = &weak;
             Python::attach(|py| {
-                hook.call1(py, (t.clone(),))?;
+                let arg = match me.bind(py).upgrade() {
+                    Some(obj) => obj,
+                    None => t.clone().into_pyobject(py)?.into_any(),
+                };
+                hook.call1(py, (arg,))?;
                 Ok(())
             })
         });
-        let id = self.t.add_post_accumulate_hook(h)?;
+        let id = t.add_post_accumulate_hook(h)?;
         Ok(PyHookHandle {
-            tensor: self.t.downgrade(),
+            tensor: t.downgrade(),
             id,
             kind: HookKind::PostAccumulate,
         })

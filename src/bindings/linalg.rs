@@ -1,4 +1,4 @@
-//! `matmul` and `@`.
+//! Matrix products: `matmul` and `@`, `mm`, `bmm`, `addmm`, `dot`, `outer`.
 
 use pyo3::prelude::*;
 
@@ -7,37 +7,127 @@ use crate::bindings::tensor::PyTensor;
 use crate::ops::linalg;
 use crate::tensor::Tensor;
 
+fn arg(op: &str, name: &str, obj: &Bound<'_, PyAny>) -> PyResult<Tensor> {
+    extract_tensor(op, name, obj)
+}
+
 #[pymethods]
 impl PyTensor {
     fn __matmul__(&self, other: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-        Ok(linalg::matmul(
-            &self.t,
-            &extract_tensor("matmul", "other", other)?,
-        )?)
+        Ok(linalg::matmul(&self.t, &arg("matmul", "other", other)?)?)
     }
     fn __rmatmul__(&self, other: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-        Ok(linalg::matmul(
-            &extract_tensor("matmul", "other", other)?,
-            &self.t,
-        )?)
+        Ok(linalg::matmul(&arg("matmul", "other", other)?, &self.t)?)
     }
+    /// `self @ other` with broadcasting of batch dims.
     fn matmul(&self, other: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-        Ok(linalg::matmul(
+        Ok(linalg::matmul(&self.t, &arg("matmul", "other", other)?)?)
+    }
+    /// Matrix product of two 2-D tensors.
+    fn mm(&self, mat2: &Bound<'_, PyAny>) -> PyResult<Tensor> {
+        Ok(linalg::mm(&self.t, &arg("mm", "mat2", mat2)?)?)
+    }
+    /// Batched matrix product of two 3-D tensors with the same batch size.
+    fn bmm(&self, mat2: &Bound<'_, PyAny>) -> PyResult<Tensor> {
+        Ok(linalg::bmm(&self.t, &arg("bmm", "mat2", mat2)?)?)
+    }
+    /// Inner product of two 1-D tensors.
+    fn dot(&self, other: &Bound<'_, PyAny>) -> PyResult<Tensor> {
+        Ok(linalg::dot(&self.t, &arg("dot", "tensor", other)?)?)
+    }
+    /// Outer product of two 1-D tensors.
+    fn outer(&self, vec2: &Bound<'_, PyAny>) -> PyResult<Tensor> {
+        Ok(linalg::outer(&self.t, &arg("outer", "vec2", vec2)?)?)
+    }
+    /// `beta * self + alpha * (mat1 @ mat2)`.
+    #[pyo3(signature = (mat1, mat2, *, beta=1.0, alpha=1.0))]
+    fn addmm(
+        &self,
+        mat1: &Bound<'_, PyAny>,
+        mat2: &Bound<'_, PyAny>,
+        beta: f64,
+        alpha: f64,
+    ) -> PyResult<Tensor> {
+        Ok(linalg::addmm(
             &self.t,
-            &extract_tensor("matmul", "other", other)?,
+            &arg("addmm", "mat1", mat1)?,
+            &arg("addmm", "mat2", mat2)?,
+            beta,
+            alpha,
         )?)
     }
 }
 
+/// `matmul(input, other)`: PyTorch's rules for 1-D, 2-D, batched and broadcast operands.
 #[pyfunction]
 fn matmul(input: &Bound<'_, PyAny>, other: &Bound<'_, PyAny>) -> PyResult<Tensor> {
     Ok(linalg::matmul(
-        &extract_tensor("matmul", "input", input)?,
-        &extract_tensor("matmul", "other", other)?,
+        &arg("matmul", "input", input)?,
+        &arg("matmul", "other", other)?,
+    )?)
+}
+
+/// `mm(input, mat2)`: (n, k) @ (k, m).
+#[pyfunction]
+fn mm(input: &Bound<'_, PyAny>, mat2: &Bound<'_, PyAny>) -> PyResult<Tensor> {
+    Ok(linalg::mm(
+        &arg("mm", "input", input)?,
+        &arg("mm", "mat2", mat2)?,
+    )?)
+}
+
+/// `bmm(input, mat2)`: (B, n, k) @ (B, k, m).
+#[pyfunction]
+fn bmm(input: &Bound<'_, PyAny>, mat2: &Bound<'_, PyAny>) -> PyResult<Tensor> {
+    Ok(linalg::bmm(
+        &arg("bmm", "input", input)?,
+        &arg("bmm", "mat2", mat2)?,
+    )?)
+}
+
+/// `dot(input, tensor)`: inner product of two 1-D tensors.
+#[pyfunction]
+fn dot(input: &Bound<'_, PyAny>, tensor: &Bound<'_, PyAny>) -> PyResult<Tensor> {
+    Ok(linalg::dot(
+        &arg("dot", "input", input)?,
+        &arg("dot", "tensor", tensor)?,
+    )?)
+}
+
+/// `outer(input, vec2)`: outer product of two 1-D tensors.
+#[pyfunction]
+fn outer(input: &Bound<'_, PyAny>, vec2: &Bound<'_, PyAny>) -> PyResult<Tensor> {
+    Ok(linalg::outer(
+        &arg("outer", "input", input)?,
+        &arg("outer", "vec2", vec2)?,
+    )?)
+}
+
+/// `addmm(input, mat1, mat2, *, beta=1, alpha=1)`: `beta * input + alpha * (mat1 @ mat2)`.
+#[pyfunction]
+#[pyo3(signature = (input, mat1, mat2, *, beta=1.0, alpha=1.0))]
+fn addmm(
+    input: &Bound<'_, PyAny>,
+    mat1: &Bound<'_, PyAny>,
+    mat2: &Bound<'_, PyAny>,
+    beta: f64,
+    alpha: f64,
+) -> PyResult<Tensor> {
+    Ok(linalg::addmm(
+        &arg("addmm", "input", input)?,
+        &arg("addmm", "mat1", mat1)?,
+        &arg("addmm", "mat2", mat2)?,
+        beta,
+        alpha,
     )?)
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(matmul, m)?)?;
+    m.add_function(wrap_pyfunction!(mm, m)?)?;
+    m.add_function(wrap_pyfunction!(bmm, m)?)?;
+    m.add_function(wrap_pyfunction!(dot, m)?)?;
+    m.add_function(wrap_pyfunction!(outer, m)?)?;
+    m.add_function(wrap_pyfunction!(addmm, m)?)?;
     Ok(())
 }

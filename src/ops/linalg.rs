@@ -1,36 +1,87 @@
-//! Matrix products.
+//! Matrix products: `matmul` (`@`), `mm`, `bmm`, `addmm`, `dot`, `outer`.
+//!
+//! One kernel, `batched_mm`, multiplies operands of rank >= 2 with identical batch
+//! dims and records the node; the public ops check shapes (naming both) and reshape.
+//! Backward rules are products of gradstream ops, so double backward works.
 
 use crate::autograd::function::record;
 use crate::autograd::saved::SavedTensor;
+use crate::dtype::DType;
 use crate::error::{CandleContext, Error, Result};
+use crate::ops::binary::{add, mul, mul_scalar};
+use crate::ops::convert::{cast_data, dense_copy};
 use crate::ops::shape::{expand, reshape, transpose, unsqueeze};
 use crate::ops::{broadcast_shape, promote, result_dtype};
 use crate::tensor::{shape_str, Tensor};
 
-/// `a @ b` for operands of rank >= 2 with identical batch dims.
-fn bmm_same_batch(a: &Tensor, b: &Tensor) -> Result<Tensor> {
-    let ad = a.data();
-    let bd = b.data();
+/// Same dtype for both operands, and one gemm supports (PyTorch refuses bool).
+fn check_dtypes(op: &str, a: &Tensor, b: &Tensor) -> Result<()> {
+    if a.dtype() != b.dtype() {
+        return Err(Error::dtype(format!(
+            "{op}: expected both operands to have the same dtype, but got {} and {} \
+             (shapes {} and {})",
+            a.dtype().name(),
+            b.dtype().name(),
+            shape_str(&a.dims()),
+            shape_str(&b.dims())
+        )));
+    }
+    if a.dtype() == DType::Bool {
+        return Err(Error::dtype(format!(
+            "{op}: not implemented for 'Bool' (shapes {} and {})",
+            shape_str(&a.dims()),
+            shape_str(&b.dims())
+        )));
+    }
+    Ok(())
+}
+
+/// The candle product of two same-batch operands, any dtype but bool.
+fn product_data(
+    a: &candle_core::Tensor,
+    b: &candle_core::Tensor,
+    dtype: DType,
+) -> Result<candle_core::Tensor> {
     // gemm takes row- or column-major operands; other layouts are made dense first.
-    let dense = |t: candle_core::Tensor| -> Result<candle_core::Tensor> {
+    let dense = |t: &candle_core::Tensor| -> Result<candle_core::Tensor> {
         let l = t.layout();
         let r = l.dims().len();
         let s = l.stride();
         let inner_ok = s[r - 1] == 1 || s[r - 2] == 1;
         let batch_ok = (0..r - 2).all(|i| l.dims()[i] <= 1 || s[i] != 0);
         if inner_ok && batch_ok {
-            Ok(t)
+            Ok(t.clone())
         } else {
-            crate::ops::convert::dense_copy(&t)
+            dense_copy(t)
         }
     };
-    let out = dense(ad)?.matmul(&dense(bd)?).op("matmul")?;
-    let out = Tensor::new(out, a.dtype());
+    let r = a.rank();
+    let k = a.dims()[r - 1];
+    if k == 0 {
+        // An empty sum: zeros (gemm would leave the output uninitialised).
+        let mut dims = a.dims().to_vec();
+        dims[r - 1] = b.dims()[r - 1];
+        return candle_core::Tensor::zeros(dims, dtype.candle(), a.device()).op("matmul");
+    }
+    if dtype.is_floating_point() {
+        return dense(a)?.matmul(&dense(b)?).op("matmul");
+    }
+    // gemm has no integer kernels: multiply in float64 (exact below 2^53) and cast back.
+    let fa = cast_data(a, dtype, DType::Float64)?;
+    let fb = cast_data(b, dtype, DType::Float64)?;
+    let out = dense(&fa)?.matmul(&dense(&fb)?).op("matmul")?;
+    cast_data(&out, DType::Float64, dtype)
+}
+
+/// `a @ b` for operands of rank >= 2 with identical batch dims; records `name`.
+fn batched_mm(name: &'static str, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    let out = Tensor::new(product_data(&a.data(), &b.data(), a.dtype())?, a.dtype());
     let (na, nb) = (a.requires_grad(), b.requires_grad());
     record(
-        "MmBackward0",
+        name,
         &out,
         &[a, b],
+        // d/da needs b and d/db needs a: save each only when the other's gradient is wanted.
         || {
             let mut v = Vec::new();
             if nb {
@@ -47,11 +98,11 @@ fn bmm_same_batch(a: &Tensor, b: &Tensor) -> Result<Tensor> {
             let sb = if na { it.next() } else { None };
             let r = g.rank();
             let ga = match sb {
-                Some(b) if ctx.needs(0) => Some(bmm_same_batch(g, &transpose(b, r - 2, r - 1)?)?),
+                Some(b) if ctx.needs(0) => Some(batched_mm(name, g, &transpose(b, r - 2, r - 1)?)?),
                 _ => None,
             };
             let gb = match sa {
-                Some(a) if ctx.needs(1) => Some(bmm_same_batch(&transpose(a, r - 2, r - 1)?, g)?),
+                Some(a) if ctx.needs(1) => Some(batched_mm(name, &transpose(a, r - 2, r - 1)?, g)?),
                 _ => None,
             };
             Ok(vec![ga, gb])
@@ -68,14 +119,8 @@ pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
             "matmul: both arguments to matmul need to be at least 1D, but they are {ra}D and {rb}D"
         )));
     }
+    check_dtypes("matmul", a, b)?;
     let dtype = result_dtype(&[a.into(), b.into()]);
-    if a.dtype() != b.dtype() {
-        return Err(Error::dtype(format!(
-            "matmul: expected both operands to have the same dtype, but got {} and {}",
-            a.dtype().name(),
-            b.dtype().name()
-        )));
-    }
     let ts = promote(&[a.into(), b.into()], dtype)?;
     let (a, b) = (&ts[0], &ts[1]);
     let a2 = if ra == 1 { unsqueeze(a, 0)? } else { a.clone() };
@@ -94,11 +139,25 @@ pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
             shape_str(&b.dims())
         )));
     }
-    let batch = broadcast_shape("matmul", &ad[..ad.len() - 2], &bd[..bd.len() - 2])?;
+    let batch =
+        broadcast_shape("matmul", &ad[..ad.len() - 2], &bd[..bd.len() - 2]).map_err(|e| {
+            Error::shape(format!(
+                "{e}: the batch dims of shapes {} and {} do not broadcast",
+                shape_str(&a.dims()),
+                shape_str(&b.dims())
+            ))
+        })?;
+    if ra == 2 && rb == 2 {
+        return batched_mm("MmBackward0", a, b);
+    }
     if ad.len() > 2 && bd[..bd.len() - 2].iter().all(|&d| d == 1) {
         // (..., n, k) @ (k, m): fold the batch into rows, one 2-D product, no copy of b.
         let rows: usize = ad[..ad.len() - 2].iter().product::<usize>() * n;
-        let flat = bmm_same_batch(&reshape(&a2, &[rows, k1])?, &reshape(&b2, &[k2, m])?)?;
+        let flat = batched_mm(
+            "MmBackward0",
+            &reshape(&a2, &[rows, k1])?,
+            &reshape(&b2, &[k2, m])?,
+        )?;
         let mut out_dims = batch.clone();
         out_dims.push(n);
         if rb > 1 {
@@ -118,7 +177,7 @@ pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
             expand(t, &d)
         }
     };
-    let out = bmm_same_batch(&full(&a2, n, k1)?, &full(&b2, k2, m)?)?;
+    let out = batched_mm("BmmBackward0", &full(&a2, n, k1)?, &full(&b2, k2, m)?)?;
     let mut out_dims = batch.clone();
     if ra > 1 {
         out_dims.push(n);
@@ -127,4 +186,172 @@ pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
         out_dims.push(m);
     }
     reshape(&out, &out_dims)
+}
+
+fn require_rank(op: &str, what: &str, t: &Tensor, rank: usize, kind: &str) -> Result<()> {
+    if t.rank() != rank {
+        return Err(Error::shape(format!(
+            "{op}: {what} must be a {kind}, but got a tensor of shape {}",
+            shape_str(&t.dims())
+        )));
+    }
+    Ok(())
+}
+
+/// `mm(a, b)`: (n, k) @ (k, m), no broadcasting.
+pub fn mm(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    require_rank("mm", "self", a, 2, "matrix")?;
+    require_rank("mm", "mat2", b, 2, "matrix")?;
+    check_dtypes("mm", a, b)?;
+    let (ad, bd) = (a.dims(), b.dims());
+    if ad[1] != bd[0] {
+        return Err(Error::shape(format!(
+            "mm: mat1 and mat2 shapes cannot be multiplied ({}x{} and {}x{})",
+            ad[0], ad[1], bd[0], bd[1]
+        )));
+    }
+    batched_mm("MmBackward0", a, b)
+}
+
+/// `bmm(a, b)`: (B, n, k) @ (B, k, m), no broadcasting.
+pub fn bmm(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    require_rank("bmm", "batch1", a, 3, "3D tensor")?;
+    require_rank("bmm", "batch2", b, 3, "3D tensor")?;
+    check_dtypes("bmm", a, b)?;
+    let (ad, bd) = (a.dims(), b.dims());
+    if ad[0] != bd[0] || ad[2] != bd[1] {
+        return Err(Error::shape(format!(
+            "bmm: Expected size for first two dimensions of batch2 tensor to be: [{}, {}] but \
+             got: [{}, {}] (shapes {} and {})",
+            ad[0],
+            ad[2],
+            bd[0],
+            bd[1],
+            shape_str(&ad),
+            shape_str(&bd)
+        )));
+    }
+    batched_mm("BmmBackward0", a, b)
+}
+
+/// `dot(a, b)`: the inner product of two 1-D tensors of equal length.
+pub fn dot(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    if a.rank() != 1 || b.rank() != 1 {
+        return Err(Error::shape(format!(
+            "dot: 1D tensors expected, but got {}D and {}D tensors (shapes {} and {})",
+            a.rank(),
+            b.rank(),
+            shape_str(&a.dims()),
+            shape_str(&b.dims())
+        )));
+    }
+    check_dtypes("dot", a, b)?;
+    let (n, m) = (a.numel(), b.numel());
+    if n != m {
+        return Err(Error::shape(format!(
+            "dot: inconsistent tensor size, expected tensor [{n}] and src [{m}] to have the same \
+             number of elements, but got {n} and {m} elements respectively"
+        )));
+    }
+    let row = a.data().reshape((1, n)).op("dot")?;
+    let col = b.data().reshape((n, 1)).op("dot")?;
+    let data = product_data(&row, &col, a.dtype())?.reshape(()).op("dot")?;
+    let out = Tensor::new(data, a.dtype());
+    let (na, nb) = (a.requires_grad(), b.requires_grad());
+    record(
+        "DotBackward0",
+        &out,
+        &[a, b],
+        || {
+            let mut v = Vec::new();
+            if nb {
+                v.push(SavedTensor::input(a));
+            }
+            if na {
+                v.push(SavedTensor::input(b));
+            }
+            v
+        },
+        move |ctx, g| {
+            let mut it = ctx.saved.iter();
+            let sa = if nb { it.next() } else { None };
+            let sb = if na { it.next() } else { None };
+            let ga = match sb {
+                Some(b) if ctx.needs(0) => Some(mul(g, b)?),
+                _ => None,
+            };
+            let gb = match sa {
+                Some(a) if ctx.needs(1) => Some(mul(g, a)?),
+                _ => None,
+            };
+            Ok(vec![ga, gb])
+        },
+    );
+    Ok(out)
+}
+
+/// `outer(a, b)`: `a[:, None] * b[None, :]`, as PyTorch computes it (grad_fn `MulBackward0`).
+pub fn outer(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    for (what, t) in [("self", a), ("vec2", b)] {
+        if t.rank() != 1 {
+            return Err(Error::shape(format!(
+                "outer: Expected 1-D argument {what}, but got {}-D (shapes {} and {})",
+                t.rank(),
+                shape_str(&a.dims()),
+                shape_str(&b.dims())
+            )));
+        }
+    }
+    mul(&unsqueeze(a, 1)?, b)
+}
+
+/// `addmm(input, m1, m2, beta, alpha)`: `beta * input + alpha * (m1 @ m2)`, with `input`
+/// broadcast to the product's shape. With `beta == 0` the input is ignored (NaN too).
+pub fn addmm(input: &Tensor, m1: &Tensor, m2: &Tensor, beta: f64, alpha: f64) -> Result<Tensor> {
+    require_rank("addmm", "mat1", m1, 2, "matrix")?;
+    require_rank("addmm", "mat2", m2, 2, "matrix")?;
+    check_dtypes("addmm", m1, m2)?;
+    check_dtypes("addmm", input, m1)?;
+    let (d1, d2) = (m1.dims(), m2.dims());
+    if d1[1] != d2[0] {
+        return Err(Error::shape(format!(
+            "addmm: mat1 and mat2 shapes cannot be multiplied ({}x{} and {}x{})",
+            d1[0], d1[1], d2[0], d2[1]
+        )));
+    }
+    let out_dims = [d1[0], d2[1]];
+    let fits = input.rank() <= 2
+        && input
+            .dims()
+            .iter()
+            .rev()
+            .zip(out_dims.iter().rev())
+            .all(|(&i, &o)| i == o || i == 1);
+    if !fits {
+        return Err(Error::shape(format!(
+            "addmm: the input of shape {} cannot be broadcast to the product's shape {} \
+             (mat1 {}, mat2 {})",
+            shape_str(&input.dims()),
+            shape_str(&out_dims),
+            shape_str(&d1),
+            shape_str(&d2)
+        )));
+    }
+    let prod = mm(m1, m2)?;
+    let prod = if alpha == 1.0 {
+        prod
+    } else {
+        mul_scalar(&prod, alpha)?
+    };
+    if beta == 0.0 {
+        // PyTorch ignores the input entirely (NaNs too); keep it out of the graph as well.
+        return Ok(prod);
+    }
+    let scaled = if beta == 1.0 {
+        input.clone()
+    } else {
+        mul_scalar(input, beta)?
+    };
+    // Broadcasting of `input` is undone by add's own backward.
+    add(&scaled, &prod)
 }

@@ -31,7 +31,11 @@ def _numerical_jacobian(fn, inputs, i, eps):
                 np.concatenate([o.detach().numpy().astype(np.float64).reshape(-1) for o in out])
             )
         cols.append((outs[0] - outs[1]) / (2 * eps))
-    return np.stack(cols, axis=1) if cols else np.zeros((0, 0))
+    if not cols:  # an empty input: one column per element, so none
+        with _no_grad():
+            n_out = sum(o.numel() for o in _as_tuple(fn(*inputs)))
+        return np.zeros((n_out, 0))
+    return np.stack(cols, axis=1)
 
 
 def _analytical_jacobian(fn, inputs, i):
@@ -58,9 +62,19 @@ def _analytical_jacobian(fn, inputs, i):
             retain_graph=True,
             allow_unused=True,
         )
+        if gi is not None and (
+            tuple(gi.shape) != tuple(inputs[i].shape) or gi.dtype != inputs[i].dtype
+        ):
+            raise GradcheckError(
+                f"gradcheck: the gradient of input {i} has shape {tuple(gi.shape)} and dtype "
+                f"{gi.dtype}, but the input has shape {tuple(inputs[i].shape)} and dtype "
+                f"{inputs[i].dtype}"
+            )
         rows.append(
             np.zeros(inputs[i].numel()) if gi is None else gi.numpy().astype(np.float64).reshape(-1)
         )
+    if not rows:  # no output elements
+        return np.zeros((0, inputs[i].numel()))
     return np.stack(rows, axis=0)
 
 
@@ -99,7 +113,7 @@ def gradcheck(
         if num.shape != ana.shape or not np.allclose(ana, num, atol=atol, rtol=rtol):
             err = np.abs(ana - num).max() if num.shape == ana.shape else float("nan")
             msg = (
-                f"Jacobian mismatch for output 0 with respect to input {i}: max abs difference "
+                f"Jacobian mismatch with respect to input {i}: max abs difference "
                 f"{err:.3e}\nnumerical:\n{num}\nanalytical:\n{ana}"
             )
             if raise_exception:
