@@ -29,7 +29,12 @@ impl Node for PyFunctionNode {
         &self.base
     }
 
-    fn apply(&self, _me: &std::sync::Arc<dyn Node>, grad: &Tensor) -> Result<Vec<Option<Tensor>>> {
+    fn apply(
+        &self,
+        _me: &std::sync::Arc<dyn Node>,
+        grad: &Tensor,
+        needs: &[bool],
+    ) -> Result<Vec<Option<Tensor>>> {
         Python::attach(|py| {
             let out = self.backward.call1(py, (grad.clone(),))?;
             let out = out.bind(py);
@@ -46,7 +51,7 @@ impl Node for PyFunctionNode {
                 .iter()
                 .enumerate()
                 .map(|(i, g)| {
-                    if g.is_none() || self.base.edges[i].is_none() {
+                    if g.is_none() || !needs[i] {
                         return Ok(None);
                     }
                     let g = extract_tensor(&self.name, "gradient", g)?;
