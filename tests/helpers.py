@@ -43,7 +43,10 @@ def assert_close(actual, expected, rtol=1e-5, atol=1e-6, check_dtype=True):
     """Values (and dtype names) of two tensors agree."""
     a, e = to_numpy(actual), to_numpy(expected)
     if check_dtype and isinstance(actual, gs.Tensor) and hasattr(expected, "dtype"):
-        exp_name = str(expected.dtype).replace("torch.", "")
+        if isinstance(expected, gs.Tensor):
+            exp_name = dtype_name(expected.dtype)
+        else:
+            exp_name = str(expected.dtype).replace("torch.", "")
         assert dtype_name(actual.dtype) == exp_name, f"dtype {actual.dtype} != {expected.dtype}"
     assert a.shape == e.shape, f"shape {a.shape} != {e.shape}"
     np.testing.assert_allclose(a.astype(np.float64), e.astype(np.float64), rtol=rtol, atol=atol)

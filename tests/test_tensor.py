@@ -101,6 +101,7 @@ def test_filled_constructors(torch_ref, fn):
     if fn != "empty":
         assert_close(t, getattr(torch_ref, fn)(2, 3))
         assert_close(getattr(gs, fn)([]), getattr(torch_ref, fn)([]))
+        assert_close(getattr(gs, fn)(2, 0), getattr(torch_ref, fn)(2, 0))
 
 
 def test_full_and_like_forms(torch_ref):

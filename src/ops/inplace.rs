@@ -140,11 +140,12 @@ impl InplaceOp1 for Fill {
 /// A view whose elements share memory (a stride 0 over a dim > 1) cannot be written.
 fn check_writable(op: &str, dst: &candle_core::Tensor) -> Result<()> {
     let l = dst.layout();
-    if l.dims()
+    let overlapping = l
+        .dims()
         .iter()
         .zip(l.stride())
-        .any(|(&d, &s)| d > 1 && s == 0)
-    {
+        .any(|(&d, &s)| d > 1 && s == 0);
+    if overlapping && !l.dims().contains(&0) {
         return Err(Error::shape(format!(
             "{op}: unsupported operation: more than one element of the written-to tensor refers \
              to a single memory location. Please clone() the tensor before performing the operation."
