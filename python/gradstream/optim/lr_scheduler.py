@@ -100,7 +100,7 @@ class LRScheduler:
                 values = self._get_closed_form_lr()
             else:
                 values = self.get_lr()
-        for group, lr in zip(self.optimizer.param_groups, values):
+        for group, lr in zip(self.optimizer.param_groups, values, strict=False):
             group["lr"] = lr
         self._last_lr = [group["lr"] for group in self.optimizer.param_groups]
 
@@ -139,7 +139,8 @@ class LambdaLR(LRScheduler):
 
     def get_lr(self) -> list:
         return [
-            base * lmbda(self.last_epoch) for lmbda, base in zip(self.lr_lambdas, self.base_lrs)
+            base * lmbda(self.last_epoch)
+            for lmbda, base in zip(self.lr_lambdas, self.base_lrs, strict=False)
         ]
 
 
@@ -241,7 +242,7 @@ class CosineAnnealingLR(LRScheduler):
         if (e - 1 - t) % (2 * t) == 0:
             return [
                 lr + (b - lo) * (1 - math.cos(math.pi / t)) / 2
-                for b, lr in zip(self.base_lrs, self._lrs())
+                for b, lr in zip(self.base_lrs, self._lrs(), strict=False)
             ]
         return [
             (1 + math.cos(math.pi * e / t)) / (1 + math.cos(math.pi * (e - 1) / t)) * (lr - lo) + lo
@@ -320,7 +321,7 @@ class SequentialLR(LRScheduler):
         state_dict = dict(state_dict)
         scheds = state_dict.pop("_schedulers")
         self.__dict__.update(state_dict)
-        for s, sd in zip(self._schedulers, scheds):
+        for s, sd in zip(self._schedulers, scheds, strict=False):
             s.load_state_dict(sd)
 
 
@@ -400,7 +401,7 @@ class OneCycleLR(LRScheduler):
             maxm = _format_param("max_momentum", optimizer, max_momentum)
             basem = _format_param("base_momentum", optimizer, base_momentum)
             if last_epoch == -1:
-                for mm, bm, group in zip(maxm, basem, optimizer.param_groups):
+                for mm, bm, group in zip(maxm, basem, optimizer.param_groups, strict=False):
                     if self.use_beta1:
                         group["betas"] = (mm, *group["betas"][1:])
                     else:

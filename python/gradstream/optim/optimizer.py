@@ -438,7 +438,7 @@ class Optimizer:
         finally:
             self._in_backward = in_bw
             self._accumulate = acc
-            for grp, ps in zip(self.param_groups, saved):
+            for grp, ps in zip(self.param_groups, saved, strict=False):
                 dict.__setitem__(grp, "params", ps)
 
     # ---- state dict ----
@@ -482,17 +482,17 @@ class Optimizer:
                 "loaded state dict has a different number of parameter groups "
                 f"({len(saved_groups)} vs {len(groups)})"
             )
-        for g, sg in zip(groups, saved_groups):
+        for g, sg in zip(groups, saved_groups, strict=False):
             if len(g["params"]) != len(sg["params"]):
                 raise ValueError(
                     "loaded state dict contains a parameter group that doesn't match the size "
                     f"of optimizer's group ({len(sg['params'])} vs {len(g['params'])})"
                 )
         id_map = {}
-        for g, sg in zip(groups, saved_groups):
-            for old, p in zip(sg["params"], g["params"]):
+        for g, sg in zip(groups, saved_groups, strict=False):
+            for old, p in zip(sg["params"], g["params"], strict=False):
                 id_map[old] = p
-        for g, sg in zip(groups, saved_groups):
+        for g, sg in zip(groups, saved_groups, strict=False):
             for k, v in sg.items():
                 if k != "params":
                     g[k] = v
