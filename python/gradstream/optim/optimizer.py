@@ -79,11 +79,18 @@ class ParamGroup(dict):
         return (dict, (dict(self),))
 
 
-def _index_of(params: list, p) -> int:
-    for i, q in enumerate(params):
-        if q is p:
-            return i
-    return -1
+def _key(p) -> int:
+    """A parameter's identity: its tensor's, so the plain ``Tensor`` a hook receives and the
+    ``Parameter`` object it wraps map to the same key (never ``==``, which is element-wise)."""
+    return hash(p)
+
+
+def _find(params: list, p):
+    k = _key(p)
+    for q in params:
+        if _key(q) == k:
+            return q
+    return None
 
 
 class _StateView(Mapping):
@@ -96,12 +103,12 @@ class _StateView(Mapping):
     def _entries(self):
         for g in self._opt.param_groups:
             for p in g["params"]:
-                s = self._opt._rust_states.get(id(p))
+                s = self._opt._rust_states.get(_key(p))
                 if s is not None and not s.is_empty():
                     yield p, s
 
     def __getitem__(self, p):
-        s = self._opt._rust_states.get(id(p))
+        s = self._opt._rust_states.get(_key(p))
         if s is None:
             raise KeyError("parameter is not optimized by this optimizer")
         return s.to_dict()
@@ -113,7 +120,7 @@ class _StateView(Mapping):
         return sum(1 for _ in self._entries())
 
     def __contains__(self, p):
-        s = self._opt._rust_states.get(id(p))
+        s = self._opt._rust_states.get(_key(p))
         return s is not None and not s.is_empty()
 
     def __repr__(self):
@@ -148,11 +155,6 @@ class Optimizer:
             raise TypeError(
                 "params argument given to the optimizer should be an iterable of Tensors or "
                 f"dicts, but got {type(params).__name__}"
-            )
-        if isinstance(params, set):
-            raise TypeError(
-                "optimizer parameters need to be organized in ordered collections, but the "
-                "ordering of tensors in sets will change between runs. Please use a list instead."
             )
         param_groups = list(params)
         if len(param_groups) == 0:
@@ -213,10 +215,10 @@ class Optimizer:
             group.setdefault(name, default)
         seen: set[int] = set()
         for g in self.param_groups:
-            seen.update(id(p) for p in g["params"])
-        if any(id(p) in seen for p in params):
+            seen.update(_key(p) for p in g["params"])
+        if any(_key(p) in seen for p in params):
             raise ValueError("some parameters appear in more than one parameter group")
-        if len({id(p) for p in params}) != len(params):
+        if len({_key(p) for p in params}) != len(params):
             raise ValueError(
                 "optimizer contains a parameter group with duplicate parameters; "
                 "each parameter may appear once"
@@ -227,7 +229,7 @@ class Optimizer:
         self.param_groups.append(pg)
         for p in params:
             if self._kind is not None:
-                self._rust_states[id(p)] = _core._ParamState()
+                self._rust_states[_key(p)] = _core._ParamState()
             if self._in_backward:
                 self._attach(p, pg)
 
@@ -235,7 +237,7 @@ class Optimizer:
 
     def _attach(self, p, group: ParamGroup) -> None:
         if self._kind is not None:
-            hook_id = _core._optim_attach(p, group._core, self._rust_states[id(p)], self._control)
+            hook_id = _core._optim_attach(p, group._core, self._rust_states[_key(p)], self._control)
             self._hooks.append((p, hook_id, None))
         else:
             handle = p.register_post_accumulate_grad_hook(self._python_stream_hook)
@@ -246,10 +248,10 @@ class Optimizer:
         if p.grad is None:
             return
         counts = self._py_micro
-        counts[id(p)] = counts.get(id(p), 0) + 1
-        if counts[id(p)] < self._accumulate:
+        counts[_key(p)] = counts.get(_key(p), 0) + 1
+        if counts[_key(p)] < self._accumulate:
             return
-        counts[id(p)] = 0
+        counts[_key(p)] = 0
         self.step_param(p)
         p.grad = None
 
@@ -410,14 +412,16 @@ class Optimizer:
             raise NotImplementedError(f"{type(self).__name__} must implement step()")
         for g in self.param_groups:
             params = g["params"]
-            _core._optim_step(params, g._core, [self._rust_states[id(p)] for p in params])
+            _core._optim_step(params, g._core, [self._rust_states[_key(p)] for p in params])
 
     def step_param(self, p) -> None:
         """Step one parameter from its ``.grad`` (for a post-accumulate hook:
         ``p.register_post_accumulate_grad_hook(lambda p: (opt.step_param(p), setattr(p,
         'grad', None)))``). Works for optimizers written in Python too."""
         for g in self.param_groups:
-            if _index_of(g["params"], p) >= 0:
+            q = _find(g["params"], p)
+            if q is not None:
+                p = q
                 break
         else:
             raise ValueError(
@@ -425,7 +429,7 @@ class Optimizer:
                 "optimizer"
             )
         if self._kind is not None:
-            _core._optim_step([p], g._core, [self._rust_states[id(p)]])
+            _core._optim_step([p], g._core, [self._rust_states[_key(p)]])
             return
         # A Python optimizer: run its step() with every group narrowed to this parameter.
         saved = [grp["params"] for grp in self.param_groups]
@@ -456,7 +460,7 @@ class Optimizer:
             packed = {k: v for k, v in g.items() if k != "params"}
             idx = []
             for p in g["params"]:
-                ids[id(p)] = index
+                ids[_key(p)] = index
                 idx.append(index)
                 index += 1
             packed["params"] = idx
@@ -464,13 +468,13 @@ class Optimizer:
         state = {}
         for p in self._all_params():
             if self._kind is not None:
-                s = self._rust_states[id(p)]
+                s = self._rust_states[_key(p)]
                 if not s.is_empty():
-                    state[ids[id(p)]] = s.to_dict()
+                    state[ids[_key(p)]] = s.to_dict()
             else:
                 for key, value in self._py_state.items():
-                    if key is p:
-                        state[ids[id(p)]] = value
+                    if _key(key) == _key(p):
+                        state[ids[_key(p)]] = value
                         break
         return {"state": state, "param_groups": groups}
 
@@ -504,7 +508,7 @@ class Optimizer:
                 p = id_map.get(k)
                 if p is None:
                     continue
-                self._rust_states[id(p)].load(p, dict(v))
+                self._rust_states[_key(p)].load(p, dict(v))
         else:
             new_state: defaultdict = defaultdict(dict)
             for k, v in saved_state.items():
