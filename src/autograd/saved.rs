@@ -24,7 +24,8 @@ impl SavedTensor {
         let data = t.detach();
         data.set_role(Role::Activation, true);
         SavedTensor {
-            original: t.grad_fn().is_some().then(|| t.clone()),
+            // A leaf that requires grad is kept too: double backward differentiates through it.
+            original: t.requires_grad().then(|| t.clone()),
             data,
             is_output: false,
             version: t.version(),

@@ -39,6 +39,16 @@ fn _nn_silu(x: &Bound<'_, PyAny>) -> PyResult<Tensor> {
     )?)
 }
 
+/// `softplus(x, beta, threshold)`: fused, saves its input.
+#[pyfunction]
+#[pyo3(signature = (x, beta=1.0, threshold=20.0))]
+fn _nn_softplus(x: &Bound<'_, PyAny>, beta: f64, threshold: f64) -> PyResult<Tensor> {
+    Ok(nn::pointwise(
+        Pointwise::Softplus { beta, threshold },
+        &extract_tensor("softplus", "input", x)?,
+    )?)
+}
+
 /// `gelu(x, approximate='none'|'tanh')`.
 #[pyfunction]
 #[pyo3(signature = (x, approximate="none"))]
@@ -171,6 +181,7 @@ fn _nn_normal_(t: &Bound<'_, PyAny>, mean: f64, std: f64) -> PyResult<()> {
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_nn_sigmoid, m)?)?;
     m.add_function(wrap_pyfunction!(_nn_silu, m)?)?;
+    m.add_function(wrap_pyfunction!(_nn_softplus, m)?)?;
     m.add_function(wrap_pyfunction!(_nn_gelu, m)?)?;
     m.add_function(wrap_pyfunction!(_nn_softmax, m)?)?;
     m.add_function(wrap_pyfunction!(_nn_layer_norm, m)?)?;

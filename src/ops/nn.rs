@@ -28,6 +28,7 @@ pub trait Float: Real + WithDType {
     fn ln(self) -> Self;
     fn tanh(self) -> Self;
     fn erf(self) -> Self;
+    fn ln_1p(self) -> Self;
 }
 
 impl Float for f32 {
@@ -43,6 +44,9 @@ impl Float for f32 {
     fn erf(self) -> Self {
         candle_core::cpu::erf::erf_f32(self)
     }
+    fn ln_1p(self) -> Self {
+        f32::ln_1p(self)
+    }
 }
 
 impl Float for f64 {
@@ -57,6 +61,9 @@ impl Float for f64 {
     }
     fn erf(self) -> Self {
         candle_core::cpu::erf::erf_f64(self)
+    }
+    fn ln_1p(self) -> Self {
+        f64::ln_1p(self)
     }
 }
 
@@ -122,6 +129,9 @@ macro_rules! by_float {
     };
 }
 
+/// One row of a row-wise kernel: (output, input), (mean, rstd).
+type RowChunk<'a, T> = ((&'a mut [T], &'a [T]), (&'a mut T, &'a mut T));
+
 fn map_elems<T: Float>(x: &[T], f: impl Fn(T) -> T + Sync + Send) -> Vec<T> {
     if x.len() >= PAR_MIN {
         x.par_iter().map(|&v| f(v)).collect()
@@ -130,9 +140,14 @@ fn map_elems<T: Float>(x: &[T], f: impl Fn(T) -> T + Sync + Send) -> Vec<T> {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Pointwise {
     Sigmoid,
+    /// `log(1 + exp(beta x)) / beta`, linear where `beta x > threshold`.
+    Softplus {
+        beta: f64,
+        threshold: f64,
+    },
     Silu,
     Gelu,
     GeluTanh,
@@ -145,6 +160,7 @@ impl Pointwise {
     fn name(self) -> &'static str {
         match self {
             Pointwise::Sigmoid => "sigmoid",
+            Pointwise::Softplus { .. } => "softplus",
             Pointwise::Silu => "silu",
             Pointwise::Gelu | Pointwise::GeluTanh => "gelu",
             Pointwise::GeluGrad | Pointwise::GeluTanhGrad => "gelu_backward",
@@ -159,6 +175,14 @@ impl Pointwise {
         let c = T::of(0.044715);
         match self {
             Pointwise::Sigmoid => sig(x),
+            Pointwise::Softplus { beta, threshold } => {
+                let z = x * T::of(beta);
+                if Real::to_f64(z) > threshold {
+                    x
+                } else {
+                    z.exp().ln_1p() / T::of(beta)
+                }
+            }
             Pointwise::Silu => x * sig(x),
             Pointwise::Gelu => {
                 half * x * (one + (x * T::of(std::f64::consts::FRAC_1_SQRT_2)).erf())
@@ -199,6 +223,17 @@ pub fn pointwise(op: Pointwise, x: &Tensor) -> Result<Tensor> {
                 let y = &ctx.saved[0];
                 let one_minus = add_scalar(&neg(y)?, 1.0)?;
                 Ok(vec![Some(mul(&mul(g, y)?, &one_minus)?)])
+            },
+        ),
+        Pointwise::Softplus { beta, .. } => record(
+            "SoftplusBackward0",
+            &out,
+            &[x],
+            || vec![SavedTensor::input(x)],
+            move |ctx, g| {
+                // sigmoid(beta x); it rounds to 1 in the linear region.
+                let s = pointwise(Pointwise::Sigmoid, &mul_scalar(&ctx.saved[0], beta)?)?;
+                Ok(vec![Some(mul(g, &s)?)])
             },
         ),
         Pointwise::Silu => record(
@@ -269,7 +304,7 @@ pub fn softmax(x: &Tensor, dim: i64, log: bool) -> Result<Tensor> {
                 }
                 let mut z = T::of(0.0);
                 for &e in r {
-                    z = z + (e - m).exp();
+                    z += (e - m).exp();
                 }
                 if log {
                     let lz = z.ln() + m;
@@ -360,11 +395,11 @@ pub fn layer_norm(
         .collect();
     let (xhat_data, mean_data, rstd_data) = by_float!(cdt, |T| {
         let (xh, mu, rs) = with_slice::<T, _>(&xd, |s| {
-            let rows = if n == 0 { 0 } else { s.len() / n };
+            let rows = s.len().checked_div(n).unwrap_or(0);
             let mut xh = vec![T::of(0.0); s.len()];
             let mut mu = vec![T::of(0.0); rows];
             let mut rs = vec![T::of(0.0); rows];
-            let row = |((o, r), (m, q)): ((&mut [T], &[T]), (&mut T, &mut T))| {
+            let row = |((o, r), (m, q)): RowChunk<'_, T>| {
                 let mut acc = 0.0f64;
                 for &e in r {
                     acc += Real::to_f64(e);
@@ -629,7 +664,7 @@ pub fn embedding_backward(
                 }
                 let r = i as usize * dim;
                 for (o, &e) in out[r..r + dim].iter_mut().zip(&s[k * dim..(k + 1) * dim]) {
-                    *o = *o + e;
+                    *o += e;
                 }
             }
             out

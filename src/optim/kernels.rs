@@ -25,6 +25,7 @@ pub trait Real:
     + std::ops::Mul<Output = Self>
     + std::ops::Div<Output = Self>
     + std::ops::Neg<Output = Self>
+    + std::ops::AddAssign
 {
     fn of(v: f64) -> Self;
     fn sqrt(self) -> Self;
@@ -190,7 +191,7 @@ fn sgd_elems<E: Elem>(p: &mut [E], g: &[E], buf: Option<&mut [E]>, s: &SgdStep, 
     let grad = move |gi: E, pi: E::C| {
         let mut d = prep.apply(gi.load(), scale, lo, hi);
         if s.weight_decay != 0.0 {
-            d = d + wd * pi;
+            d += wd * pi;
         }
         d
     };
@@ -238,6 +239,9 @@ fn sgd_elems<E: Elem>(p: &mut [E], g: &[E], buf: Option<&mut [E]>, s: &SgdStep, 
     }
 }
 
+/// Parameter, gradient, first and second moment chunks of one Adam step.
+type AdamChunks<'a, E> = (((&'a mut [E], &'a [E]), &'a mut [E]), &'a mut [E]);
+
 #[allow(clippy::too_many_arguments)]
 fn adam_elems<E: Elem>(
     p: &mut [E],
@@ -269,7 +273,7 @@ fn adam_elems<E: Elem>(
             if decoupled {
                 pv = pv * decay;
             } else {
-                d = d + wd * pv;
+                d += wd * pv;
             }
         }
         let mn = lerp(mv.load(), d, w1);
@@ -294,7 +298,7 @@ fn adam_elems<E: Elem>(
     };
     match vmax {
         None => {
-            let body = |(((pc, gc), mc), vc): (((&mut [E], &[E]), &mut [E]), &mut [E])| {
+            let body = |(((pc, gc), mc), vc): AdamChunks<'_, E>| {
                 for (((pi, &gi), mi), vi) in pc.iter_mut().zip(gc).zip(mc.iter_mut()).zip(vc) {
                     let (pn, mn, vn, _) = one(pi.load(), gi, *mi, *vi, None);
                     *pi = E::store(pn);

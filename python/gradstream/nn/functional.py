@@ -151,11 +151,8 @@ def gelu(input: Tensor, approximate: str = "none") -> Tensor:
 
 
 def softplus(input: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
-    """``log(1 + exp(beta * x)) / beta``, computed as ``relu(z) + log(1 + exp(-|z|))`` so it
-    never overflows (PyTorch's linear region above ``threshold`` differs by < 1e-8)."""
-    z = input * beta if beta != 1 else input
-    out = z.relu() + ((-z.abs()).exp() + 1).log()
-    return out / beta if beta != 1 else out
+    """``log(1 + exp(beta * x)) / beta``, linear where ``beta * x > threshold``."""
+    return _core._nn_softplus(input, float(beta), float(threshold))
 
 
 def _softmax_dim(ndim: int) -> int:
@@ -355,8 +352,8 @@ def binary_cross_entropy_with_logits(
         raise ValueError(
             f"Target size ({target.shape}) must be the same as input size ({input.shape})"
         )
-    # (1 - t) x + w_pos (log(1 + exp(-|x|)) + max(-x, 0)): stable for any x.
-    softplus_neg = ((-input.abs()).exp() + 1).log() + (-input).relu()
+    # (1 - t) x + w_pos softplus(-x) = (1 - t) x - w_pos log(sigmoid(x)): stable for any x.
+    softplus_neg = _core._nn_softplus(-input, 1.0, 20.0)
     if pos_weight is not None:
         log_weight = (pos_weight - 1) * target + 1
         loss = (1 - target) * input + log_weight * softplus_neg
