@@ -1,7 +1,362 @@
-//! Python surface: optim.
+//! Python surface of the Rust optimizers (`gradstream.optim` is written over these).
+//!
+//! `_OptimGroup` holds one param group's hyperparameters (the Python `param_groups` dict
+//! writes through to it), `_ParamState` one parameter's state, `_StreamControl` what the
+//! in-backward hooks of one optimizer share. `_optim_step` steps parameters from their
+//! `.grad`; `_optim_attach` installs the Rust post-accumulate hook of the in-backward mode.
 
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock};
+use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList, PyTuple};
 
-pub fn register(_m: &Bound<'_, PyModule>) -> PyResult<()> {
+use crate::bindings::convert::extract_tensor;
+use crate::dtype::DType;
+use crate::error::Error;
+use crate::optim::kernels::{self, GradPrep};
+use crate::optim::{self, Control, Group, Hyper, Kind, ParamState, Phase, State, StreamControl};
+use crate::tensor::Tensor;
+
+fn float_of(key: &str, v: &Bound<'_, PyAny>) -> PyResult<f64> {
+    v.call_method0("__float__")
+        .and_then(|f| f.extract::<f64>())
+        .map_err(|_| {
+            PyTypeError::new_err(format!(
+                "param group '{key}' must be a number, got {}",
+                v.get_type()
+                    .name()
+                    .map(|n| n.to_string())
+                    .unwrap_or_default()
+            ))
+        })
+}
+
+/// One param group's hyperparameters, shared with the in-backward hooks.
+#[pyclass(name = "_OptimGroup", module = "gradstream._core", frozen)]
+pub struct PyOptimGroup {
+    pub g: Group,
+}
+
+#[pymethods]
+impl PyOptimGroup {
+    #[new]
+    fn new(kind: &str) -> PyResult<Self> {
+        Ok(PyOptimGroup {
+            g: Arc::new(RwLock::new(Hyper::new(Kind::parse(kind)?))),
+        })
+    }
+
+    /// Write one hyperparameter; keys the kernels do not read are ignored.
+    fn set(&self, key: &str, value: &Bound<'_, PyAny>) -> PyResult<()> {
+        let mut h = self.g.write();
+        match key {
+            "lr" => h.lr = float_of(key, value)?,
+            "momentum" => h.momentum = float_of(key, value)?,
+            "dampening" => h.dampening = float_of(key, value)?,
+            "weight_decay" => h.weight_decay = float_of(key, value)?,
+            "eps" => h.eps = float_of(key, value)?,
+            "nesterov" => h.nesterov = value.is_truthy()?,
+            "maximize" => h.maximize = value.is_truthy()?,
+            "amsgrad" => h.amsgrad = value.is_truthy()?,
+            "decoupled_weight_decay" => h.decoupled = value.is_truthy()?,
+            "betas" => {
+                let b: Vec<Bound<'_, PyAny>> = value.try_iter()?.collect::<PyResult<_>>()?;
+                if b.len() != 2 {
+                    return Err(PyValueError::new_err(format!(
+                        "betas must be a pair, got {} values",
+                        b.len()
+                    )));
+                }
+                h.beta1 = float_of("betas", &b[0])?;
+                h.beta2 = float_of("betas", &b[1])?;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// The value the kernels will use for `key` (for tests of the write-through).
+    fn get<'py>(&self, py: Python<'py>, key: &str) -> PyResult<Bound<'py, PyAny>> {
+        let h = self.g.read();
+        Ok(match key {
+            "lr" => h.lr.into_pyobject(py)?.into_any(),
+            "momentum" => h.momentum.into_pyobject(py)?.into_any(),
+            "dampening" => h.dampening.into_pyobject(py)?.into_any(),
+            "weight_decay" => h.weight_decay.into_pyobject(py)?.into_any(),
+            "eps" => h.eps.into_pyobject(py)?.into_any(),
+            "nesterov" => h.nesterov.into_pyobject(py)?.to_owned().into_any(),
+            "maximize" => h.maximize.into_pyobject(py)?.to_owned().into_any(),
+            "amsgrad" => h.amsgrad.into_pyobject(py)?.to_owned().into_any(),
+            "betas" => PyTuple::new(py, [h.beta1, h.beta2])?.into_any(),
+            _ => return Err(PyKeyError::new_err(key.to_string())),
+        })
+    }
+}
+
+/// One parameter's optimizer state, in Rust so the in-backward hook can reach it.
+#[pyclass(name = "_ParamState", module = "gradstream._core", frozen)]
+pub struct PyParamState {
+    pub s: State,
+}
+
+fn state_tensor(t: &Option<Tensor>) -> Option<Tensor> {
+    t.as_ref().map(Tensor::detach)
+}
+
+#[pymethods]
+impl PyParamState {
+    #[new]
+    fn new() -> Self {
+        PyParamState {
+            s: Arc::new(Mutex::new(ParamState::default())),
+        }
+    }
+
+    /// PyTorch's `optimizer.state[p]` layout: the tensors are the live buffers.
+    fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let s = self.s.lock();
+        let d = PyDict::new(py);
+        if let Some(step) = s.step {
+            let t = crate::ops::creation::scalar_tensor(
+                crate::ops::Scalar::Float(step),
+                DType::Float32,
+            )?;
+            d.set_item("step", t)?;
+        }
+        for (k, v) in [
+            ("momentum_buffer", &s.momentum_buffer),
+            ("exp_avg", &s.exp_avg),
+            ("exp_avg_sq", &s.exp_avg_sq),
+            ("max_exp_avg_sq", &s.max_exp_avg_sq),
+        ] {
+            if let Some(t) = state_tensor(v) {
+                d.set_item(k, t)?;
+            }
+        }
+        Ok(d)
+    }
+
+    /// Replace the state from a PyTorch-layout dict; tensors are copied.
+    fn load(&self, param: &Bound<'_, PyAny>, state: &Bound<'_, PyDict>) -> PyResult<()> {
+        let p = extract_tensor("load_state_dict", "param", param)?;
+        let mut s = ParamState::default();
+        for (k, v) in state.iter() {
+            let key: String = k.extract()?;
+            if v.is_none() {
+                continue;
+            }
+            match key.as_str() {
+                "step" => s.step = Some(float_of("step", &v)?),
+                "momentum_buffer" | "exp_avg" | "exp_avg_sq" | "max_exp_avg_sq" => {
+                    let t = extract_tensor("load_state_dict", &key, &v)?;
+                    let t = optim::adopt_state(&p, &t, &key)?;
+                    match key.as_str() {
+                        "momentum_buffer" => s.momentum_buffer = Some(t),
+                        "exp_avg" => s.exp_avg = Some(t),
+                        "exp_avg_sq" => s.exp_avg_sq = Some(t),
+                        _ => s.max_exp_avg_sq = Some(t),
+                    }
+                }
+                _ => {}
+            }
+        }
+        *self.s.lock() = s;
+        Ok(())
+    }
+
+    fn clear(&self) {
+        *self.s.lock() = ParamState::default();
+    }
+
+    fn is_empty(&self) -> bool {
+        self.s.lock().is_empty()
+    }
+
+    /// Restart gradient accumulation (`Optimizer.accumulate(n)`).
+    fn reset_micro_batches(&self) {
+        self.s.lock().micro_batches = 0;
+    }
+
+    #[getter]
+    fn micro_batches(&self) -> u64 {
+        self.s.lock().micro_batches
+    }
+}
+
+/// What one optimizer's in-backward hooks share: accumulation, clipping, the two-pass mode.
+#[pyclass(name = "_StreamControl", module = "gradstream._core", frozen)]
+pub struct PyStreamControl {
+    pub c: Control,
+}
+
+#[pymethods]
+impl PyStreamControl {
+    #[new]
+    fn new() -> Self {
+        PyStreamControl {
+            c: Arc::new(Mutex::new(StreamControl::default())),
+        }
+    }
+
+    #[getter]
+    fn accumulate(&self) -> u64 {
+        self.c.lock().accumulate
+    }
+
+    #[setter]
+    fn set_accumulate(&self, n: u64) {
+        self.c.lock().accumulate = n.max(1);
+    }
+
+    #[pyo3(signature = (clip_value=None, clip_norm=None, norm_type=2.0))]
+    fn set_clipping(&self, clip_value: Option<f64>, clip_norm: Option<f64>, norm_type: f64) {
+        let mut c = self.c.lock();
+        c.clip_value = clip_value;
+        c.clip_norm = clip_norm.map(|m| (m, norm_type));
+    }
+
+    /// Pass 1 of exact global-norm clipping: hooks only measure and free gradients.
+    fn begin_measure(&self, norm_type: f64) {
+        self.c.lock().phase = Phase::Measure {
+            norm_type,
+            measured: 0.0,
+        };
+    }
+
+    /// End pass 1: the total `sum |g|^p` (or max for inf) measured.
+    fn end_measure(&self) -> f64 {
+        let mut c = self.c.lock();
+        let m = match c.phase {
+            Phase::Measure { measured, .. } => measured,
+            _ => 0.0,
+        };
+        c.phase = Phase::Step;
+        m
+    }
+
+    /// Pass 2: step with every gradient multiplied by `scale`.
+    fn set_scale(&self, scale: f64) {
+        self.c.lock().phase = Phase::Scaled(scale);
+    }
+
+    fn reset_phase(&self) {
+        self.c.lock().phase = Phase::Step;
+    }
+}
+
+fn tensors(name: &str, obj: &Bound<'_, PyAny>) -> PyResult<Vec<Tensor>> {
+    obj.try_iter()?
+        .map(|o| extract_tensor("optimizer", name, &o?))
+        .collect()
+}
+
+/// `_optim_step(params, group, states)`: one fused in-place step per parameter that has a
+/// `.grad` (others are skipped, as PyTorch does).
+#[pyfunction]
+fn _optim_step(
+    py: Python<'_>,
+    params: &Bound<'_, PyAny>,
+    group: &PyOptimGroup,
+    states: &Bound<'_, PyList>,
+) -> PyResult<()> {
+    let ps = tensors("params", params)?;
+    let ss: Vec<State> = states
+        .iter()
+        .map(|s| Ok(s.cast::<PyParamState>()?.get().s.clone()))
+        .collect::<PyResult<_>>()?;
+    if ps.len() != ss.len() {
+        return Err(PyValueError::new_err(format!(
+            "_optim_step: {} params but {} states",
+            ps.len(),
+            ss.len()
+        )));
+    }
+    let h = group.g.read().clone();
+    py.detach(|| -> Result<(), Error> {
+        for (p, s) in ps.iter().zip(&ss) {
+            if let Some(g) = p.grad() {
+                let prep = GradPrep {
+                    scale: 1.0,
+                    clip_value: None,
+                    maximize: false,
+                };
+                optim::step(p, &g, &h, &mut s.lock(), prep)?;
+            }
+        }
+        Ok(())
+    })?;
+    Ok(())
+}
+
+/// Install the in-backward step on `param`: a Rust post-accumulate hook (no Python call
+/// per parameter). Returns the hook id for `_optim_detach`.
+#[pyfunction]
+fn _optim_attach(
+    param: &Bound<'_, PyAny>,
+    group: &PyOptimGroup,
+    state: &PyParamState,
+    control: &PyStreamControl,
+) -> PyResult<u64> {
+    let p = extract_tensor("optimizer", "param", param)?;
+    let (g, s, c) = (group.g.clone(), state.s.clone(), control.c.clone());
+    let hook = Arc::new(move |leaf: &Tensor| optim::stream_step(leaf, &g, &s, &c));
+    Ok(p.add_post_accumulate_hook(hook)?)
+}
+
+#[pyfunction]
+fn _optim_detach(param: &Bound<'_, PyAny>, hook_id: u64) -> PyResult<()> {
+    let p = extract_tensor("optimizer", "param", param)?;
+    p.remove_post_accumulate_hook(hook_id);
+    Ok(())
+}
+
+/// `sum |g|^p` over tensors (`max |g|` for p = inf), in float64.
+#[pyfunction]
+fn _norm_pow(py: Python<'_>, ts: &Bound<'_, PyAny>, norm_type: f64) -> PyResult<f64> {
+    let ts = tensors("tensors", ts)?;
+    Ok(py.detach(|| -> Result<f64, Error> {
+        let mut acc = 0.0f64;
+        for t in &ts {
+            let n = kernels::norm_pow(&t.data(), norm_type)?;
+            acc = if norm_type.is_infinite() {
+                acc.max(n)
+            } else {
+                acc + n
+            };
+        }
+        Ok(acc)
+    })?)
+}
+
+/// `t *= factor` in place, without autograd (gradient clipping).
+#[pyfunction]
+fn _scale_(t: &Bound<'_, PyAny>, factor: f64) -> PyResult<()> {
+    let t = extract_tensor("clip_grad", "tensor", t)?;
+    kernels::scale_inplace(&t.data(), factor)?;
+    t.bump_version();
+    Ok(())
+}
+
+/// Clamp `t` into `[lo, hi]` in place, without autograd (`clip_grad_value_`).
+#[pyfunction]
+fn _clamp_(t: &Bound<'_, PyAny>, lo: f64, hi: f64) -> PyResult<()> {
+    let t = extract_tensor("clip_grad", "tensor", t)?;
+    kernels::clamp_inplace(&t.data(), lo, hi)?;
+    t.bump_version();
+    Ok(())
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyOptimGroup>()?;
+    m.add_class::<PyParamState>()?;
+    m.add_class::<PyStreamControl>()?;
+    m.add_function(wrap_pyfunction!(_optim_step, m)?)?;
+    m.add_function(wrap_pyfunction!(_optim_attach, m)?)?;
+    m.add_function(wrap_pyfunction!(_optim_detach, m)?)?;
+    m.add_function(wrap_pyfunction!(_norm_pow, m)?)?;
+    m.add_function(wrap_pyfunction!(_scale_, m)?)?;
+    m.add_function(wrap_pyfunction!(_clamp_, m)?)?;
     Ok(())
 }

@@ -1,1 +1,8 @@
 """`gradstream.nn`: modules, functional ops and initialisers shaped like `torch.nn`."""
+
+from . import functional, init, utils
+from .modules import *  # noqa: F403
+from .modules import __all__ as _modules_all
+from .parameter import Parameter
+
+__all__ = ["Parameter", "functional", "init", "utils", *_modules_all]

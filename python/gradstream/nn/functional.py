@@ -1,0 +1,379 @@
+"""`gradstream.nn.functional`: PyTorch's functional API.
+
+Activations, softmax, layer_norm, embedding, dropout and the row gather under nll_loss are
+fused Rust kernels with their own backward; losses are composed from them.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .. import _core
+from .._core import Tensor
+
+__all__ = [
+    "linear",
+    "relu",
+    "sigmoid",
+    "tanh",
+    "softplus",
+    "gelu",
+    "silu",
+    "dropout",
+    "layer_norm",
+    "embedding",
+    "softmax",
+    "log_softmax",
+    "mse_loss",
+    "l1_loss",
+    "smooth_l1_loss",
+    "cross_entropy",
+    "nll_loss",
+    "binary_cross_entropy",
+    "binary_cross_entropy_with_logits",
+    "normalize",
+]
+
+
+def _check_tensor(op: str, name: str, x) -> None:
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{op}(): argument '{name}' must be Tensor, not {type(x).__name__}")
+
+
+def _reduce(loss: Tensor, reduction: str) -> Tensor:
+    if reduction == "mean":
+        return loss.mean()
+    if reduction == "sum":
+        return loss.sum()
+    if reduction == "none":
+        return loss
+    raise ValueError(f"{reduction} is not a valid value for reduction")
+
+
+def _legacy_reduction(size_average, reduce, reduction: str) -> str:
+    if size_average is None and reduce is None:
+        return reduction
+    size_average = True if size_average is None else size_average
+    reduce = True if reduce is None else reduce
+    if not reduce:
+        return "none"
+    return "mean" if size_average else "sum"
+
+
+# ---- layers ----
+
+
+def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """``input @ weight.T + bias``."""
+    _check_tensor("linear", "input", input)
+    _check_tensor("linear", "weight", weight)
+    if input.shape[-1:] != weight.shape[-1:]:
+        raise RuntimeError(
+            f"linear: mat1 and mat2 shapes cannot be multiplied (input {tuple(input.shape)}, "
+            f"weight {tuple(weight.shape)})"
+        )
+    out = input.matmul(weight.t()) if weight.dim() == 2 else input.matmul(weight)
+    if bias is not None:
+        out = out + bias
+    return out
+
+
+def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
+    if p < 0.0 or p > 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    if not training or p == 0.0:
+        return input
+    return _core._nn_dropout(input, float(p))
+
+
+def layer_norm(
+    input: Tensor,
+    normalized_shape,
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    eps: float = 1e-5,
+) -> Tensor:
+    _check_tensor("layer_norm", "input", input)
+    ns = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    k = len(ns)
+    shape = tuple(input.shape)
+    if k == 0 or k > len(shape) or shape[len(shape) - k :] != ns:
+        raise RuntimeError(
+            f"Given normalized_shape={list(ns)}, expected input with shape [*, "
+            f"{', '.join(str(d) for d in ns)}], but got input of size{list(shape)}"
+        )
+    return _core._nn_layer_norm(input, k, weight, bias, float(eps))
+
+
+def embedding(
+    input: Tensor,
+    weight: Tensor,
+    padding_idx: int | None = None,
+    max_norm: float | None = None,
+    norm_type: float = 2.0,
+    scale_grad_by_freq: bool = False,
+    sparse: bool = False,
+) -> Tensor:
+    if max_norm is not None or scale_grad_by_freq or sparse:
+        raise NotImplementedError(
+            "embedding: max_norm, scale_grad_by_freq and sparse are not supported"
+        )
+    if padding_idx is not None:
+        n = weight.shape[0]
+        if padding_idx >= n or padding_idx < -n:
+            raise AssertionError("Padding_idx must be within num_embeddings")
+        if padding_idx < 0:
+            padding_idx += n
+    return _core._nn_embedding(weight, input, padding_idx)
+
+
+# ---- activations ----
+
+
+def relu(input: Tensor, inplace: bool = False) -> Tensor:
+    return input.relu()
+
+
+def tanh(input: Tensor) -> Tensor:
+    return input.tanh()
+
+
+def sigmoid(input: Tensor) -> Tensor:
+    return _core._nn_sigmoid(input)
+
+
+def silu(input: Tensor, inplace: bool = False) -> Tensor:
+    return _core._nn_silu(input)
+
+
+def gelu(input: Tensor, approximate: str = "none") -> Tensor:
+    return _core._nn_gelu(input, approximate)
+
+
+def softplus(input: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
+    """``log(1 + exp(beta * x)) / beta``, linear where ``beta * x > threshold``."""
+    return _core._nn_softplus(input, float(beta), float(threshold))
+
+
+def _softmax_dim(ndim: int) -> int:
+    return 0 if ndim in (0, 1, 3) else 1
+
+
+def softmax(input: Tensor, dim: int | None = None, _stacklevel: int = 3, dtype=None) -> Tensor:
+    if dtype is not None:
+        input = input.to(dtype)
+    if dim is None:
+        dim = _softmax_dim(input.dim())
+    return _core._nn_softmax(input, dim, False)
+
+
+def log_softmax(input: Tensor, dim: int | None = None, _stacklevel: int = 3, dtype=None) -> Tensor:
+    if dtype is not None:
+        input = input.to(dtype)
+    if dim is None:
+        dim = _softmax_dim(input.dim())
+    return _core._nn_softmax(input, dim, True)
+
+
+# ---- losses ----
+
+
+def mse_loss(input, target, size_average=None, reduce=None, reduction: str = "mean") -> Tensor:
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    d = input - target
+    return _reduce(d * d, reduction)
+
+
+def l1_loss(input, target, size_average=None, reduce=None, reduction: str = "mean") -> Tensor:
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    return _reduce((input - target).abs(), reduction)
+
+
+def smooth_l1_loss(
+    input, target, size_average=None, reduce=None, reduction: str = "mean", beta: float = 1.0
+) -> Tensor:
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    if beta < 0:
+        raise RuntimeError("smooth_l1_loss does not support negative values for beta.")
+    a = (input - target).abs()
+    if beta == 0:
+        return _reduce(a, reduction)
+    # 0.5 m^2 / beta + (a - m) with m = min(a, beta): the quadratic and linear pieces.
+    m = a.minimum(float(beta))
+    return _reduce(m * m * (0.5 / beta) + (a - m), reduction)
+
+
+def _index_target(target: Tensor) -> Tensor:
+    if target.is_floating_point():
+        raise RuntimeError(
+            f"expected scalar type Long but found {str(target.dtype).replace('gradstream.', '')}"
+        )
+    return target
+
+
+def nll_loss(
+    input: Tensor,
+    target: Tensor,
+    weight: Tensor | None = None,
+    size_average=None,
+    ignore_index: int = -100,
+    reduce=None,
+    reduction: str = "mean",
+) -> Tensor:
+    """Negative log likelihood over class indices; input ``[N, C]``, ``[C]`` or
+    ``[N, C, d1, ...]``."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"{reduction} is not a valid value for reduction")
+    target = _index_target(target)
+    out_shape = tuple(target.shape)
+    if input.dim() == 1:
+        x2 = input.reshape(1, input.shape[0])
+        t1 = target.reshape(1)
+    elif input.dim() == 2:
+        x2, t1 = input, target
+    else:
+        x2 = _core._nn_class_last(input)
+        t1 = target.reshape(-1)
+    if input.dim() >= 2 and (tuple(target.shape) != (input.shape[0],) + tuple(input.shape[2:])):
+        raise ValueError(
+            f"Expected target of shape {(input.shape[0],) + tuple(input.shape[2:])} for input of "
+            f"shape {tuple(input.shape)}, got {tuple(target.shape)}"
+        )
+    n, c = x2.shape
+    picked = _core._nn_gather_rows(x2, t1, ignore_index)
+    if weight is not None:
+        if tuple(weight.shape) != (c,):
+            raise RuntimeError(
+                f"weight tensor should be defined either for all {c} classes or no classes but "
+                f"got weight tensor of shape: {list(weight.shape)}"
+            )
+        w = _core._nn_gather_rows(weight.unsqueeze(0).expand(n, c), t1, ignore_index)
+        w = w.detach().to(picked.dtype)
+    else:
+        w = (t1 != ignore_index).to(picked.dtype)
+    loss = -(picked * w)
+    if reduction == "none":
+        return loss.reshape(*out_shape)
+    if reduction == "sum":
+        return loss.sum()
+    return loss.sum() / w.sum()
+
+
+def cross_entropy(
+    input: Tensor,
+    target: Tensor,
+    weight: Tensor | None = None,
+    size_average=None,
+    ignore_index: int = -100,
+    reduce=None,
+    reduction: str = "mean",
+    label_smoothing: float = 0.0,
+) -> Tensor:
+    """``nll_loss(log_softmax(input, 1), target)``; class indices or class probabilities,
+    optional ``label_smoothing``."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"label_smoothing must be between 0.0 and 1.0. Got: {label_smoothing}")
+    class_dim = 0 if input.dim() == 1 else 1
+    logp = log_softmax(input, class_dim)
+    c = input.shape[class_dim]
+    wshape = [1] * input.dim()
+    wshape[class_dim] = c
+    if target.is_floating_point():
+        if tuple(target.shape) != tuple(input.shape):
+            raise RuntimeError(
+                "cross_entropy: expected class-probability target of the input's shape "
+                f"{tuple(input.shape)}, got {tuple(target.shape)}"
+            )
+        if label_smoothing > 0:
+            target = target * (1 - label_smoothing) + label_smoothing / c
+        prod = logp * target
+        if weight is not None:
+            prod = prod * weight.reshape(*wshape)
+        loss = -prod.sum(class_dim)
+        if reduction == "mean":
+            n = loss.numel()
+            return loss.sum() / n if n else loss.sum()
+        return _reduce(loss, reduction)
+    nll = nll_loss(logp, target, weight, ignore_index=ignore_index, reduction=reduction)
+    if label_smoothing <= 0:
+        return nll
+    if weight is not None:
+        smooth = -(logp * weight.reshape(*wshape)).sum(class_dim)
+    else:
+        smooth = -logp.sum(class_dim)
+    keep = (target != ignore_index).to(smooth.dtype)
+    smooth = smooth * keep
+    if reduction == "mean":
+        if weight is not None:
+            t1 = target.reshape(-1)
+            n = t1.shape[0]
+            wsum = _core._nn_gather_rows(weight.unsqueeze(0).expand(n, c), t1, ignore_index).sum()
+            ret = smooth.sum() / wsum
+        else:
+            ret = smooth.sum() / keep.sum()
+    elif reduction == "sum":
+        ret = smooth.sum()
+    else:
+        ret = smooth
+    return nll * (1 - label_smoothing) + ret * (label_smoothing / c)
+
+
+def binary_cross_entropy(
+    input, target, weight=None, size_average=None, reduce=None, reduction: str = "mean"
+) -> Tensor:
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    if tuple(target.shape) != tuple(input.shape):
+        raise ValueError(
+            f"Using a target size ({target.shape}) that is different to the input size "
+            f"({input.shape}) is deprecated. Please ensure they have the same size."
+        )
+    # PyTorch clamps the logs at -100 so a 0 or 1 input gives a finite loss.
+    log_x = input.log().maximum(-100.0)
+    log_1mx = (1 - input).log().maximum(-100.0)
+    loss = -(target * log_x + (1 - target) * log_1mx)
+    if weight is not None:
+        loss = loss * weight
+    return _reduce(loss, reduction)
+
+
+def binary_cross_entropy_with_logits(
+    input,
+    target,
+    weight=None,
+    size_average=None,
+    reduce=None,
+    reduction: str = "mean",
+    pos_weight=None,
+) -> Tensor:
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    if tuple(target.shape) != tuple(input.shape):
+        raise ValueError(
+            f"Target size ({target.shape}) must be the same as input size ({input.shape})"
+        )
+    # (1 - t) x + w_pos softplus(-x) = (1 - t) x - w_pos log(sigmoid(x)): stable for any x.
+    softplus_neg = _core._nn_softplus(-input, 1.0, 20.0)
+    if pos_weight is not None:
+        log_weight = (pos_weight - 1) * target + 1
+        loss = (1 - target) * input + log_weight * softplus_neg
+    else:
+        loss = (1 - target) * input + softplus_neg
+    if weight is not None:
+        loss = loss * weight
+    return _reduce(loss, reduction)
+
+
+def normalize(input: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12, out=None) -> Tensor:
+    """``input / max(||input||_p, eps)`` along ``dim``."""
+    if p == 2:
+        norm = (input * input).sum(dim, keepdim=True).sqrt()
+    elif p == 1:
+        norm = input.abs().sum(dim, keepdim=True)
+    elif math.isinf(p):
+        raise NotImplementedError("normalize: p=inf needs amax, not available yet")
+    elif hasattr(input, "pow"):
+        norm = input.abs().pow(p).sum(dim, keepdim=True).pow(1.0 / p)
+    else:
+        raise NotImplementedError(f"normalize: p={p} needs pow, not available yet")
+    return input / norm.maximum(float(eps))
