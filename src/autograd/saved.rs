@@ -12,7 +12,8 @@ use crate::tensor::{shape_str, Tensor};
 pub struct SavedTensor {
     /// An alias of the saved tensor without history (shares buffer and version counter).
     data: Tensor,
-    /// The original, when it is an input with history (needed for double backward).
+    /// The original, when it is an input that requires grad (a leaf or with history):
+    /// double backward differentiates through it.
     original: Option<Tensor>,
     is_output: bool,
     version: u64,
@@ -24,7 +25,7 @@ impl SavedTensor {
         let data = t.detach();
         data.set_role(Role::Activation, true);
         SavedTensor {
-            original: t.grad_fn().is_some().then(|| t.clone()),
+            original: t.requires_grad().then(|| t.clone()),
             data,
             is_output: false,
             version: t.version(),
