@@ -120,23 +120,37 @@ elem!(i64, i64, 0, 1, |_: i64| false);
 pub trait Real: Elem<Acc = f64> {
     fn to_f64(self) -> f64;
     fn from_f64(v: f64) -> Self;
+    /// `exp(self - m)` in the element's own precision (f32 exp is the hot part).
+    fn exp_minus(self, m: f64) -> Self;
 }
 
 impl Real for f32 {
+    #[inline(always)]
     fn to_f64(self) -> f64 {
         self as f64
     }
+    #[inline(always)]
     fn from_f64(v: f64) -> Self {
         v as f32
+    }
+    #[inline(always)]
+    fn exp_minus(self, m: f64) -> Self {
+        (self - m as f32).exp()
     }
 }
 
 impl Real for f64 {
+    #[inline(always)]
     fn to_f64(self) -> f64 {
         self
     }
+    #[inline(always)]
     fn from_f64(v: f64) -> Self {
         v
+    }
+    #[inline(always)]
+    fn exp_minus(self, m: f64) -> Self {
+        (self - m).exp()
     }
 }
 
@@ -156,8 +170,33 @@ impl<T: Copy> Lanes<'_, T> {
     }
 }
 
+impl<T: Copy> Lanes<'_, T> {
+    /// The single line, when `w == 1` and its elements are adjacent.
+    #[inline(always)]
+    fn line(&self, input: usize) -> Option<&[T]> {
+        (self.w == 1 && self.si == 1).then(|| &self.xs[input][..self.n])
+    }
+}
+
 fn scan_lanes<T: Elem>(l: &Lanes<T>, out: &mut [T], so: usize, prod: bool, reverse: bool) {
     let init = if prod { T::ACC_ONE } else { T::ACC_ZERO };
+    if let (Some(x), 1) = (l.line(0), so) {
+        let mut acc = init;
+        let mut step = |(o, &v): (&mut T, &T)| {
+            acc = if prod {
+                acc * v.to_acc()
+            } else {
+                acc + v.to_acc()
+            };
+            *o = T::from_acc(acc);
+        };
+        if reverse {
+            out[..l.n].iter_mut().zip(x).rev().for_each(&mut step);
+        } else {
+            out[..l.n].iter_mut().zip(x).for_each(&mut step);
+        }
+        return;
+    }
     let mut acc = vec![init; l.w];
     for step in 0..l.n {
         let k = if reverse { l.n - 1 - step } else { step };
@@ -175,6 +214,24 @@ fn scan_lanes<T: Elem>(l: &Lanes<T>, out: &mut [T], so: usize, prod: bool, rever
 }
 
 fn linear_scan_lanes<T: Elem>(l: &Lanes<T>, out: &mut [T], so: usize, reverse: bool) {
+    if let (Some(a), Some(b), 1) = (l.line(0), l.line(1), so) {
+        let mut h = T::ACC_ZERO;
+        let mut step = |((o, &a), &b): ((&mut T, &T), &T)| {
+            h = a.to_acc() * h + b.to_acc();
+            *o = T::from_acc(h);
+        };
+        if reverse {
+            out[..l.n]
+                .iter_mut()
+                .zip(a)
+                .zip(b)
+                .rev()
+                .for_each(&mut step);
+        } else {
+            out[..l.n].iter_mut().zip(a).zip(b).for_each(&mut step);
+        }
+        return;
+    }
     let mut h = vec![T::ACC_ZERO; l.w];
     for step in 0..l.n {
         let k = if reverse { l.n - 1 - step } else { step };
@@ -188,6 +245,10 @@ fn linear_scan_lanes<T: Elem>(l: &Lanes<T>, out: &mut [T], so: usize, reverse: b
 }
 
 fn prod_lanes<T: Elem>(l: &Lanes<T>, out: &mut [T]) {
+    if let Some(x) = l.line(0) {
+        out[0] = T::from_acc(x.iter().fold(T::ACC_ONE, |a, &v| a * v.to_acc()));
+        return;
+    }
     let mut acc = vec![T::ACC_ONE; l.w];
     for k in 0..l.n {
         for (a, &v) in acc.iter_mut().zip(l.row(0, k)) {
@@ -209,6 +270,12 @@ fn extreme_lanes<T: Elem>(l: &Lanes<T>, out: &mut [T], max: bool) {
     if l.n == 0 {
         return;
     }
+    if let Some(x) = l.line(0) {
+        out[0] = x[1..]
+            .iter()
+            .fold(x[0], |b, &v| if beats(v, b, max) { v } else { b });
+        return;
+    }
     let best = &mut out[..l.w];
     best.copy_from_slice(l.row(0, 0));
     for k in 1..l.n {
@@ -224,6 +291,17 @@ fn arg_extreme_lanes<T: Elem>(l: &Lanes<T>, out: &mut [i64], max: bool) {
     if l.n == 0 {
         return;
     }
+    if let Some(x) = l.line(0) {
+        let (mut best, mut at) = (x[0], 0);
+        for (k, &v) in x.iter().enumerate().skip(1) {
+            if beats(v, best, max) {
+                best = v;
+                at = k;
+            }
+        }
+        out[0] = at as i64;
+        return;
+    }
     let mut best = l.row(0, 0).to_vec();
     let idx = &mut out[..l.w];
     idx.fill(0);
@@ -237,13 +315,44 @@ fn arg_extreme_lanes<T: Elem>(l: &Lanes<T>, out: &mut [i64], max: bool) {
     }
 }
 
+fn softmax_line<T: Real>(x: &[T], out: &mut [T], log: bool) {
+    // NaN is skipped by the max but propagates through the exp below, as in PyTorch.
+    let m = x.iter().fold(f64::NEG_INFINITY, |m, &v| {
+        if v.to_f64() > m {
+            v.to_f64()
+        } else {
+            m
+        }
+    });
+    let mut s = 0f64;
+    if log {
+        s = x.iter().map(|&v| v.exp_minus(m).to_f64()).sum();
+        let shift = m + s.ln();
+        for (o, &v) in out.iter_mut().zip(x) {
+            *o = T::from_f64(v.to_f64() - shift);
+        }
+    } else {
+        for (o, &v) in out.iter_mut().zip(x) {
+            *o = v.exp_minus(m);
+            s += o.to_f64();
+        }
+        let inv = 1.0 / s;
+        for o in out.iter_mut() {
+            *o = T::from_f64(o.to_f64() * inv);
+        }
+    }
+}
+
 fn softmax_lanes<T: Real>(l: &Lanes<T>, out: &mut [T], so: usize, log: bool) {
+    if let (Some(x), 1) = (l.line(0), so) {
+        softmax_line(x, &mut out[..l.n], log);
+        return;
+    }
     let w = l.w;
     let mut m = vec![f64::NEG_INFINITY; w];
     for k in 0..l.n {
         for (m, &v) in m.iter_mut().zip(l.row(0, k)) {
             let v = v.to_f64();
-            // NaN propagates through the exp below, as in PyTorch.
             if v > *m {
                 *m = v;
             }
@@ -253,10 +362,10 @@ fn softmax_lanes<T: Real>(l: &Lanes<T>, out: &mut [T], so: usize, log: bool) {
     for k in 0..l.n {
         let o = &mut out[k * so..k * so + w];
         for (((o, s), &m), &v) in o.iter_mut().zip(s.iter_mut()).zip(&m).zip(l.row(0, k)) {
-            let e = (v.to_f64() - m).exp();
-            *s += e;
+            let e = v.exp_minus(m);
+            *s += e.to_f64();
             if !log {
-                *o = T::from_f64(e);
+                *o = e;
             }
         }
     }
