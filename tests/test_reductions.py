@@ -43,6 +43,7 @@ REDUCTIONS = [
     ("sum", {"dim": -1, "keepdim": True}),
     ("sum", {"dim": (0, 2)}),
     ("sum", {"dim": [-1, 0], "keepdim": True}),
+    ("sum", {"dim": ()}),
     ("mean", {}),
     ("mean", {"dim": (0, -1), "keepdim": True}),
     ("mean", {"dim": 1}),
@@ -52,6 +53,7 @@ REDUCTIONS = [
     ("amax", {"dim": 1}),
     ("amax", {"dim": (0, 2), "keepdim": True}),
     ("amax", {}),
+    ("amax", {"dim": ()}),
     ("amin", {"dim": -1}),
     ("logsumexp", {"dim": 1}),
     ("logsumexp", {"dim": (0, 2), "keepdim": True}),
@@ -487,3 +489,10 @@ def test_bad_dtypes_and_orders():
         gs.ones(2, 2).norm(p="nuc")
     with pytest.raises(RuntimeError, match="dim 0 appears multiple times"):
         gs.ones(2, 2).sum((0, 0))
+
+
+def test_half_sums_accumulate_wide(torch_ref):
+    arr = np.full((2, 5000), 0.1, dtype=np.float16)
+    g, t = pair(torch_ref, arr)
+    assert_close(g.sum(1), t.sum(1), rtol=1e-3)
+    assert_close(g.mean(), t.mean(), rtol=1e-3)

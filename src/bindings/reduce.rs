@@ -33,7 +33,9 @@ fn dims_arg(op: &str, t: &Tensor, dim: Option<&Bound<'_, PyAny>>) -> PyResult<Op
                     type_name(d)
                 )));
             }
-            Ok(Some(wrap_dims(op, Some(&extract_dims(d)?), t.rank())?))
+            // `dim=()` reduces every dim, as in PyTorch.
+            let dims = wrap_dims(op, Some(&extract_dims(d)?), t.rank())?;
+            Ok((!dims.is_empty()).then_some(dims))
         }
     }
 }
@@ -147,8 +149,6 @@ fn amax_impl(
     max: bool,
 ) -> PyResult<Tensor> {
     let dims = dims_arg(if max { "amax" } else { "amin" }, t, dim)?;
-    // `dim=()` reduces every dim, as in PyTorch.
-    let dims = dims.filter(|d| !d.is_empty());
     Ok(minmax::amax(t, dims.as_deref(), keepdim, max)?)
 }
 
@@ -200,7 +200,7 @@ fn norm_impl(
 ) -> PyResult<Tensor> {
     let p = norm_order("norm", p)?;
     let t = with_dtype(t, dtype)?;
-    let dims = dims_arg("norm", &t, dim)?.filter(|d| !d.is_empty());
+    let dims = dims_arg("norm", &t, dim)?;
     Ok(reduce::norm(&t, p, dims.as_deref(), keepdim)?)
 }
 
@@ -356,21 +356,25 @@ impl PyTensor {
         max_impl(py, &self.t, dim, keepdim, false)
     }
 
+    /// Largest value over `dim` (all dims when None); ties share the gradient.
     #[pyo3(signature = (dim=None, keepdim=false))]
     fn amax(&self, dim: Option<&Bound<'_, PyAny>>, keepdim: bool) -> PyResult<Tensor> {
         amax_impl(&self.t, dim, keepdim, true)
     }
 
+    /// Smallest value over `dim` (all dims when None); ties share the gradient.
     #[pyo3(signature = (dim=None, keepdim=false))]
     fn amin(&self, dim: Option<&Bound<'_, PyAny>>, keepdim: bool) -> PyResult<Tensor> {
         amax_impl(&self.t, dim, keepdim, false)
     }
 
+    /// Index (int64) of the first largest value along `dim`, or in the flattened tensor.
     #[pyo3(signature = (dim=None, keepdim=false))]
     fn argmax(&self, dim: Option<&Bound<'_, PyAny>>, keepdim: bool) -> PyResult<Tensor> {
         argmax_impl(&self.t, dim, keepdim, true)
     }
 
+    /// Index (int64) of the first smallest value along `dim`, or in the flattened tensor.
     #[pyo3(signature = (dim=None, keepdim=false))]
     fn argmin(&self, dim: Option<&Bound<'_, PyAny>>, keepdim: bool) -> PyResult<Tensor> {
         argmax_impl(&self.t, dim, keepdim, false)
@@ -388,6 +392,7 @@ impl PyTensor {
         norm_impl(&self.t, p, dim, keepdim, dtype)
     }
 
+    /// Variance over `dim` with `correction=` (or `unbiased=`; default 1).
     #[pyo3(signature = (dim=None, unbiased=None, keepdim=false, *, correction=None))]
     fn var(
         &self,
@@ -399,6 +404,7 @@ impl PyTensor {
         var_impl(&self.t, dim, unbiased, keepdim, correction, false)
     }
 
+    /// Standard deviation over `dim` with `correction=` (or `unbiased=`; default 1).
     #[pyo3(signature = (dim=None, unbiased=None, keepdim=false, *, correction=None))]
     fn std(
         &self,
@@ -410,21 +416,25 @@ impl PyTensor {
         var_impl(&self.t, dim, unbiased, keepdim, correction, true)
     }
 
+    /// Whether every element over `dim` is non-zero.
     #[pyo3(signature = (dim=None, keepdim=false))]
     fn all(&self, dim: Option<&Bound<'_, PyAny>>, keepdim: bool) -> PyResult<Tensor> {
         any_impl(&self.t, dim, keepdim, true)
     }
 
+    /// Whether some element over `dim` is non-zero.
     #[pyo3(signature = (dim=None, keepdim=false))]
     fn any(&self, dim: Option<&Bound<'_, PyAny>>, keepdim: bool) -> PyResult<Tensor> {
         any_impl(&self.t, dim, keepdim, false)
     }
 
+    /// `log(sum(exp(x)))` over `dim`, computed stably.
     #[pyo3(signature = (dim, keepdim=false))]
     fn logsumexp(&self, dim: &Bound<'_, PyAny>, keepdim: bool) -> PyResult<Tensor> {
         logsumexp_impl(&self.t, dim, keepdim)
     }
 
+    /// Softmax along `dim`, max-subtracted; `dtype=` casts the input first.
     #[pyo3(signature = (dim=None, dtype=None))]
     fn softmax(
         &self,
@@ -434,6 +444,7 @@ impl PyTensor {
         softmax_impl("softmax", &self.t, dim, dtype, false)
     }
 
+    /// Log-softmax along `dim`, max-subtracted; `dtype=` casts the input first.
     #[pyo3(signature = (dim=None, dtype=None))]
     fn log_softmax(
         &self,
@@ -443,6 +454,7 @@ impl PyTensor {
         softmax_impl("log_softmax", &self.t, dim, dtype, true)
     }
 
+    /// Number of non-zero elements over `dim` (int64).
     #[pyo3(signature = (dim=None))]
     fn count_nonzero(&self, dim: Option<&Bound<'_, PyAny>>) -> PyResult<Tensor> {
         count_nonzero_impl(&self.t, dim)
@@ -513,6 +525,7 @@ fn min_fn(
     max_impl(py, &self::input("min", input)?, dim, keepdim, false)
 }
 
+/// Largest value over `dim` (all dims when None); ties share the gradient.
 #[pyfunction]
 #[pyo3(name = "amax", signature = (input, dim=None, keepdim=false))]
 fn amax_fn(
@@ -523,6 +536,7 @@ fn amax_fn(
     amax_impl(&self::input("amax", input)?, dim, keepdim, true)
 }
 
+/// Smallest value over `dim` (all dims when None); ties share the gradient.
 #[pyfunction]
 #[pyo3(name = "amin", signature = (input, dim=None, keepdim=false))]
 fn amin_fn(
@@ -533,6 +547,7 @@ fn amin_fn(
     amax_impl(&self::input("amin", input)?, dim, keepdim, false)
 }
 
+/// Index (int64) of the first largest value along `dim`, or in the flattened input.
 #[pyfunction]
 #[pyo3(name = "argmax", signature = (input, dim=None, keepdim=false))]
 fn argmax_fn(
@@ -543,6 +558,7 @@ fn argmax_fn(
     argmax_impl(&self::input("argmax", input)?, dim, keepdim, true)
 }
 
+/// Index (int64) of the first smallest value along `dim`, or in the flattened input.
 #[pyfunction]
 #[pyo3(name = "argmin", signature = (input, dim=None, keepdim=false))]
 fn argmin_fn(
@@ -585,6 +601,7 @@ fn vector_norm_fn(
     norm_impl(&t, ord, dim, keepdim, dtype)
 }
 
+/// Variance over `dim` with `correction=` (or `unbiased=`; default 1).
 #[pyfunction]
 #[pyo3(name = "var", signature = (input, dim=None, unbiased=None, keepdim=false, *, correction=None))]
 fn var_fn(
@@ -598,6 +615,7 @@ fn var_fn(
     var_impl(&t, dim, unbiased, keepdim, correction, false)
 }
 
+/// Standard deviation over `dim` with `correction=` (or `unbiased=`; default 1).
 #[pyfunction]
 #[pyo3(name = "std", signature = (input, dim=None, unbiased=None, keepdim=false, *, correction=None))]
 fn std_fn(
@@ -611,6 +629,7 @@ fn std_fn(
     var_impl(&t, dim, unbiased, keepdim, correction, true)
 }
 
+/// Whether every element over `dim` is non-zero (bool; uint8 for uint8 input).
 #[pyfunction]
 #[pyo3(name = "all", signature = (input, dim=None, keepdim=false))]
 fn all_fn(
@@ -621,6 +640,7 @@ fn all_fn(
     any_impl(&self::input("all", input)?, dim, keepdim, true)
 }
 
+/// Whether some element over `dim` is non-zero (bool; uint8 for uint8 input).
 #[pyfunction]
 #[pyo3(name = "any", signature = (input, dim=None, keepdim=false))]
 fn any_fn(
@@ -642,6 +662,7 @@ fn logsumexp_fn(
     logsumexp_impl(&self::input("logsumexp", input)?, dim, keepdim)
 }
 
+/// Softmax along `dim`, max-subtracted; `dtype=` casts the input first.
 #[pyfunction]
 #[pyo3(name = "softmax", signature = (input, dim=None, dtype=None))]
 fn softmax_fn(
@@ -658,6 +679,7 @@ fn softmax_fn(
     )
 }
 
+/// Log-softmax along `dim`, max-subtracted; `dtype=` casts the input first.
 #[pyfunction]
 #[pyo3(name = "log_softmax", signature = (input, dim=None, dtype=None))]
 fn log_softmax_fn(
@@ -669,6 +691,7 @@ fn log_softmax_fn(
     softmax_impl("log_softmax", &t, dim, dtype, true)
 }
 
+/// Number of non-zero elements over `dim` (int64).
 #[pyfunction]
 #[pyo3(name = "count_nonzero", signature = (input, dim=None))]
 fn count_nonzero_fn(input: &Bound<'_, PyAny>, dim: Option<&Bound<'_, PyAny>>) -> PyResult<Tensor> {

@@ -92,6 +92,16 @@ fn sum_data(x: &candle_core::Tensor, reduced: &[usize]) -> Result<candle_core::T
     if reduced.is_empty() {
         return Ok(x.clone());
     }
+    let dt = x.dtype();
+    if matches!(dt, candle_core::DType::F16 | candle_core::DType::BF16) {
+        // Half precision accumulates in f32, as in PyTorch.
+        let wide = x.to_dtype(candle_core::DType::F32).op("sum")?;
+        return wide
+            .sum_keepdim(reduced.to_vec())
+            .op("sum")?
+            .to_dtype(dt)
+            .op("sum");
+    }
     x.sum_keepdim(reduced.to_vec()).op("sum")
 }
 
