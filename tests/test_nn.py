@@ -511,7 +511,7 @@ def test_functional_bad_input():
         gs.nn.Dropout(-0.1)
     with pytest.raises(ValueError, match="target size"):
         F.binary_cross_entropy(gs.zeros(2), gs.zeros(3))
-    with pytest.raises(RuntimeError, match="float16|Float16|expected a floating point"):
+    with pytest.raises(RuntimeError, match="softmax.*not implemented for .int64"):
         F.softmax(gs.tensor([1, 2]), 0)
     with pytest.raises(TypeError, match="must be Tensor"):
         F.sigmoid([1.0])

@@ -5,7 +5,7 @@ only where needed, freed as soon as they are used, and can be streamed to the op
 inside the backward pass.
 """
 
-from . import _core, autograd, cuda, memory, nn, optim, utils
+from . import _core, autograd, cuda, linalg, memory, nn, optim, utils
 from ._core import *  # noqa: F403  (the op set: tensor, zeros, add, matmul, ...)
 from ._core import Tensor, device
 from ._core import dtype as dtype
@@ -55,6 +55,7 @@ __all__ = [
     "is_grad_enabled",
     "autograd",
     "cuda",
+    "linalg",
     "memory",
     "nn",
     "optim",

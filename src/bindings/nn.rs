@@ -65,17 +65,6 @@ fn _nn_gelu(x: &Bound<'_, PyAny>, approximate: &str) -> PyResult<Tensor> {
     Ok(nn::pointwise(op, &extract_tensor("gelu", "input", x)?)?)
 }
 
-/// `softmax(x, dim)` / `log_softmax(x, dim)` (`log=True`).
-#[pyfunction]
-#[pyo3(signature = (x, dim, log=false))]
-fn _nn_softmax(x: &Bound<'_, PyAny>, dim: i64, log: bool) -> PyResult<Tensor> {
-    Ok(nn::softmax(
-        &extract_tensor("softmax", "input", x)?,
-        dim,
-        log,
-    )?)
-}
-
 /// `layer_norm` over the last `k` dims.
 #[pyfunction]
 #[pyo3(signature = (x, k, weight=None, bias=None, eps=1e-5))]
@@ -183,7 +172,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_nn_silu, m)?)?;
     m.add_function(wrap_pyfunction!(_nn_softplus, m)?)?;
     m.add_function(wrap_pyfunction!(_nn_gelu, m)?)?;
-    m.add_function(wrap_pyfunction!(_nn_softmax, m)?)?;
     m.add_function(wrap_pyfunction!(_nn_layer_norm, m)?)?;
     m.add_function(wrap_pyfunction!(_nn_gather_rows, m)?)?;
     m.add_function(wrap_pyfunction!(_nn_class_last, m)?)?;

@@ -17,8 +17,8 @@ use crate::ops::binary::{add, add_scalar, mul, mul_scalar, sub};
 use crate::ops::convert::to_dtype;
 use crate::ops::inplace::PAR_MIN;
 use crate::ops::reduce::{mean, sum};
-use crate::ops::unary::{exp, neg};
-use crate::ops::{shape as shp, wrap_dim};
+use crate::ops::shape as shp;
+use crate::ops::unary::neg;
 use crate::optim::kernels::Real;
 use crate::tensor::{shape_str, Tensor};
 
@@ -271,90 +271,6 @@ pub fn pointwise(op: Pointwise, x: &Tensor) -> Result<Tensor> {
         }
         Pointwise::GeluGrad | Pointwise::GeluTanhGrad => {}
     }
-    Ok(out)
-}
-
-/// `softmax(x, dim)` or `log_softmax(x, dim)`, one pass per row, max-subtracted.
-pub fn softmax(x: &Tensor, dim: i64, log: bool) -> Result<Tensor> {
-    let op = if log { "log_softmax" } else { "softmax" };
-    let dims = x.dims();
-    let rank = dims.len();
-    let d = wrap_dim(op, dim, rank.max(1))?;
-    let (xd, cdt) = compute_data(op, x)?;
-    let last = rank.saturating_sub(1);
-    let moved = if rank > 0 && d != last {
-        xd.transpose(d, last).op(op)?.contiguous().op(op)?
-    } else {
-        xd.contiguous().op(op)?
-    };
-    let mdims = moved.dims().to_vec();
-    let n = mdims.last().copied().unwrap_or(1);
-    let data = by_float!(cdt, |T| {
-        let v = with_slice::<T, _>(&moved, |s| {
-            let mut out = vec![T::of(0.0); s.len()];
-            let row = |(o, r): (&mut [T], &[T])| {
-                let mut m = T::of(f64::NEG_INFINITY);
-                for &e in r {
-                    if e > m {
-                        m = e;
-                    }
-                }
-                if Real::to_f64(m) == f64::NEG_INFINITY {
-                    m = T::of(0.0);
-                }
-                let mut z = T::of(0.0);
-                for &e in r {
-                    z += (e - m).exp();
-                }
-                if log {
-                    let lz = z.ln() + m;
-                    for (oi, &e) in o.iter_mut().zip(r) {
-                        *oi = e - lz;
-                    }
-                } else {
-                    for (oi, &e) in o.iter_mut().zip(r) {
-                        *oi = (e - m).exp() / z;
-                    }
-                }
-            };
-            if n > 0 {
-                if s.len() >= PAR_MIN {
-                    out.par_chunks_mut(n).zip(s.par_chunks(n)).for_each(row);
-                } else {
-                    out.chunks_mut(n).zip(s.chunks(n)).for_each(row);
-                }
-            }
-            out
-        })?;
-        from_vec(v, &mdims)?
-    });
-    let data = if rank > 0 && d != last {
-        data.transpose(d, last).op(op)?.contiguous().op(op)?
-    } else {
-        data
-    };
-    let out = finish(data, x.dtype())?;
-    record(
-        if log {
-            "LogSoftmaxBackward0"
-        } else {
-            "SoftmaxBackward0"
-        },
-        &out,
-        &[x],
-        || vec![SavedTensor::output(&out)],
-        move |ctx, g| {
-            let y = &ctx.saved[0];
-            let gx = if log {
-                // g - exp(y) * sum(g)
-                sub(g, &mul(&exp(y)?, &sum(g, Some(&[d]), true)?)?)?
-            } else {
-                // y * (g - sum(g * y))
-                mul(y, &sub(g, &sum(&mul(g, y)?, Some(&[d]), true)?)?)?
-            };
-            Ok(vec![Some(gx)])
-        },
-    );
     Ok(out)
 }
 

@@ -164,7 +164,7 @@ def softmax(input: Tensor, dim: int | None = None, _stacklevel: int = 3, dtype=N
         input = input.to(dtype)
     if dim is None:
         dim = _softmax_dim(input.dim())
-    return _core._nn_softmax(input, dim, False)
+    return _core.softmax(input, dim)
 
 
 def log_softmax(input: Tensor, dim: int | None = None, _stacklevel: int = 3, dtype=None) -> Tensor:
@@ -172,7 +172,7 @@ def log_softmax(input: Tensor, dim: int | None = None, _stacklevel: int = 3, dty
         input = input.to(dtype)
     if dim is None:
         dim = _softmax_dim(input.dim())
-    return _core._nn_softmax(input, dim, True)
+    return _core.log_softmax(input, dim)
 
 
 # ---- losses ----
