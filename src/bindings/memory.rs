@@ -76,6 +76,25 @@ fn memory_accounting_mode() -> &'static str {
     }
 }
 
+/// Switch the accounting mode ("on", "off", "locked") for an overhead measurement.
+/// Buffers allocated while "off" are never counted: the figures are wrong afterwards.
+#[pyfunction]
+#[pyo3(name = "_set_memory_accounting_mode")]
+fn set_memory_accounting_mode(mode: &str) -> PyResult<()> {
+    let m = match mode {
+        "on" => memory::Mode::On,
+        "off" => memory::Mode::Off,
+        "locked" => memory::Mode::Locked,
+        other => {
+            return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                "memory accounting mode must be 'on', 'off' or 'locked', got {other:?}"
+            )))
+        }
+    };
+    memory::set_mode(m);
+    Ok(())
+}
+
 /// Label recorded events with the op or step running (the engine sets backward nodes).
 #[pyfunction]
 #[pyo3(name = "_set_memory_context")]
@@ -165,6 +184,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(memory_peak_by_category, m)?)?;
     m.add_function(wrap_pyfunction!(memory_counts, m)?)?;
     m.add_function(wrap_pyfunction!(memory_accounting_mode, m)?)?;
+    m.add_function(wrap_pyfunction!(set_memory_accounting_mode, m)?)?;
     m.add_function(wrap_pyfunction!(set_memory_context, m)?)?;
     m.add_function(wrap_pyfunction!(set_memory_phase, m)?)?;
     m.add_function(wrap_pyfunction!(record_memory_history, m)?)?;

@@ -136,6 +136,8 @@ def plot_timeline(snapshot_or_path, out_png, *, title: str | None = None, dpi: i
             zorder=2,
         )
         total = tl.total
+        # The outline shows short spikes that are narrower than a pixel of area.
+        ax.step(t_ms, [b / mib for b in total], where="post", color="black", lw=0.6, zorder=3)
         peak = max(total)
         i_peak = total.index(peak)
         ax.axhline(peak / mib, color="black", lw=0.8, ls="--", zorder=3)
