@@ -4,13 +4,25 @@
 //! pointer. The counting global allocator sees the moment that buffer is really freed
 //! (the last candle reference dropped), so `memory_allocated()` is exactly the bytes of
 //! live tensor storage: views add nothing, and a buffer shared by several tensors counts once.
+//!
+//! Cost. Every deallocation in the extension passes through `CountingAllocator::dealloc`.
+//! Its fast path is one hash and one relaxed load of a counting filter (`FILTER`): a slot
+//! is non-zero only while a registered buffer hashes to it, so frees of everything else
+//! (shapes, `Arc`s, strings, candle temporaries) never touch a lock. Tensor events (a
+//! buffer registered, a role changed, a buffer freed) take the registry's one lock, which
+//! also guards every counter: two atomic operations per event, where separate atomic
+//! counters cost a dozen (measured: `benches/memory_overhead.py`).
+//!
+//! History. `record_history(true, n)` keeps the last `n` events (alloc, free, category
+//! change, phase change) with the phase and op running, for `gradstream.memory.snapshot()`.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
-use std::sync::OnceLock;
-use std::time::Instant;
+use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use candle_core::{CpuStorage, Storage};
 use parking_lot::Mutex;
@@ -54,12 +66,23 @@ pub enum Role {
     Activation = 3,
 }
 
+/// The phase and op running when something happened (empty strings when unknown).
+#[derive(Clone, Debug, Default)]
+pub struct Label {
+    pub phase: Arc<str>,
+    pub op: Arc<str>,
+}
+
 struct Entry {
     bytes: usize,
     /// gradstream tensors wrapping this buffer.
     refs: usize,
     roles: [u32; 4],
     category: Category,
+    /// The first category other than `Other` this buffer took (what it was for).
+    lifetime: Category,
+    /// What was running when it was registered (only while history is recorded).
+    label: Option<Label>,
 }
 
 impl Entry {
@@ -72,34 +95,173 @@ impl Entry {
     }
 }
 
-/// One allocation or free, for the recorded history.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventKind {
+    Alloc,
+    Free,
+    /// A live buffer moved from `previous` to `category`.
+    Category,
+    /// A phase began (`label.phase`; empty: the phase ended).
+    Phase,
+}
+
+impl EventKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            EventKind::Alloc => "alloc",
+            EventKind::Free => "free",
+            EventKind::Category => "category",
+            EventKind::Phase => "phase",
+        }
+    }
+}
+
+/// One entry of the recorded history.
 #[derive(Clone, Debug)]
 pub struct Event {
-    pub alloc: bool,
+    pub kind: EventKind,
     pub addr: usize,
     pub size: usize,
+    /// Alloc: `Other`; Free: the category at the free; Category: the new category.
     pub category: Category,
+    /// Free: the buffer's lifetime category; Category: the category it left.
+    pub previous: Category,
     pub time_us: u64,
-    pub context: String,
+    pub label: Label,
 }
 
 struct History {
     enabled: bool,
+    /// Whether events are kept ("all"), or only live buffers' labels ("state").
+    trace: bool,
     max_entries: usize,
-    events: Vec<Event>,
+    events: VecDeque<Event>,
+    /// Bytes by category just before the first kept event (events dropped from the front
+    /// of the ring are folded in), so the history replays to exact totals.
+    baseline: [i64; 5],
 }
 
-static REGISTERED: AtomicUsize = AtomicUsize::new(0);
-static CURRENT: AtomicI64 = AtomicI64::new(0);
-static PEAK: AtomicI64 = AtomicI64::new(0);
-static NUM_ALLOCS: AtomicU64 = AtomicU64::new(0);
-static NUM_FREES: AtomicU64 = AtomicU64::new(0);
-static BY_CATEGORY: [AtomicI64; 5] = [const { AtomicI64::new(0) }; 5];
+// ---- the registry: one lock over the buffers and the counters, and a counting filter ----
+
+#[derive(Default)]
+struct Counters {
+    current: i64,
+    peak: i64,
+    live: i64,
+    live_peak: i64,
+    num_allocs: u64,
+    num_frees: u64,
+    bytes_allocated: u64,
+    bytes_freed: u64,
+    by_category: [i64; 5],
+    peak_by_category: [i64; 5],
+}
+
+impl Counters {
+    fn add(&mut self, category: Category, bytes: i64) {
+        let c = &mut self.by_category[category as usize];
+        *c += bytes;
+        let p = &mut self.peak_by_category[category as usize];
+        *p = (*p).max(*c);
+    }
+}
+
+struct Registry {
+    buffers: HashMap<usize, Entry, BuildHasherDefault<AddrHasher>>,
+    counters: Counters,
+}
+
 static RECORDING: AtomicBool = AtomicBool::new(false);
 
-fn registry() -> &'static Mutex<HashMap<usize, Entry>> {
-    static R: OnceLock<Mutex<HashMap<usize, Entry>>> = OnceLock::new();
-    R.get_or_init(|| Mutex::new(HashMap::new()))
+const FILTER_BITS: u32 = 14;
+const FILTER_LEN: usize = 1 << FILTER_BITS;
+
+/// `FILTER[slot(addr)]`: how many registered buffers hash to this slot. Zero means the
+/// address is certainly not registered, so the free needs no lock. Written only under
+/// the registry lock (plain load + store), read by every free.
+static FILTER: [AtomicU32; FILTER_LEN] = [const { AtomicU32::new(0) }; FILTER_LEN];
+
+#[inline]
+fn mix(addr: usize) -> u64 {
+    ((addr as u64) >> 4).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
+#[inline]
+fn slot_of(addr: usize) -> usize {
+    ((mix(addr) >> 32) as usize) & (FILTER_LEN - 1)
+}
+
+fn filter_add(addr: usize, delta: i32) {
+    let f = &FILTER[slot_of(addr)];
+    f.store(
+        (f.load(Ordering::Relaxed) as i64 + delta as i64) as u32,
+        Ordering::Release,
+    );
+}
+
+/// Addresses are spread by `mix`; SipHash would only cost time.
+#[derive(Default)]
+struct AddrHasher(u64);
+
+impl Hasher for AddrHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8 | b as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_usize(&mut self, n: usize) {
+        self.0 = mix(n);
+    }
+}
+
+fn registry() -> &'static Mutex<Registry> {
+    static R: OnceLock<Mutex<Registry>> = OnceLock::new();
+    R.get_or_init(|| {
+        Mutex::new(Registry {
+            buffers: HashMap::default(),
+            counters: Counters::default(),
+        })
+    })
+}
+
+/// How the accounting runs; read once from `GRADSTREAM_MEMORY_ACCOUNTING`.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Mode {
+    /// Normal: filter, then the registry lock.
+    On = 1,
+    /// For measurement only: nothing is registered, every counter stays 0.
+    Off = 2,
+    /// For measurement only: every free takes the registry lock (no filter).
+    Locked = 3,
+}
+
+static MODE: AtomicU8 = AtomicU8::new(0);
+
+pub fn mode() -> Mode {
+    match MODE.load(Ordering::Relaxed) {
+        1 => Mode::On,
+        2 => Mode::Off,
+        3 => Mode::Locked,
+        _ => {
+            let m = match std::env::var("GRADSTREAM_MEMORY_ACCOUNTING").as_deref() {
+                Ok("0") | Ok("off") => Mode::Off,
+                Ok("locked") => Mode::Locked,
+                _ => Mode::On,
+            };
+            MODE.store(m as u8, Ordering::Relaxed);
+            m
+        }
+    }
+}
+
+/// Switch the accounting mode at run time, for overhead measurements only: buffers
+/// allocated while `Off` are never counted, so the figures are wrong afterwards.
+pub fn set_mode(m: Mode) {
+    mode();
+    MODE.store(m as u8, Ordering::Relaxed);
 }
 
 fn history() -> &'static Mutex<History> {
@@ -107,61 +269,115 @@ fn history() -> &'static Mutex<History> {
     H.get_or_init(|| {
         Mutex::new(History {
             enabled: false,
+            trace: false,
             max_entries: usize::MAX,
-            events: Vec::new(),
+            events: VecDeque::new(),
+            baseline: [0; 5],
         })
     })
 }
 
-fn context() -> &'static Mutex<String> {
-    static C: OnceLock<Mutex<String>> = OnceLock::new();
-    C.get_or_init(|| Mutex::new(String::new()))
+fn context() -> &'static Mutex<Label> {
+    static C: OnceLock<Mutex<Label>> = OnceLock::new();
+    C.get_or_init(|| Mutex::new(Label::default()))
 }
 
-fn epoch() -> Instant {
-    static E: OnceLock<Instant> = OnceLock::new();
-    *E.get_or_init(Instant::now)
+/// Microseconds since the Unix epoch, from a monotonic clock.
+fn now_us() -> u64 {
+    static E: OnceLock<(Instant, u64)> = OnceLock::new();
+    let (t0, unix0) = E.get_or_init(|| {
+        let unix = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_micros() as u64)
+            .unwrap_or(0);
+        (Instant::now(), unix)
+    });
+    unix0 + t0.elapsed().as_micros() as u64
 }
 
 thread_local! {
     // Set while this thread is inside the registry: the registry's own (de)allocations are
-    // not tensor storage, and looking them up would re-enter the lock.
+    // not tensor storage, and looking them up would re-enter the registry lock.
     static IN_REGISTRY: Cell<bool> = const { Cell::new(false) };
 }
 
 fn guarded<R>(f: impl FnOnce() -> R) -> R {
-    IN_REGISTRY.with(|g| g.set(true));
+    let prev = IN_REGISTRY.with(|g| g.replace(true));
     let r = f();
-    IN_REGISTRY.with(|g| g.set(false));
+    IN_REGISTRY.with(|g| g.set(prev));
     r
 }
 
-fn record_event(alloc: bool, addr: usize, size: usize, category: Category) {
+/// What is running now, as recorded on events: the explicit phase, or "backward" while
+/// the engine has named the node it runs.
+fn current_label() -> Label {
+    let c = context().lock();
+    let phase = if c.phase.is_empty() && !c.op.is_empty() {
+        Arc::from("backward")
+    } else {
+        c.phase.clone()
+    };
+    Label {
+        phase,
+        op: c.op.clone(),
+    }
+}
+
+fn category_delta(e: &Event) -> [(Category, i64); 2] {
+    match e.kind {
+        EventKind::Alloc => [(e.category, e.size as i64), (Category::Other, 0)],
+        EventKind::Free => [(e.category, -(e.size as i64)), (Category::Other, 0)],
+        EventKind::Category => [(e.category, e.size as i64), (e.previous, -(e.size as i64))],
+        EventKind::Phase => [(Category::Other, 0), (Category::Other, 0)],
+    }
+}
+
+fn push_event(h: &mut History, e: Event) {
+    if h.events.len() >= h.max_entries {
+        match h.events.pop_front() {
+            Some(old) => {
+                for (c, d) in category_delta(&old) {
+                    h.baseline[c as usize] += d;
+                }
+            }
+            None => return, // max_entries == 0
+        }
+    }
+    h.events.push_back(e);
+}
+
+fn record_event(
+    kind: EventKind,
+    addr: usize,
+    size: usize,
+    category: Category,
+    previous: Category,
+    label: Option<Label>,
+) {
     if !RECORDING.load(Ordering::Relaxed) {
         return;
     }
+    let label = label.unwrap_or_else(current_label);
     let mut h = history().lock();
-    if !h.enabled || h.events.len() >= h.max_entries {
+    if !h.enabled || !h.trace {
         return;
     }
-    let ctx = context().lock().clone();
-    h.events.push(Event {
-        alloc,
-        addr,
-        size,
-        category,
-        time_us: epoch().elapsed().as_micros() as u64,
-        context: ctx,
-    });
+    push_event(
+        &mut h,
+        Event {
+            kind,
+            addr,
+            size,
+            category,
+            previous,
+            time_us: now_us(),
+            label,
+        },
+    );
 }
 
-fn add_bytes(category: Category, bytes: i64) {
-    BY_CATEGORY[category as usize].fetch_add(bytes, Ordering::Relaxed);
-    let now = CURRENT.fetch_add(bytes, Ordering::Relaxed) + bytes;
-    PEAK.fetch_max(now, Ordering::Relaxed);
-}
-
-/// The registry key and byte size of a candle tensor's buffer; `None` for empty buffers.
+/// The registry key and byte size of a candle tensor's buffer; `None` for empty buffers
+/// and for buffers that are not in host memory.
 pub fn storage_key(t: &candle_core::Tensor) -> Option<(usize, usize)> {
     let (storage, _) = t.storage_and_layout();
     let (ptr, bytes) = match &*storage {
@@ -172,6 +388,7 @@ pub fn storage_key(t: &candle_core::Tensor) -> Option<(usize, usize)> {
 }
 
 fn cpu_ptr_bytes(s: &CpuStorage) -> (usize, usize) {
+    // The allocation's size is the capacity, which is what the allocator frees.
     fn pb<T>(v: &Vec<T>) -> (usize, usize) {
         (v.as_ptr() as usize, v.capacity() * std::mem::size_of::<T>())
     }
@@ -200,25 +417,46 @@ pub fn buffer_key(t: &candle_core::Tensor) -> Option<usize> {
 
 /// A gradstream tensor now wraps this buffer.
 pub fn register(key: usize, bytes: usize) {
+    if mode() == Mode::Off {
+        return;
+    }
+    let recording = RECORDING.load(Ordering::Relaxed);
+    let label = recording.then(current_label);
     guarded(|| {
         let mut reg = registry().lock();
-        match reg.get_mut(&key) {
-            Some(e) => e.refs += 1,
-            None => {
-                reg.insert(
-                    key,
-                    Entry {
-                        bytes,
-                        refs: 1,
-                        roles: [0; 4],
-                        category: Category::Other,
-                    },
-                );
-                REGISTERED.fetch_add(1, Ordering::Relaxed);
-                NUM_ALLOCS.fetch_add(1, Ordering::Relaxed);
-                add_bytes(Category::Other, bytes as i64);
-                record_event(true, key, bytes, Category::Other);
-            }
+        if let Some(e) = reg.buffers.get_mut(&key) {
+            e.refs += 1;
+            return;
+        }
+        reg.buffers.insert(
+            key,
+            Entry {
+                bytes,
+                refs: 1,
+                roles: [0; 4],
+                category: Category::Other,
+                lifetime: Category::Other,
+                label: label.clone(),
+            },
+        );
+        filter_add(key, 1);
+        let c = &mut reg.counters;
+        c.num_allocs += 1;
+        c.bytes_allocated += bytes as u64;
+        c.live += 1;
+        c.live_peak = c.live_peak.max(c.live);
+        c.current += bytes as i64;
+        c.peak = c.peak.max(c.current);
+        c.add(Category::Other, bytes as i64);
+        if recording {
+            record_event(
+                EventKind::Alloc,
+                key,
+                bytes,
+                Category::Other,
+                Category::Other,
+                label,
+            );
         }
     })
 }
@@ -227,7 +465,7 @@ pub fn register(key: usize, bytes: usize) {
 /// the allocator frees the buffer.
 pub fn unregister(key: usize) {
     guarded(|| {
-        if let Some(e) = registry().lock().get_mut(&key) {
+        if let Some(e) = registry().lock().buffers.get_mut(&key) {
             e.refs = e.refs.saturating_sub(1);
         }
     })
@@ -235,22 +473,39 @@ pub fn unregister(key: usize) {
 
 /// Whether exactly one gradstream tensor wraps this buffer.
 pub fn is_unique(key: usize) -> bool {
-    guarded(|| registry().lock().get(&key).is_some_and(|e| e.refs == 1))
+    if mode() == Mode::Off {
+        return false;
+    }
+    guarded(|| {
+        registry()
+            .lock()
+            .buffers
+            .get(&key)
+            .is_some_and(|e| e.refs == 1)
+    })
 }
 
 fn change_role(key: usize, role: Role, delta: i32) {
     guarded(|| {
         let mut reg = registry().lock();
-        if let Some(e) = reg.get_mut(&key) {
-            let slot = &mut e.roles[role as usize];
-            *slot = (*slot as i64 + delta as i64).max(0) as u32;
-            let new = e.derive_category();
-            if new != e.category {
-                BY_CATEGORY[e.category as usize].fetch_sub(e.bytes as i64, Ordering::Relaxed);
-                BY_CATEGORY[new as usize].fetch_add(e.bytes as i64, Ordering::Relaxed);
-                e.category = new;
-            }
+        let reg = &mut *reg;
+        let Some(e) = reg.buffers.get_mut(&key) else {
+            return;
+        };
+        let slot = &mut e.roles[role as usize];
+        *slot = (*slot as i64 + delta as i64).max(0) as u32;
+        let new = e.derive_category();
+        if new == e.category {
+            return;
         }
+        let old = e.category;
+        reg.counters.add(old, -(e.bytes as i64));
+        reg.counters.add(new, e.bytes as i64);
+        e.category = new;
+        if e.lifetime == Category::Other {
+            e.lifetime = new;
+        }
+        record_event(EventKind::Category, key, e.bytes, new, old, None);
     })
 }
 
@@ -262,17 +517,74 @@ pub fn remove_role(key: usize, role: Role) {
     change_role(key, role, -1)
 }
 
-fn on_free(addr: usize) {
+/// A forward op recorded its node: label the output's buffer with the node's name if it
+/// was just allocated (not a view of an input).
+pub fn label_output(out: Option<usize>, inputs: &[Option<usize>], name: &str) {
+    if !RECORDING.load(Ordering::Relaxed) {
+        return;
+    }
+    let Some(key) = out else { return };
+    if inputs.contains(&Some(key)) {
+        return;
+    }
     guarded(|| {
-        let removed = registry().lock().remove(&addr);
-        if let Some(e) = removed {
-            REGISTERED.fetch_sub(1, Ordering::Relaxed);
-            NUM_FREES.fetch_add(1, Ordering::Relaxed);
-            BY_CATEGORY[e.category as usize].fetch_sub(e.bytes as i64, Ordering::Relaxed);
-            CURRENT.fetch_sub(e.bytes as i64, Ordering::Relaxed);
-            record_event(false, addr, e.bytes, e.category);
+        let label = {
+            let c = context().lock();
+            Label {
+                phase: if c.phase.is_empty() {
+                    Arc::from("forward")
+                } else {
+                    c.phase.clone()
+                },
+                op: Arc::from(name),
+            }
+        };
+        {
+            let mut reg = registry().lock();
+            match reg.buffers.get_mut(&key).and_then(|e| e.label.as_mut()) {
+                Some(l) if l.op.is_empty() => *l = label.clone(),
+                _ => return,
+            }
+        }
+        let mut h = history().lock();
+        let found = h
+            .events
+            .iter_mut()
+            .rev()
+            .take(64)
+            .find(|e| e.addr == key && e.kind == EventKind::Alloc);
+        if let Some(e) = found {
+            if e.label.op.is_empty() {
+                e.label = label;
+            }
         }
     })
+}
+
+fn on_free(addr: usize) {
+    guarded(|| {
+        let mut reg = registry().lock();
+        let Some(e) = reg.buffers.remove(&addr) else {
+            return;
+        };
+        filter_add(addr, -1);
+        let c = &mut reg.counters;
+        c.live -= 1;
+        c.num_frees += 1;
+        c.bytes_freed += e.bytes as u64;
+        c.current -= e.bytes as i64;
+        c.by_category[e.category as usize] -= e.bytes as i64;
+        record_event(EventKind::Free, addr, e.bytes, e.category, e.lifetime, None);
+    })
+}
+
+/// Whether a free of `ptr` must be looked up: it may be a registered buffer, and this
+/// thread is not inside the registry already.
+#[inline]
+fn watched(ptr: *mut u8) -> bool {
+    let maybe = MODE.load(Ordering::Relaxed) == Mode::Locked as u8
+        || FILTER[slot_of(ptr as usize)].load(Ordering::Acquire) > 0;
+    maybe && !IN_REGISTRY.try_with(|g| g.get()).unwrap_or(true)
 }
 
 /// The extension's global allocator: the system allocator, watching frees of registered buffers.
@@ -286,78 +598,226 @@ unsafe impl GlobalAlloc for CountingAllocator {
         System.alloc_zeroed(layout)
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        if REGISTERED.load(Ordering::Relaxed) > 0 && !IN_REGISTRY.with(|g| g.get()) {
+        if watched(ptr) {
             on_free(ptr as usize);
         }
         System.dealloc(ptr, layout)
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if REGISTERED.load(Ordering::Relaxed) > 0 && !IN_REGISTRY.with(|g| g.get()) {
+        // A registered buffer that is resized is no longer the buffer that was registered.
+        if watched(ptr) {
             on_free(ptr as usize);
         }
         System.realloc(ptr, layout, new_size)
     }
 }
 
+fn read<R>(f: impl FnOnce(&Counters) -> R) -> R {
+    guarded(|| f(&registry().lock().counters))
+}
+
 pub fn memory_allocated() -> i64 {
-    CURRENT.load(Ordering::Relaxed)
+    read(|c| c.current)
 }
 
 pub fn max_memory_allocated() -> i64 {
-    PEAK.load(Ordering::Relaxed)
+    read(|c| c.peak)
 }
 
 pub fn reset_peak_memory_stats() {
-    PEAK.store(CURRENT.load(Ordering::Relaxed), Ordering::Relaxed);
+    guarded(|| {
+        let c = &mut registry().lock().counters;
+        c.peak = c.current;
+        c.live_peak = c.live;
+        c.peak_by_category = c.by_category;
+    })
+}
+
+/// Counters in the style of `torch.cuda.memory_stats()`.
+pub struct Stats {
+    pub num_allocs: u64,
+    pub num_frees: u64,
+    pub bytes_allocated: u64,
+    pub bytes_freed: u64,
+    pub live: i64,
+    pub live_peak: i64,
+}
+
+pub fn stats() -> Stats {
+    read(|c| Stats {
+        num_allocs: c.num_allocs,
+        num_frees: c.num_frees,
+        bytes_allocated: c.bytes_allocated,
+        bytes_freed: c.bytes_freed,
+        live: c.live,
+        live_peak: c.live_peak,
+    })
 }
 
 pub fn num_allocs() -> u64 {
-    NUM_ALLOCS.load(Ordering::Relaxed)
+    read(|c| c.num_allocs)
 }
 
 pub fn num_frees() -> u64 {
-    NUM_FREES.load(Ordering::Relaxed)
+    read(|c| c.num_frees)
 }
 
 pub fn bytes_by_category() -> [(Category, i64); 5] {
-    Category::ALL.map(|c| (c, BY_CATEGORY[c as usize].load(Ordering::Relaxed)))
+    read(|c| Category::ALL.map(|k| (k, c.by_category[k as usize])))
 }
 
-/// The label attached to recorded events: the op, backward node or optimizer step running.
+pub fn peak_bytes_by_category() -> [(Category, i64); 5] {
+    read(|c| Category::ALL.map(|k| (k, c.peak_by_category[k as usize])))
+}
+
+/// The label attached to recorded events: the backward node (set by the engine) or the
+/// step running. Costs one relaxed load when history is off.
 pub fn set_context(label: &str) {
     if RECORDING.load(Ordering::Relaxed) {
         guarded(|| {
             let mut c = context().lock();
-            c.clear();
-            c.push_str(label);
+            if &*c.op != label {
+                c.op = Arc::from(label);
+            }
         })
     }
 }
 
-pub fn record_history(enabled: bool, max_entries: usize) {
+/// Set the phase (e.g. "forward", "backward", "optimizer"); returns the previous one so
+/// a scope can restore it. Recorded as a phase event.
+pub fn set_phase(phase: &str) -> String {
     guarded(|| {
+        let prev = {
+            let mut c = context().lock();
+            let prev = c.phase.to_string();
+            c.phase = Arc::from(phase);
+            prev
+        };
+        if RECORDING.load(Ordering::Relaxed) {
+            let label = Label {
+                phase: Arc::from(phase),
+                op: Arc::from(""),
+            };
+            record_event(
+                EventKind::Phase,
+                0,
+                0,
+                Category::Other,
+                Category::Other,
+                Some(label),
+            );
+        }
+        prev
+    })
+}
+
+/// Start (`enabled`) or stop recording. Starting clears the history; `trace` false keeps
+/// only the labels of live buffers (PyTorch's `"state"`). Keeps the last `max_entries`.
+pub fn record_history(enabled: bool, trace: bool, max_entries: usize) {
+    guarded(|| {
+        // Registry before history, the order every tensor event takes them in; holding
+        // the registry keeps events out until the baseline and the flag agree.
+        let reg = registry().lock();
         let mut h = history().lock();
-        h.enabled = enabled;
-        h.max_entries = max_entries;
         if enabled {
             h.events.clear();
-            epoch();
+            h.baseline = reg.counters.by_category;
+            now_us();
         }
+        h.enabled = enabled;
+        h.trace = trace;
+        h.max_entries = max_entries;
         RECORDING.store(enabled, Ordering::Relaxed);
     })
 }
 
-pub fn history_events() -> Vec<Event> {
-    guarded(|| history().lock().events.clone())
+pub fn is_recording() -> bool {
+    RECORDING.load(Ordering::Relaxed)
 }
 
-/// Live registered buffers as (address, bytes, category), for a snapshot's segments.
-pub fn live_blocks() -> Vec<(usize, usize, Category)> {
+/// The recorded events and the bytes by category just before the first of them.
+pub fn history_events() -> (Vec<Event>, [i64; 5]) {
     guarded(|| {
-        registry()
-            .lock()
-            .iter()
-            .map(|(&a, e)| (a, e.bytes, e.category))
-            .collect()
+        let h = history().lock();
+        (h.events.iter().cloned().collect(), h.baseline)
     })
+}
+
+/// A live registered buffer, for a snapshot's segments.
+pub struct Block {
+    pub addr: usize,
+    pub bytes: usize,
+    pub category: Category,
+    pub lifetime: Category,
+    pub label: Option<Label>,
+}
+
+pub fn live_blocks() -> Vec<Block> {
+    guarded(|| {
+        let mut out: Vec<Block> = registry()
+            .lock()
+            .buffers
+            .iter()
+            .map(|(&addr, e)| Block {
+                addr,
+                bytes: e.bytes,
+                category: e.category,
+                lifetime: e.lifetime,
+                label: e.label.clone(),
+            })
+            .collect();
+        out.sort_by_key(|b| b.addr);
+        out
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn filter_spreads_addresses() {
+        // Page-aligned (+16) addresses, as large mallocs return, must not pile into one slot.
+        let mut slots = std::collections::HashSet::new();
+        for i in 0..1000usize {
+            slots.insert(slot_of(0x7f00_0000_0010 + i * 4096));
+        }
+        assert!(slots.len() > 900);
+    }
+}
+
+#[cfg(test)]
+mod timing {
+    use super::*;
+
+    #[test]
+    #[ignore]
+    fn time_register_free() {
+        let n = 1_000_000usize;
+        let keys: Vec<usize> = (0..64).map(|i| 0x7f00_0000_0010 + i * 4096).collect();
+        let t0 = Instant::now();
+        for i in 0..n {
+            let k = keys[i % 64];
+            register(k, 64);
+            unregister(k);
+            on_free(k);
+        }
+        let per = t0.elapsed().as_nanos() as f64 / n as f64;
+        eprintln!("register+unregister+free: {per:.1} ns");
+        let t0 = Instant::now();
+        for i in 0..n {
+            let k = keys[i % 64];
+            std::hint::black_box(watched(k as *mut u8));
+        }
+        let per = t0.elapsed().as_nanos() as f64 / n as f64;
+        eprintln!("watched (miss): {per:.1} ns");
+        register(keys[0], 64);
+        let t0 = Instant::now();
+        for _ in 0..n {
+            add_role(keys[0], Role::Activation);
+            remove_role(keys[0], Role::Activation);
+        }
+        let per = t0.elapsed().as_nanos() as f64 / n as f64;
+        eprintln!("add+remove role: {per:.1} ns");
+    }
 }

@@ -132,4 +132,8 @@ pub fn record(
         backward: Box::new(backward),
     });
     out.set_grad_fn(Some(node));
+    if crate::memory::is_recording() {
+        let keys: Vec<_> = inputs.iter().map(|t| t.storage_key()).collect();
+        crate::memory::label_output(out.storage_key(), &keys, name);
+    }
 }

@@ -1,0 +1,235 @@
+"""`gradstream.memory`: exact bytes held by tensors, shaped like `torch.cuda`'s memory API.
+
+On the CPU every figure is exact: a counting allocator in the extension sees the moment a
+tensor buffer is really freed. Views add nothing; a buffer shared by several tensors
+counts once. Bytes are split by what they are for: ``parameter``, ``gradient``,
+``optimizer_state``, ``activation`` (saved for backward) and ``other``.
+
+Accounting is always on and costs well under 2% of a training step
+(``benches/memory_overhead.py``). Recording a history (``record_history``) costs more:
+one locked append per buffer event.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from .. import _core
+from .snapshot import _dump_snapshot, _snapshot, dump_snapshot, snapshot
+from .timeline import plot_timeline, timeline
+
+CATEGORIES = ("parameter", "gradient", "optimizer_state", "activation", "other")
+
+
+def memory_allocated(device=None) -> int:
+    """Bytes of tensor storage alive now: exact, views count nothing, shared buffers once."""
+    return _core._memory_allocated()
+
+
+def max_memory_allocated(device=None) -> int:
+    """The peak of `memory_allocated()` since start or the last `reset_peak_memory_stats()`."""
+    return _core._max_memory_allocated()
+
+
+def memory_reserved(device=None) -> int:
+    """Same as `memory_allocated()`: there is no caching allocator holding freed bytes."""
+    return memory_allocated()
+
+
+def max_memory_reserved(device=None) -> int:
+    """Same as `max_memory_allocated()` (no cache)."""
+    return max_memory_allocated()
+
+
+def reset_peak_memory_stats(device=None) -> None:
+    """Reset every peak (total, by category, buffer count) to its current value."""
+    _core._reset_peak_memory_stats()
+
+
+def reset_max_memory_allocated(device=None) -> None:
+    reset_peak_memory_stats(device)
+
+
+def empty_cache() -> None:
+    """Nothing to release: freed tensor bytes go straight back to the system allocator."""
+
+
+def memory_by_category(device=None) -> dict[str, int]:
+    """Bytes now by what they are for: parameter, gradient, optimizer_state, activation, other."""
+    return {c: b for c, b in _core._memory_by_category().items()}
+
+
+def max_memory_by_category(device=None) -> dict[str, int]:
+    """Peak bytes of each category since start or the last reset (each its own peak)."""
+    return {c: b for c, b in _core._memory_peak_by_category().items()}
+
+
+def memory_stats(device=None) -> dict[str, int]:
+    """Counters in `torch.cuda.memory_stats()`'s key style.
+
+    ``allocated_bytes.all.{current,peak,allocated,freed}``, ``allocation.all.*`` (buffer
+    counts), ``allocated_bytes.<category>.{current,peak}``, ``num_allocs``, ``num_frees``;
+    ``active_bytes`` and ``reserved_bytes`` equal ``allocated_bytes`` (no cache).
+    """
+    allocs, frees, bytes_alloc, bytes_freed, live, live_peak = _core._memory_counts()
+    current, peak = memory_allocated(), max_memory_allocated()
+    stats: dict[str, int] = {}
+    for prefix in ("allocated_bytes", "active_bytes", "reserved_bytes"):
+        stats[f"{prefix}.all.current"] = current
+        stats[f"{prefix}.all.peak"] = peak
+        stats[f"{prefix}.all.allocated"] = bytes_alloc
+        stats[f"{prefix}.all.freed"] = bytes_freed
+    stats["allocation.all.current"] = live
+    stats["allocation.all.peak"] = live_peak
+    stats["allocation.all.allocated"] = allocs
+    stats["allocation.all.freed"] = frees
+    peaks = max_memory_by_category()
+    for cat, b in memory_by_category().items():
+        stats[f"allocated_bytes.{cat}.current"] = b
+        stats[f"allocated_bytes.{cat}.peak"] = peaks[cat]
+    stats["num_allocs"] = allocs
+    stats["num_frees"] = frees
+    stats["num_ooms"] = 0
+    return dict(sorted(stats.items()))
+
+
+def _fmt(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def memory_summary(device=None, abbreviated: bool = False) -> str:
+    """A table of current and peak bytes, overall and by category."""
+    cur, peak = memory_by_category(), max_memory_by_category()
+    rows = [("all", memory_allocated(), max_memory_allocated())]
+    rows += [(c, cur[c], peak[c]) for c in CATEGORIES]
+    lines = [f"{'category':<16}{'current':>14}{'peak':>14}"]
+    lines += [f"{name:<16}{_fmt(c):>14}{_fmt(p):>14}" for name, c, p in rows]
+    return "\n".join(lines)
+
+
+@dataclass
+class TrackResult:
+    """What `track()` saw: the block's peak above its start, and its net change."""
+
+    start: int = 0
+    peak: int = 0
+    end: int = 0
+    by_category: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def peak_increase(self) -> int:
+        """Highest bytes above the start reached inside the block."""
+        return self.peak - self.start
+
+    @property
+    def net(self) -> int:
+        """Bytes still allocated at the end that were not at the start (negative: freed)."""
+        return self.end - self.start
+
+
+@contextlib.contextmanager
+def track() -> Iterator[TrackResult]:
+    """Measure a block: ``with memory.track() as m: ...`` then ``m.peak_increase``, ``m.net``.
+
+    Resets the peak counters on entry (as `reset_peak_memory_stats()` does).
+    ``m.by_category`` is the net change of each category.
+    """
+    before = memory_by_category()
+    r = TrackResult(start=memory_allocated())
+    reset_peak_memory_stats()
+    try:
+        yield r
+    finally:
+        r.peak = max(max_memory_allocated(), r.start)
+        r.end = memory_allocated()
+        after = memory_by_category()
+        r.by_category = {c: after[c] - before[c] for c in CATEGORIES}
+
+
+def record_history(
+    enabled: str | None = "all",
+    context=None,
+    stacks=None,
+    max_entries: int = 2**63 - 1,
+) -> None:
+    """Record allocation history for `snapshot()`, as `torch.cuda.memory._record_memory_history`.
+
+    Args:
+        enabled: ``"all"`` keeps every alloc/free/category event; ``"state"`` keeps only
+            what allocated the live buffers; ``None`` stops recording. Starting clears
+            the previous history.
+        context, stacks: accepted for compatibility; events carry the phase and op
+            running (forward op, backward node, optimizer step), not Python stacks.
+        max_entries: keep the last this many events (a ring, as in PyTorch).
+
+    Recording costs one locked append per buffer event: use it to look, not in production.
+    """
+    if enabled not in ("all", "state", None, True, False):
+        raise ValueError(f"record_history: enabled must be 'all', 'state' or None, got {enabled!r}")
+    if max_entries < 0:
+        raise ValueError(f"record_history: max_entries must be >= 0, got {max_entries}")
+    on = enabled not in (None, False)
+    _core._record_memory_history(on, enabled != "state", min(max_entries, 2**63 - 1))
+
+
+_record_memory_history = record_history
+
+
+@contextlib.contextmanager
+def phase(name: str) -> Iterator[None]:
+    """Label what runs inside as a phase (``"forward"``, ``"backward"``, ``"optimizer"``...).
+
+    Recorded events carry it; `plot_timeline` shades it. Phases nest: the outer one is
+    restored on exit. Costs nothing measurable when history is off.
+    """
+    prev = _core._set_memory_phase(str(name))
+    try:
+        yield
+    finally:
+        _core._set_memory_phase(prev)
+
+
+def set_context(label: str) -> None:
+    """Name the op or step running on recorded events (the engine names backward nodes)."""
+    _core._set_memory_context(str(label))
+
+
+def accounting_mode() -> str:
+    """``"on"``; ``"off"`` or ``"locked"`` only when ``GRADSTREAM_MEMORY_ACCOUNTING`` is set
+    for an overhead measurement (``benches/memory_overhead.py``)."""
+    return _core._memory_accounting_mode()
+
+
+__all__ = [
+    "CATEGORIES",
+    "TrackResult",
+    "accounting_mode",
+    "dump_snapshot",
+    "empty_cache",
+    "max_memory_allocated",
+    "max_memory_by_category",
+    "max_memory_reserved",
+    "memory_allocated",
+    "memory_by_category",
+    "memory_reserved",
+    "memory_stats",
+    "memory_summary",
+    "phase",
+    "plot_timeline",
+    "record_history",
+    "reset_max_memory_allocated",
+    "reset_peak_memory_stats",
+    "set_context",
+    "snapshot",
+    "timeline",
+    "track",
+    "_dump_snapshot",
+    "_record_memory_history",
+    "_snapshot",
+]

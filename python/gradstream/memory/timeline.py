@@ -1,0 +1,165 @@
+"""Bytes by category over time, from a snapshot's recorded events, and its plot."""
+
+from __future__ import annotations
+
+import os
+import pickle
+from dataclasses import dataclass
+from typing import Any
+
+# Bottom to top of the stacked chart.
+STACK_ORDER = ("parameter", "optimizer_state", "gradient", "activation", "other")
+COLORS = {
+    "parameter": "#4e79a7",
+    "optimizer_state": "#af7aa1",
+    "gradient": "#f28e2c",
+    "activation": "#59a14f",
+    "other": "#bab0ab",
+}
+PHASE_COLORS = {"forward": "#dbe9f6", "backward": "#fde2cc", "optimizer": "#e6dcef"}
+_FALLBACK_PHASE_COLORS = ("#e8e8e8", "#f6f0c9", "#d9efe9")
+
+
+@dataclass
+class Timeline:
+    """Replayed history: ``bytes[c][i]`` is category c's bytes after event i.
+
+    ``time_s[i]`` is seconds since the first event; ``phases`` are
+    ``(name, start_s, end_s)`` spans of consecutive events in one phase.
+    """
+
+    time_s: list[float]
+    bytes: dict[str, list[int]]
+    phases: list[tuple[str, float, float]]
+
+    @property
+    def total(self) -> list[int]:
+        return [sum(v) for v in zip(*self.bytes.values(), strict=True)]
+
+
+def _load(snapshot_or_path) -> dict[str, Any]:
+    if isinstance(snapshot_or_path, (str, os.PathLike)):
+        with open(snapshot_or_path, "rb") as f:
+            return pickle.load(f)
+    return snapshot_or_path
+
+
+def timeline(snapshot_or_path) -> Timeline:
+    """Replay a snapshot's (or snapshot file's) events into bytes by category over time."""
+    snap = _load(snapshot_or_path)
+    extra = snap.get("gradstream")
+    if extra is None:
+        raise ValueError(
+            "timeline: this snapshot has no gradstream history (key 'gradstream'); "
+            "take it with gradstream.memory.snapshot() after record_history()"
+        )
+    events = extra["events"]
+    level = {c: int(extra["baseline"].get(c, 0)) for c in STACK_ORDER}
+    t0 = events[0]["time_us"] if events else 0
+    time_s: list[float] = []
+    series: dict[str, list[int]] = {c: [] for c in STACK_ORDER}
+    phases: list[tuple[str, float, float]] = []
+    cur_phase, cur_start = "", 0.0
+
+    def sample(t: float) -> None:
+        time_s.append(t)
+        for c in STACK_ORDER:
+            series[c].append(level[c])
+
+    if events:
+        sample(0.0)
+    for e in events:
+        t = (e["time_us"] - t0) / 1e6
+        kind, size = e["kind"], e["size"]
+        if kind == "alloc":
+            level[e["category"]] += size
+        elif kind == "free":
+            level[e["category"]] -= size
+        elif kind == "category":
+            level[e["previous"]] -= size
+            level[e["category"]] += size
+        if e["phase"] != cur_phase:
+            if cur_phase:
+                phases.append((cur_phase, cur_start, t))
+            cur_phase, cur_start = e["phase"], t
+        sample(t)
+    if cur_phase and time_s:
+        phases.append((cur_phase, cur_start, time_s[-1]))
+    return Timeline(time_s, series, phases)
+
+
+def plot_timeline(snapshot_or_path, out_png, *, title: str | None = None, dpi: int = 120):
+    """Draw bytes by category over time as a stacked area chart (MiB), phases shaded.
+
+    Args:
+        snapshot_or_path: a `snapshot()` dict or the path of a `dump_snapshot()` file,
+            taken with history recorded (`record_history("all")`).
+        out_png: where to write the PNG.
+        title: the chart's title (default: the peak).
+
+    Needs matplotlib (``pip install gradstream[plot]``). Returns the `Timeline` drawn.
+    """
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        from matplotlib.patches import Patch
+    except ImportError as e:  # pragma: no cover - exercised only without matplotlib
+        raise ImportError("plot_timeline needs matplotlib: pip install 'gradstream[plot]'") from e
+
+    tl = timeline(snapshot_or_path)
+    mib = 1024.0 * 1024.0
+    t_ms = [t * 1e3 for t in tl.time_s]
+    fig, ax = plt.subplots(figsize=(11, 5))
+
+    phase_handles = {}
+    fallback = iter(_FALLBACK_PHASE_COLORS * 100)
+    span = (t_ms[-1] - t_ms[0]) if len(t_ms) > 1 else 1.0
+    for name, start, end in tl.phases:
+        color = PHASE_COLORS.get(name)
+        if color is None:
+            color = PHASE_COLORS[name] = next(fallback)
+        ax.axvspan(start * 1e3, end * 1e3, color=color, alpha=0.9, lw=0, zorder=0)
+        phase_handles.setdefault(name, Patch(facecolor=color, label=f"{name} (phase)"))
+
+    ys = [[b / mib for b in tl.bytes[c]] for c in STACK_ORDER]
+    labels = [c.replace("_", " ") for c in STACK_ORDER]
+    if t_ms:
+        ax.stackplot(
+            t_ms,
+            *ys,
+            labels=labels,
+            colors=[COLORS[c] for c in STACK_ORDER],
+            step="post",
+            alpha=0.95,
+            zorder=2,
+        )
+        total = tl.total
+        # The outline shows short spikes that are narrower than a pixel of area.
+        ax.step(t_ms, [b / mib for b in total], where="post", color="black", lw=0.6, zorder=3)
+        peak = max(total)
+        i_peak = total.index(peak)
+        ax.axhline(peak / mib, color="black", lw=0.8, ls="--", zorder=3)
+        ax.annotate(
+            f"peak {peak / mib:.2f} MiB",
+            xy=(t_ms[i_peak], peak / mib),
+            xytext=(4, 4),
+            textcoords="offset points",
+            fontsize=9,
+        )
+        ax.set_xlim(t_ms[0], t_ms[0] + span)
+        ax.set_ylim(0, peak / mib * 1.15 if peak > 0 else 1)
+    ax.set_xlabel("time (ms)")
+    ax.set_ylabel("allocated (MiB)")
+    ax.set_title(title or "gradstream memory by category")
+    ax.grid(axis="y", alpha=0.3, zorder=1)
+    handles, lbls = ax.get_legend_handles_labels()
+    # Legend top to bottom in the order the areas stack.
+    handles, lbls = handles[::-1], lbls[::-1]
+    handles += list(phase_handles.values())
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out_png, dpi=dpi)
+    plt.close(fig)
+    return tl
