@@ -279,7 +279,8 @@ def test_history_labels_phases_and_ops():
     kinds = {e["kind"] for e in events}
     assert {"alloc", "free", "category", "phase"} <= kinds
     fwd_ops = {e["op"] for e in events if e["kind"] == "alloc" and e["phase"] == "forward"}
-    assert {"MmBackward0", "ReluBackward0", "SumBackward0"} <= fwd_ops
+    assert {"MmBackward0", "ReluBackward0"} <= fwd_ops
+    assert any(op.startswith("SumBackward") for op in fwd_ops)
     bwd_ops = {e["op"] for e in events if e["phase"] == "backward"}
     assert "MmBackward0" in bwd_ops
     assert any(e["phase"] == "optimizer" and e["kind"] == "alloc" for e in events)
