@@ -24,7 +24,7 @@ impl SavedTensor {
         let data = t.detach();
         data.set_role(Role::Activation, true);
         SavedTensor {
-            original: t.grad_fn().is_some().then(|| t.clone()),
+            original: t.requires_grad().then(|| t.clone()),
             data,
             is_output: false,
             version: t.version(),
