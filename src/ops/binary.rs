@@ -1,12 +1,16 @@
-//! Element-wise binary ops with broadcasting and PyTorch's type promotion.
+//! Element-wise binary ops with broadcasting and PyTorch's type promotion, `where`,
+//! `clamp`, comparisons, logical ops and the in-place arithmetic (`add_`...).
 //! One table: each op's forward, what it saves, and its backward.
 
-use crate::autograd::function::record;
+use crate::autograd::function::{record, should_record};
 use crate::autograd::saved::SavedTensor;
-use crate::dtype::{DType, DEFAULT_FLOAT};
+use crate::dtype::{Category, DType, DEFAULT_FLOAT};
 use crate::error::{CandleContext, Error, Result};
-use crate::ops::{broadcast_shape, promote, result_dtype, sum_to, unary, Operand};
-use crate::tensor::Tensor;
+use crate::ops::convert::{cast_data, to_dtype};
+use crate::ops::elementwise_kernels::{has_zero, Bin, BinaryKernel};
+use crate::ops::inplace::{update_data, Update};
+use crate::ops::{broadcast_shape, promote, result_dtype, sum_to, unary, Operand, Scalar};
+use crate::tensor::{shape_str, Tensor};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BinaryOp {
@@ -16,6 +20,23 @@ pub enum BinaryOp {
     Div,
     Maximum,
     Minimum,
+    Pow,
+    FloorDivide,
+    /// `div(rounding_mode='trunc')`.
+    TruncDivide,
+    Remainder,
+    Fmod,
+    BitwiseAnd,
+    BitwiseOr,
+    BitwiseXor,
+}
+
+/// Which of (a, b, output) the backward keeps.
+#[derive(Clone, Copy)]
+struct Saves {
+    a: bool,
+    b: bool,
+    out: bool,
 }
 
 impl BinaryOp {
@@ -27,6 +48,14 @@ impl BinaryOp {
             BinaryOp::Div => "div",
             BinaryOp::Maximum => "maximum",
             BinaryOp::Minimum => "minimum",
+            BinaryOp::Pow => "pow",
+            BinaryOp::FloorDivide => "floor_divide",
+            BinaryOp::TruncDivide => "div",
+            BinaryOp::Remainder => "remainder",
+            BinaryOp::Fmod => "fmod",
+            BinaryOp::BitwiseAnd => "bitwise_and",
+            BinaryOp::BitwiseOr => "bitwise_or",
+            BinaryOp::BitwiseXor => "bitwise_xor",
         }
     }
 
@@ -38,33 +67,59 @@ impl BinaryOp {
             BinaryOp::Div => "DivBackward0",
             BinaryOp::Maximum => "MaximumBackward0",
             BinaryOp::Minimum => "MinimumBackward0",
+            BinaryOp::Pow => "PowBackward1",
+            BinaryOp::Remainder => "RemainderBackward0",
+            BinaryOp::Fmod => "FmodBackward0",
+            _ => "NotDifferentiable",
         }
     }
 
-    fn forward(
-        self,
-        a: &candle_core::Tensor,
-        b: &candle_core::Tensor,
-    ) -> Result<candle_core::Tensor> {
-        let r = match self {
-            BinaryOp::Add => a.broadcast_add(b),
-            BinaryOp::Sub => a.broadcast_sub(b),
-            BinaryOp::Mul => a.broadcast_mul(b),
-            BinaryOp::Div => a.broadcast_div(b),
-            BinaryOp::Maximum => a.broadcast_maximum(b),
-            BinaryOp::Minimum => a.broadcast_minimum(b),
-        };
-        r.op(self.name())
+    /// Rounding divisions and bitwise ops have no gradient.
+    fn differentiable(self) -> bool {
+        !matches!(
+            self,
+            BinaryOp::FloorDivide
+                | BinaryOp::TruncDivide
+                | BinaryOp::BitwiseAnd
+                | BinaryOp::BitwiseOr
+                | BinaryOp::BitwiseXor
+        )
     }
 
-    /// Which inputs the backward needs, given which gradients are wanted.
-    fn saves(self, need_a: bool, need_b: bool) -> (bool, bool) {
+    /// The kernel for operands of `dtype` (bool arithmetic is logical).
+    fn kernel(self, dtype: DType) -> Bin {
+        let boolean = dtype == DType::Bool;
         match self {
-            BinaryOp::Add | BinaryOp::Sub => (false, false),
-            BinaryOp::Mul => (need_b, need_a),
-            BinaryOp::Div => (need_b, need_a || need_b),
-            BinaryOp::Maximum | BinaryOp::Minimum => (true, true),
+            BinaryOp::Add | BinaryOp::Maximum if boolean => Bin::Or,
+            BinaryOp::Mul | BinaryOp::Minimum if boolean => Bin::And,
+            BinaryOp::Add => Bin::Add,
+            BinaryOp::Sub => Bin::Sub,
+            BinaryOp::Mul => Bin::Mul,
+            BinaryOp::Div => Bin::Div,
+            BinaryOp::Maximum => Bin::Max,
+            BinaryOp::Minimum => Bin::Min,
+            BinaryOp::Pow => Bin::Pow,
+            BinaryOp::FloorDivide => Bin::FloorDiv,
+            BinaryOp::TruncDivide => Bin::TruncDiv,
+            BinaryOp::Remainder => Bin::Rem,
+            BinaryOp::Fmod => Bin::Fmod,
+            BinaryOp::BitwiseAnd => Bin::And,
+            BinaryOp::BitwiseOr => Bin::Or,
+            BinaryOp::BitwiseXor => Bin::Xor,
         }
+    }
+
+    /// What the backward needs kept, given which gradients are wanted.
+    fn saves(self, na: bool, nb: bool) -> Saves {
+        let (a, b, out) = match self {
+            BinaryOp::Mul => (nb, na, false),
+            BinaryOp::Div => (nb, na || nb, false),
+            BinaryOp::Maximum | BinaryOp::Minimum => (true, true, false),
+            BinaryOp::Pow => (true, true, nb),
+            BinaryOp::Remainder | BinaryOp::Fmod => (nb, nb, false),
+            _ => (false, false, false),
+        };
+        Saves { a, b, out }
     }
 
     /// Gradients of (a, b) before reduction to their shapes.
@@ -73,99 +128,199 @@ impl BinaryOp {
         g: &Tensor,
         a: Option<&Tensor>,
         b: Option<&Tensor>,
+        out: Option<&Tensor>,
         need: (bool, bool),
     ) -> Result<(Option<Tensor>, Option<Tensor>)> {
         let (na, nb) = need;
+        let a = || a.expect("saved input a");
+        let b = || b.expect("saved input b");
+        let when = |n: bool, f: &dyn Fn() -> Result<Tensor>| n.then(f).transpose();
         Ok(match self {
             BinaryOp::Add => (na.then(|| g.clone()), nb.then(|| g.clone())),
-            BinaryOp::Sub => (
-                na.then(|| g.clone()),
-                if nb { Some(unary::neg(g)?) } else { None },
+            BinaryOp::Sub => (na.then(|| g.clone()), when(nb, &|| unary::neg(g))?),
+            BinaryOp::Mul => (when(na, &|| mul(g, b()))?, when(nb, &|| mul(g, a()))?),
+            BinaryOp::Div => (
+                when(na, &|| div(g, b()))?,
+                // -g * a / b^2
+                when(nb, &|| unary::neg(&mul(&div(&div(g, b())?, b())?, a())?))?,
             ),
-            BinaryOp::Mul => (
-                if na { Some(mul(g, b.unwrap())?) } else { None },
-                if nb { Some(mul(g, a.unwrap())?) } else { None },
-            ),
-            BinaryOp::Div => {
-                let b = b.unwrap();
-                let ga = if na { Some(div(g, b)?) } else { None };
-                let gb = if nb {
-                    // -g * a / b^2
-                    let q = div(&div(g, b)?, b)?;
-                    Some(unary::neg(&mul(&q, a.unwrap())?)?)
-                } else {
-                    None
-                };
-                (ga, gb)
-            }
             BinaryOp::Maximum | BinaryOp::Minimum => {
                 // Ties split the gradient evenly, as PyTorch does.
-                let (a, b) = (a.unwrap(), b.unwrap());
-                let pick_a = if self == BinaryOp::Maximum {
-                    compare(CompareOp::Gt, &a.into(), &b.into())?
+                let (a, b) = (a(), b());
+                let pick = if self == BinaryOp::Maximum {
+                    CompareOp::Gt
                 } else {
-                    compare(CompareOp::Lt, &a.into(), &b.into())?
+                    CompareOp::Lt
                 };
-                let tie = compare(CompareOp::Eq, &a.into(), &b.into())?;
                 let dt = g.dtype();
                 let wa = add(
-                    &crate::ops::convert::to_dtype(&pick_a, dt)?,
-                    &mul_scalar(&crate::ops::convert::to_dtype(&tie, dt)?, 0.5)?,
+                    &to_dtype(&compare(pick, &a.into(), &b.into())?, dt)?,
+                    &mul_scalar(
+                        &to_dtype(&compare(CompareOp::Eq, &a.into(), &b.into())?, dt)?,
+                        0.5,
+                    )?,
                 )?;
-                let ga = if na { Some(mul(g, &wa)?) } else { None };
-                let gb = if nb {
-                    Some(sub(g, &mul(g, &wa)?)?)
-                } else {
-                    None
-                };
+                let ga = mul(g, &wa)?;
+                let gb = when(nb, &|| sub(g, &ga))?;
+                (na.then_some(ga), gb)
+            }
+            BinaryOp::Pow => {
+                let (a, b) = (a(), b());
+                // d/da = b * a^(b-1), zero where b == 0 (so 0^0 has gradient 0, not NaN)
+                let ga = when(na, &|| {
+                    let d = mul(b, &pow(a, &add_scalar(b, -1.0)?)?)?;
+                    let zero_exp = compare(CompareOp::Eq, &b.into(), &0.0.into())?;
+                    mul(g, &where_(&zero_exp, &0.0.into(), &(&d).into())?)
+                })?;
+                // d/db = out * log(a), zero where a == 0 and b >= 0
+                let gb = when(nb, &|| {
+                    let d = mul(out.expect("saved output"), &unary::log(a)?)?;
+                    let zero_base = logical(
+                        LogicalOp::And,
+                        &compare(CompareOp::Eq, &a.into(), &0.0.into())?,
+                        &compare(CompareOp::Ge, &b.into(), &0.0.into())?,
+                    )?;
+                    mul(g, &where_(&zero_base, &0.0.into(), &(&d).into())?)
+                })?;
                 (ga, gb)
             }
+            BinaryOp::Remainder | BinaryOp::Fmod => {
+                let q = if self == BinaryOp::Remainder {
+                    BinaryOp::FloorDivide
+                } else {
+                    BinaryOp::TruncDivide
+                };
+                (
+                    na.then(|| g.clone()),
+                    when(nb, &|| {
+                        unary::neg(&mul(g, &binary(q, &a().into(), &b().into())?)?)
+                    })?,
+                )
+            }
+            _ => (None, None),
         })
     }
 }
 
+/// The dtype an op computes in, or the error PyTorch gives for its operands.
+fn op_dtype(op: BinaryOp, a: &Operand, b: &Operand) -> Result<DType> {
+    let dtype = result_dtype(&[a.clone(), b.clone()]);
+    let category = dtype.category();
+    let is_bool = |o: &Operand| match o {
+        Operand::Tensor(t) => t.dtype() == DType::Bool,
+        Operand::Scalar(s) => matches!(s, Scalar::Bool(_)),
+    };
+    match op {
+        BinaryOp::Div if category != Category::Floating => Ok(DEFAULT_FLOAT),
+        BinaryOp::Sub if is_bool(a) || is_bool(b) => Err(Error::dtype(
+            "sub: Subtraction, the `-` operator, with a bool tensor is not supported. If you are \
+             trying to invert a mask, use the `~` or `logical_not()` operator instead.",
+        )),
+        // `bool_tensor ** True` is allowed (a scalar exponent), a bool tensor exponent is not
+        BinaryOp::Pow if dtype == DType::Bool && matches!(b, Operand::Scalar(_)) => Ok(dtype),
+        BinaryOp::Pow
+        | BinaryOp::FloorDivide
+        | BinaryOp::TruncDivide
+        | BinaryOp::Remainder
+        | BinaryOp::Fmod
+            if dtype == DType::Bool =>
+        {
+            Err(Error::NotImplemented(format!(
+                "{}: not implemented for bool tensors",
+                op.name()
+            )))
+        }
+        BinaryOp::BitwiseAnd | BinaryOp::BitwiseOr | BinaryOp::BitwiseXor
+            if category == Category::Floating =>
+        {
+            Err(Error::NotImplemented(format!(
+                "{}: not implemented for floating point dtype {}",
+                op.name(),
+                dtype.name()
+            )))
+        }
+        BinaryOp::Pow if category == Category::Integral => match b {
+            Operand::Scalar(Scalar::Int(e)) if *e < 0 => Err(Error::dtype(
+                "pow: Integers to negative integer powers are not allowed.",
+            )),
+            _ => Ok(dtype),
+        },
+        _ => Ok(dtype),
+    }
+}
+
+/// Bring operands to `dtype`; an integer scalar wraps into a narrower integer dtype
+/// (`uint8 + 300` adds 44), as PyTorch's casts do.
+fn promote_wrapping(operands: &[Operand], dtype: DType) -> Result<Vec<Tensor>> {
+    let fitted: Vec<Operand> = operands
+        .iter()
+        .map(|o| match (o, dtype) {
+            (Operand::Scalar(Scalar::Int(i)), DType::UInt8) => {
+                Operand::Scalar(Scalar::Int(*i as u8 as i64))
+            }
+            (Operand::Scalar(Scalar::Int(i)), DType::Int32) => {
+                Operand::Scalar(Scalar::Int(*i as i32 as i64))
+            }
+            (o, _) => o.clone(),
+        })
+        .collect();
+    promote(&fitted, dtype)
+}
+
+/// Apply a binary kernel to tensors already in one dtype, broadcasting them.
+fn kernel2(name: &'static str, k: Bin, a: &Tensor, b: &Tensor) -> Result<candle_core::Tensor> {
+    let shape = broadcast_shape(name, &a.dims(), &b.dims())?;
+    let x = a.data().broadcast_as(shape.clone()).op(name)?;
+    let y = b.data().broadcast_as(shape).op(name)?;
+    x.apply_op2_no_bwd(&y, &BinaryKernel(k)).op(name)
+}
+
 /// `op(a, b)` on tensors or numbers.
 pub fn binary(op: BinaryOp, a: &Operand, b: &Operand) -> Result<Tensor> {
-    let mut dtype = result_dtype(&[a.clone(), b.clone()]);
-    if op == BinaryOp::Div && !dtype.is_floating_point() {
-        dtype = DEFAULT_FLOAT;
-    }
-    if dtype == DType::Bool && matches!(op, BinaryOp::Sub) {
-        return Err(Error::type_(
-            "sub: Subtraction, the `-` operator, with two bool tensors is not supported. Use the \
-             `^` or `logical_xor()` operator instead.",
-        ));
-    }
-    let ts = promote(&[a.clone(), b.clone()], dtype)?;
+    let dtype = op_dtype(op, a, b)?;
+    let ts = promote_wrapping(&[a.clone(), b.clone()], dtype)?;
     let (ta, tb) = (&ts[0], &ts[1]);
     let (da, db) = (ta.dims(), tb.dims());
     broadcast_shape(op.name(), &da, &db)?;
-    let mut data = op.forward(&ta.data(), &tb.data())?;
-    if dtype == DType::Bool && matches!(op, BinaryOp::Add | BinaryOp::Mul) {
-        data = data.ne(0f64).op(op.name())?;
+    let integral = !dtype.is_floating_point();
+    if integral
+        && matches!(
+            op,
+            BinaryOp::FloorDivide | BinaryOp::TruncDivide | BinaryOp::Remainder | BinaryOp::Fmod
+        )
+        && has_zero(&tb.data()).op(op.name())?
+    {
+        return Err(Error::dtype(format!("{}: ZeroDivisionError", op.name())));
     }
+    let data = kernel2(op.name(), op.kernel(dtype), ta, tb)?;
     let out = Tensor::new(data, dtype);
-    let need = (ta.requires_grad(), tb.requires_grad());
-    let (sa, sb) = op.saves(need.0, need.1);
+    if !op.differentiable() {
+        return Ok(out);
+    }
+    let sv = op.saves(ta.requires_grad(), tb.requires_grad());
     record(
         op.node_name(),
         &out,
         &[ta, tb],
         || {
             let mut v = Vec::new();
-            if sa {
+            if sv.a {
                 v.push(SavedTensor::input(ta));
             }
-            if sb {
+            if sv.b {
                 v.push(SavedTensor::input(tb));
+            }
+            if sv.out {
+                v.push(SavedTensor::output(&out));
             }
             v
         },
         move |ctx, g| {
             let mut it = ctx.saved.iter();
-            let a = if sa { it.next() } else { None };
-            let b = if sb { it.next() } else { None };
-            let (ga, gb) = op.backward(g, a, b, (ctx.needs(0), ctx.needs(1)))?;
+            let a = if sv.a { it.next() } else { None };
+            let b = if sv.b { it.next() } else { None };
+            let o = if sv.out { it.next() } else { None };
+            let (ga, gb) = op.backward(g, a, b, o, (ctx.needs(0), ctx.needs(1)))?;
             Ok(vec![
                 ga.map(|x| sum_to(&x, &da)).transpose()?,
                 gb.map(|x| sum_to(&x, &db)).transpose()?,
@@ -191,6 +346,10 @@ pub fn div(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     binary(BinaryOp::Div, &a.into(), &b.into())
 }
 
+pub fn pow(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    binary(BinaryOp::Pow, &a.into(), &b.into())
+}
+
 pub fn mul_scalar(a: &Tensor, s: f64) -> Result<Tensor> {
     binary(BinaryOp::Mul, &a.into(), &s.into())
 }
@@ -198,6 +357,17 @@ pub fn mul_scalar(a: &Tensor, s: f64) -> Result<Tensor> {
 pub fn add_scalar(a: &Tensor, s: f64) -> Result<Tensor> {
     binary(BinaryOp::Add, &a.into(), &s.into())
 }
+
+/// `s - a`.
+pub fn rsub_scalar(s: f64, a: &Tensor) -> Result<Tensor> {
+    binary(BinaryOp::Sub, &s.into(), &a.into())
+}
+
+pub fn pow_scalar(a: &Tensor, e: f64) -> Result<Tensor> {
+    binary(BinaryOp::Pow, &a.into(), &e.into())
+}
+
+// ---------------------------------------------------------------- comparisons
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CompareOp {
@@ -225,7 +395,7 @@ impl CompareOp {
 /// Comparisons: compared in the promoted dtype, a bool result, never differentiable.
 pub fn compare(op: CompareOp, a: &Operand, b: &Operand) -> Result<Tensor> {
     let dtype = result_dtype(&[a.clone(), b.clone()]);
-    let ts = promote(&[a.clone(), b.clone()], dtype)?;
+    let ts = promote_wrapping(&[a.clone(), b.clone()], dtype)?;
     let (x, y) = (ts[0].data(), ts[1].data());
     broadcast_shape(op.name(), x.dims(), y.dims())?;
     let r = match op {
@@ -238,4 +408,299 @@ pub fn compare(op: CompareOp, a: &Operand, b: &Operand) -> Result<Tensor> {
     }
     .op(op.name())?;
     Ok(Tensor::new(r, DType::Bool))
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogicalOp {
+    And,
+    Or,
+    Xor,
+}
+
+/// A tensor as bool data (`x != 0`).
+pub fn truth(t: &Tensor) -> Result<Tensor> {
+    Ok(Tensor::new(
+        cast_data(&t.data(), t.dtype(), DType::Bool)?,
+        DType::Bool,
+    ))
+}
+
+/// `logical_and/or/xor`: any dtypes, a bool result.
+pub fn logical(op: LogicalOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    let (name, k) = match op {
+        LogicalOp::And => ("logical_and", Bin::And),
+        LogicalOp::Or => ("logical_or", Bin::Or),
+        LogicalOp::Xor => ("logical_xor", Bin::Xor),
+    };
+    let data = kernel2(name, k, &truth(a)?, &truth(b)?)?;
+    Ok(Tensor::new(data, DType::Bool))
+}
+
+// ---------------------------------------------------------------- where, clamp
+
+/// `where(cond, a, b)`: `a` where `cond` is true, else `b`, all broadcast together.
+pub fn where_(cond: &Tensor, a: &Operand, b: &Operand) -> Result<Tensor> {
+    if cond.dtype() != DType::Bool {
+        return Err(Error::dtype(format!(
+            "where expected condition to be a boolean tensor, but got a tensor with dtype {}",
+            cond.dtype().name()
+        )));
+    }
+    let dtype = result_dtype(&[a.clone(), b.clone()]);
+    let ts = promote_wrapping(&[a.clone(), b.clone()], dtype)?;
+    let (ta, tb) = (&ts[0], &ts[1]);
+    let (da, db, dc) = (ta.dims(), tb.dims(), cond.dims());
+    let shape = broadcast_shape("where", &dc, &broadcast_shape("where", &da, &db)?)?;
+    let c = cond.data().broadcast_as(shape.clone()).op("where")?;
+    let x = ta.data().broadcast_as(shape.clone()).op("where")?;
+    let y = tb.data().broadcast_as(shape).op("where")?;
+    let out = Tensor::new(c.where_cond(&x, &y).op("where")?, dtype);
+    record(
+        "WhereBackward0",
+        &out,
+        &[ta, tb],
+        || vec![SavedTensor::input(cond)],
+        move |ctx, g| {
+            let c = &ctx.saved[0];
+            let zero = Operand::Scalar(Scalar::Int(0));
+            Ok(vec![
+                if ctx.needs(0) {
+                    Some(sum_to(&where_(c, &g.into(), &zero)?, &da)?)
+                } else {
+                    None
+                },
+                if ctx.needs(1) {
+                    Some(sum_to(&where_(c, &zero, &g.into())?, &db)?)
+                } else {
+                    None
+                },
+            ])
+        },
+    );
+    Ok(out)
+}
+
+/// `clamp(x, min, max)`: either bound may be absent, a number or a tensor.
+pub fn clamp(x: &Tensor, lo: Option<&Operand>, hi: Option<&Operand>) -> Result<Tensor> {
+    if lo.is_none() && hi.is_none() {
+        return Err(Error::dtype(
+            "clamp: At least one of 'min' or 'max' must not be None",
+        ));
+    }
+    let mut ops = vec![Operand::Tensor(x.clone())];
+    ops.extend(lo.cloned());
+    ops.extend(hi.cloned());
+    let dtype = result_dtype(&ops);
+    let ts = promote_wrapping(&ops, dtype)?;
+    let tx = &ts[0];
+    let tlo = lo.map(|_| ts[1].clone());
+    let thi = hi.map(|_| ts[ts.len() - 1].clone());
+    let mut shape = tx.dims();
+    for t in tlo.iter().chain(thi.iter()) {
+        shape = broadcast_shape("clamp", &shape, &t.dims())?;
+    }
+    let mut cur = Tensor::new(tx.data().broadcast_as(shape.clone()).op("clamp")?, dtype);
+    if let Some(l) = &tlo {
+        cur = Tensor::new(kernel2("clamp", Bin::Max, &cur, l)?, dtype);
+    }
+    if let Some(h) = &thi {
+        cur = Tensor::new(kernel2("clamp", Bin::Min, &cur, h)?, dtype);
+    }
+    let out = cur;
+    let mut inputs = vec![tx];
+    inputs.extend(tlo.iter());
+    inputs.extend(thi.iter());
+    let (has_lo, has_hi) = (tlo.is_some(), thi.is_some());
+    let dims: Vec<Vec<usize>> = inputs.iter().map(|t| t.dims()).collect();
+    record(
+        "ClampBackward1",
+        &out,
+        &inputs,
+        || inputs.iter().map(|t| SavedTensor::input(t)).collect(),
+        move |ctx, g| {
+            let x = &ctx.saved[0];
+            let lo = has_lo.then(|| &ctx.saved[1]);
+            let hi = has_hi.then(|| &ctx.saved[ctx.saved.len() - 1]);
+            let cmp = |op, a: &Tensor, b: &Tensor| compare(op, &a.into(), &b.into());
+            // x passes where lo <= x <= hi (NaN and lo > hi give it nothing)
+            let mut keep_x: Option<Tensor> = None;
+            let mut and = |m: Tensor| -> Result<()> {
+                keep_x = Some(match keep_x.take() {
+                    None => m,
+                    Some(k) => logical(LogicalOp::And, &k, &m)?,
+                });
+                Ok(())
+            };
+            if let Some(l) = lo {
+                and(cmp(CompareOp::Ge, x, l)?)?;
+            }
+            if let Some(h) = hi {
+                and(cmp(CompareOp::Le, x, h)?)?;
+            }
+            let keep_x = keep_x.expect("a bound");
+            // hi wins where x > hi, or where lo > hi; lo wins where x < lo otherwise
+            let to_hi = match (lo, hi) {
+                (Some(l), Some(h)) => Some(logical(
+                    LogicalOp::Or,
+                    &cmp(CompareOp::Gt, x, h)?,
+                    &cmp(CompareOp::Gt, l, h)?,
+                )?),
+                (None, Some(h)) => Some(cmp(CompareOp::Gt, x, h)?),
+                _ => None,
+            };
+            let to_lo = match lo {
+                Some(l) => {
+                    let below = cmp(CompareOp::Lt, x, l)?;
+                    Some(match &to_hi {
+                        Some(th) => logical(LogicalOp::And, &below, &unary::logical_not(th)?)?,
+                        None => below,
+                    })
+                }
+                None => None,
+            };
+            let zero = Operand::Scalar(Scalar::Int(0));
+            let pass = |m: &Tensor, i: usize| -> Result<Option<Tensor>> {
+                if !ctx.needs(i) {
+                    return Ok(None);
+                }
+                Some(sum_to(&where_(m, &g.into(), &zero)?, &dims[i])).transpose()
+            };
+            let mut grads = vec![pass(&keep_x, 0)?];
+            if let Some(m) = &to_lo {
+                grads.push(pass(m, 1)?);
+            }
+            if let Some(m) = &to_hi {
+                grads.push(pass(m, grads.len())?);
+            }
+            Ok(grads)
+        },
+    );
+    Ok(out)
+}
+
+// ---------------------------------------------------------------- in place
+
+/// PyTorch's `canCast`: never to a lower category (float -> int, int -> bool).
+fn check_cast(op: &str, from: DType, to: DType) -> Result<()> {
+    if from.category() > to.category() {
+        return Err(Error::dtype(format!(
+            "{op}: result type {} can't be cast to the desired output type {}",
+            from.name(),
+            to.name()
+        )));
+    }
+    Ok(())
+}
+
+/// Write `new` into `dst` in place (`dst` keeps its shape and dtype), rewriting its history.
+pub fn write_inplace(op: &str, dst: &Tensor, new: &Tensor) -> Result<()> {
+    check_cast(op, new.dtype(), dst.dtype())?;
+    let (dd, nd) = (dst.dims(), new.dims());
+    if dd != nd {
+        return Err(Error::shape(format!(
+            "{op}: output with shape {} doesn't match the broadcast shape {}",
+            shape_str(&dd),
+            shape_str(&nd)
+        )));
+    }
+    crate::ops::index::assign(dst, None, new)
+}
+
+/// `dst = f(dst)` in place. `saves_input`: `f`'s graph keeps its input, so when
+/// recording it is given a copy (the original is about to be overwritten).
+pub fn inplace(
+    op: &str,
+    dst: &Tensor,
+    others: &[&Tensor],
+    saves_input: bool,
+    f: impl FnOnce(&Tensor) -> Result<Tensor>,
+) -> Result<()> {
+    dst.check_inplace(op)?;
+    let mut all = vec![dst];
+    all.extend_from_slice(others);
+    let src = if saves_input && should_record(&all) {
+        crate::ops::convert::clone(dst)?
+    } else {
+        dst.clone()
+    };
+    let new = f(&src)?;
+    write_inplace(op, dst, &new)
+}
+
+/// `dst op= other * alpha` for add/sub/mul/div: updates the buffer directly when nothing
+/// is recorded and no promotion is involved, else computes the value and writes it back.
+pub fn arith_inplace(
+    op: BinaryOp,
+    dst: &Tensor,
+    other: &Operand,
+    alpha: Option<f64>,
+) -> Result<()> {
+    let name = match op {
+        BinaryOp::Add => "add_",
+        BinaryOp::Sub => "sub_",
+        BinaryOp::Mul => "mul_",
+        BinaryOp::Div => "div_",
+        other => other.name(),
+    };
+    dst.check_inplace(name)?;
+    let other = match alpha {
+        None => other.clone(),
+        Some(a) => scale(other, a)?,
+    };
+    let dtype = op_dtype(op, &dst.into(), &other)?;
+    check_cast(name, dtype, dst.dtype())?;
+    let update = match op {
+        BinaryOp::Add => Some(Update::Add),
+        BinaryOp::Sub => Some(Update::Sub),
+        BinaryOp::Mul => Some(Update::Mul),
+        BinaryOp::Div => Some(Update::Div),
+        _ => None,
+    };
+    let direct = match &other {
+        Operand::Scalar(_) => dtype == dst.dtype(),
+        Operand::Tensor(t) => t.dtype() == dst.dtype(),
+    } && dst.dtype() != DType::Bool;
+    if let (Some(u), true, false) = (update, direct, should_record(&other_and(dst, &other))) {
+        let src = match &other {
+            Operand::Tensor(t) => t.clone(),
+            Operand::Scalar(_) => {
+                promote_wrapping(std::slice::from_ref(&other), dst.dtype())?.remove(0)
+            }
+        };
+        return update_data(name, dst, &src, u);
+    }
+    let saves = matches!(op, BinaryOp::Mul | BinaryOp::Div) || op == BinaryOp::Pow;
+    let others: Vec<Tensor> = match &other {
+        Operand::Tensor(t) => vec![t.clone()],
+        _ => vec![],
+    };
+    let refs: Vec<&Tensor> = others.iter().collect();
+    inplace(name, dst, &refs, saves, |x| binary(op, &x.into(), &other))
+}
+
+/// `other * alpha` (the `alpha=` of `add`/`sub`); an integral alpha keeps integers integral.
+pub fn scale(other: &Operand, alpha: f64) -> Result<Operand> {
+    let integral = alpha.fract() == 0.0 && alpha.abs() < 9.0e15;
+    Ok(match other {
+        Operand::Scalar(s) => Operand::Scalar(match s {
+            Scalar::Int(i) if integral => Scalar::Int(i.wrapping_mul(alpha as i64)),
+            Scalar::Bool(b) if integral => Scalar::Int(*b as i64 * alpha as i64),
+            _ => Scalar::Float(s.as_f64() * alpha),
+        }),
+        Operand::Tensor(t) => {
+            let a = if integral {
+                Scalar::Int(alpha as i64)
+            } else {
+                Scalar::Float(alpha)
+            };
+            Operand::Tensor(binary(BinaryOp::Mul, &t.into(), &Operand::Scalar(a))?)
+        }
+    })
+}
+
+fn other_and<'a>(dst: &'a Tensor, other: &'a Operand) -> Vec<&'a Tensor> {
+    match other {
+        Operand::Tensor(t) => vec![dst, t],
+        Operand::Scalar(_) => vec![dst],
+    }
 }

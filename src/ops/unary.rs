@@ -1,128 +1,347 @@
 //! Element-wise unary ops. One table: forward, what is saved, backward.
+//! Also the non-differentiable predicates (`isnan`...) and logical/bitwise not.
 
 use crate::autograd::function::record;
 use crate::autograd::saved::SavedTensor;
-use crate::dtype::DEFAULT_FLOAT;
-use crate::error::{CandleContext, Result};
-use crate::ops::binary::{add_scalar, compare, div, mul, mul_scalar, sub, CompareOp};
+use crate::dtype::{DType, DEFAULT_FLOAT};
+use crate::error::{CandleContext, Error, Result};
+use crate::ops::binary::{
+    add_scalar, compare, div, mul, mul_scalar, pow_scalar, rsub_scalar, where_, CompareOp,
+};
 use crate::ops::convert::to_dtype;
+use crate::ops::creation;
+use crate::ops::elementwise_kernels::{Pred, PredKernel, Un, UnaryKernel};
+use crate::ops::{Operand, Scalar};
 use crate::tensor::Tensor;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub enum UnaryOp {
     Neg,
+    Abs,
+    Sign,
+    Square,
+    Reciprocal,
     Exp,
     Log,
+    Log2,
+    Log10,
+    Log1p,
+    Expm1,
     Sqrt,
+    Rsqrt,
     Sin,
     Cos,
+    Tan,
     Tanh,
+    Sigmoid,
     Relu,
-    Abs,
+    Softplus { beta: f64, threshold: f64 },
+    Gelu,
+    GeluTanh,
+    Silu,
+    Erf,
+    Floor,
+    Ceil,
+    Round,
+    Trunc,
+    Frac,
 }
 
 /// What a backward rule needs kept alive.
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum Saves {
     Nothing,
     Input,
     Output,
 }
 
+/// How an op treats bool and integer inputs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum IntInputs {
+    /// Computed in the default float dtype (`exp(int) -> float32`).
+    ToFloat,
+    /// Computed in the input's dtype (`abs(int) -> int`); bool is refused.
+    Keep,
+    /// Rounding: integers (and bools) come back unchanged.
+    Identity,
+    /// Floating point only, as in PyTorch.
+    Refuse,
+}
+
 impl UnaryOp {
     pub fn name(self) -> &'static str {
         match self {
             UnaryOp::Neg => "neg",
+            UnaryOp::Abs => "abs",
+            UnaryOp::Sign => "sign",
+            UnaryOp::Square => "square",
+            UnaryOp::Reciprocal => "reciprocal",
             UnaryOp::Exp => "exp",
             UnaryOp::Log => "log",
+            UnaryOp::Log2 => "log2",
+            UnaryOp::Log10 => "log10",
+            UnaryOp::Log1p => "log1p",
+            UnaryOp::Expm1 => "expm1",
             UnaryOp::Sqrt => "sqrt",
+            UnaryOp::Rsqrt => "rsqrt",
             UnaryOp::Sin => "sin",
             UnaryOp::Cos => "cos",
+            UnaryOp::Tan => "tan",
             UnaryOp::Tanh => "tanh",
+            UnaryOp::Sigmoid => "sigmoid",
             UnaryOp::Relu => "relu",
-            UnaryOp::Abs => "abs",
+            UnaryOp::Softplus { .. } => "softplus",
+            UnaryOp::Gelu | UnaryOp::GeluTanh => "gelu",
+            UnaryOp::Silu => "silu",
+            UnaryOp::Erf => "erf",
+            UnaryOp::Floor => "floor",
+            UnaryOp::Ceil => "ceil",
+            UnaryOp::Round => "round",
+            UnaryOp::Trunc => "trunc",
+            UnaryOp::Frac => "frac",
         }
     }
 
     fn node_name(self) -> &'static str {
         match self {
             UnaryOp::Neg => "NegBackward0",
+            UnaryOp::Abs => "AbsBackward0",
+            UnaryOp::Sign => "SignBackward0",
+            UnaryOp::Square => "PowBackward0",
+            UnaryOp::Reciprocal => "ReciprocalBackward0",
             UnaryOp::Exp => "ExpBackward0",
             UnaryOp::Log => "LogBackward0",
+            UnaryOp::Log2 => "Log2Backward0",
+            UnaryOp::Log10 => "Log10Backward0",
+            UnaryOp::Log1p => "Log1PBackward0",
+            UnaryOp::Expm1 => "Expm1Backward0",
             UnaryOp::Sqrt => "SqrtBackward0",
+            UnaryOp::Rsqrt => "RsqrtBackward0",
             UnaryOp::Sin => "SinBackward0",
             UnaryOp::Cos => "CosBackward0",
+            UnaryOp::Tan => "TanBackward0",
             UnaryOp::Tanh => "TanhBackward0",
+            UnaryOp::Sigmoid => "SigmoidBackward0",
             UnaryOp::Relu => "ReluBackward0",
-            UnaryOp::Abs => "AbsBackward0",
+            UnaryOp::Softplus { .. } => "SoftplusBackward0",
+            UnaryOp::Gelu | UnaryOp::GeluTanh => "GeluBackward0",
+            UnaryOp::Silu => "SiluBackward0",
+            UnaryOp::Erf => "ErfBackward0",
+            UnaryOp::Floor => "FloorBackward0",
+            UnaryOp::Ceil => "CeilBackward0",
+            UnaryOp::Round => "RoundBackward0",
+            UnaryOp::Trunc => "TruncBackward0",
+            UnaryOp::Frac => "FracBackward0",
         }
     }
 
-    /// Integer inputs are promoted to the default float for these.
-    fn promotes_to_float(self) -> bool {
-        !matches!(self, UnaryOp::Neg | UnaryOp::Relu | UnaryOp::Abs)
+    fn kernel(self) -> Un {
+        match self {
+            UnaryOp::Neg => Un::Neg,
+            UnaryOp::Abs => Un::Abs,
+            UnaryOp::Sign => Un::Sign,
+            UnaryOp::Square => Un::Square,
+            UnaryOp::Reciprocal => Un::Reciprocal,
+            UnaryOp::Exp => Un::Exp,
+            UnaryOp::Log => Un::Log,
+            UnaryOp::Log2 => Un::Log2,
+            UnaryOp::Log10 => Un::Log10,
+            UnaryOp::Log1p => Un::Log1p,
+            UnaryOp::Expm1 => Un::Expm1,
+            UnaryOp::Sqrt => Un::Sqrt,
+            UnaryOp::Rsqrt => Un::Rsqrt,
+            UnaryOp::Sin => Un::Sin,
+            UnaryOp::Cos => Un::Cos,
+            UnaryOp::Tan => Un::Tan,
+            UnaryOp::Tanh => Un::Tanh,
+            UnaryOp::Sigmoid => Un::Sigmoid,
+            UnaryOp::Relu => Un::Relu,
+            UnaryOp::Softplus { beta, threshold } => Un::Softplus { beta, threshold },
+            UnaryOp::Gelu => Un::Gelu,
+            UnaryOp::GeluTanh => Un::GeluTanh,
+            UnaryOp::Silu => Un::Silu,
+            UnaryOp::Erf => Un::Erf,
+            UnaryOp::Floor => Un::Floor,
+            UnaryOp::Ceil => Un::Ceil,
+            UnaryOp::Round => Un::Round,
+            UnaryOp::Trunc => Un::Trunc,
+            UnaryOp::Frac => Un::Frac,
+        }
+    }
+
+    fn int_inputs(self) -> IntInputs {
+        match self {
+            UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Sign | UnaryOp::Square | UnaryOp::Relu => {
+                IntInputs::Keep
+            }
+            UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round | UnaryOp::Trunc => IntInputs::Identity,
+            UnaryOp::Softplus { .. }
+            | UnaryOp::Gelu
+            | UnaryOp::GeluTanh
+            | UnaryOp::Silu
+            | UnaryOp::Frac => IntInputs::Refuse,
+            _ => IntInputs::ToFloat,
+        }
     }
 
     fn saves(self) -> Saves {
         match self {
-            UnaryOp::Neg => Saves::Nothing,
-            UnaryOp::Exp | UnaryOp::Sqrt | UnaryOp::Tanh | UnaryOp::Relu => Saves::Output,
-            UnaryOp::Log | UnaryOp::Sin | UnaryOp::Cos | UnaryOp::Abs => Saves::Input,
+            UnaryOp::Neg
+            | UnaryOp::Sign
+            | UnaryOp::Floor
+            | UnaryOp::Ceil
+            | UnaryOp::Round
+            | UnaryOp::Trunc
+            | UnaryOp::Frac => Saves::Nothing,
+            UnaryOp::Reciprocal
+            | UnaryOp::Exp
+            | UnaryOp::Expm1
+            | UnaryOp::Sqrt
+            | UnaryOp::Rsqrt
+            | UnaryOp::Tan
+            | UnaryOp::Tanh
+            | UnaryOp::Sigmoid
+            | UnaryOp::Relu => Saves::Output,
+            _ => Saves::Input,
         }
     }
 
-    fn forward(self, x: &candle_core::Tensor) -> Result<candle_core::Tensor> {
-        let r = match self {
-            UnaryOp::Neg => x.neg(),
-            UnaryOp::Exp => x.exp(),
-            UnaryOp::Log => x.log(),
-            UnaryOp::Sqrt => x.sqrt(),
-            UnaryOp::Sin => x.sin(),
-            UnaryOp::Cos => x.cos(),
-            UnaryOp::Tanh => x.tanh(),
-            UnaryOp::Relu => x.relu(),
-            UnaryOp::Abs => x.abs(),
-        };
-        r.op(self.name())
-    }
-
-    /// `saved` is the input or the output, as `saves()` says.
-    fn backward(self, g: &Tensor, saved: Option<&Tensor>) -> Result<Tensor> {
-        let s = || saved.expect("saved tensor");
+    /// The input gradient; `s` is the saved input or output, as `saves()` says.
+    fn backward(self, g: &Tensor, s: Option<&Tensor>) -> Result<Tensor> {
+        let s = || s.expect("saved tensor");
         match self {
             UnaryOp::Neg => neg(g),
+            UnaryOp::Abs => mul(g, &sign(s())?),
+            UnaryOp::Sign | UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round | UnaryOp::Trunc => {
+                creation::zeros(&g.dims(), g.dtype())
+            }
+            UnaryOp::Frac => Ok(g.clone()),
+            UnaryOp::Square => mul(g, &mul_scalar(s(), 2.0)?),
+            // -g * y^2
+            UnaryOp::Reciprocal => mul(g, &unary(UnaryOp::Neg, &square(s())?)?),
             UnaryOp::Exp => mul(g, s()),
             UnaryOp::Log => div(g, s()),
+            UnaryOp::Log2 => div(g, &mul_scalar(s(), std::f64::consts::LN_2)?),
+            UnaryOp::Log10 => div(g, &mul_scalar(s(), std::f64::consts::LN_10)?),
+            UnaryOp::Log1p => div(g, &add_scalar(s(), 1.0)?),
+            UnaryOp::Expm1 => mul(g, &add_scalar(s(), 1.0)?),
             UnaryOp::Sqrt => div(g, &mul_scalar(s(), 2.0)?),
+            // -0.5 * y^3
+            UnaryOp::Rsqrt => mul(g, &mul_scalar(&pow_scalar(s(), 3.0)?, -0.5)?),
             UnaryOp::Sin => mul(g, &cos(s())?),
             UnaryOp::Cos => mul(g, &neg(&sin(s())?)?),
-            UnaryOp::Tanh => {
-                // 1 - y^2
-                let y2 = mul(s(), s())?;
-                mul(g, &add_scalar(&neg(&y2)?, 1.0)?)
-            }
+            // 1 + y^2
+            UnaryOp::Tan => mul(g, &add_scalar(&square(s())?, 1.0)?),
+            // 1 - y^2
+            UnaryOp::Tanh => mul(g, &rsub_scalar(1.0, &square(s())?)?),
+            // y (1 - y)
+            UnaryOp::Sigmoid => mul(g, &mul(s(), &rsub_scalar(1.0, s())?)?),
             UnaryOp::Relu => {
                 let mask = compare(CompareOp::Gt, &s().into(), &0.0.into())?;
-                mul(g, &to_dtype(&mask, g.dtype())?)
+                where_(&mask, &g.into(), &Operand::Scalar(Scalar::Int(0)))
             }
-            UnaryOp::Abs => {
+            UnaryOp::Softplus { beta, threshold } => {
+                // sigmoid(beta x) below the threshold, 1 above it (where the forward is x)
+                let bx = mul_scalar(s(), beta)?;
+                let linear = compare(CompareOp::Gt, &(&bx).into(), &threshold.into())?;
+                let d = where_(&linear, &1.0.into(), &(&sigmoid(&bx)?).into())?;
+                mul(g, &d)
+            }
+            UnaryOp::Gelu => {
+                // Phi(x) + x phi(x)
                 let x = s();
-                let pos = to_dtype(&compare(CompareOp::Gt, &x.into(), &0.0.into())?, g.dtype())?;
-                let negv = to_dtype(&compare(CompareOp::Lt, &x.into(), &0.0.into())?, g.dtype())?;
-                mul(g, &sub(&pos, &negv)?)
+                let cdf = mul_scalar(
+                    &add_scalar(&erf(&mul_scalar(x, std::f64::consts::FRAC_1_SQRT_2)?)?, 1.0)?,
+                    0.5,
+                )?;
+                let pdf = mul_scalar(
+                    &exp(&mul_scalar(&square(x)?, -0.5)?)?,
+                    1.0 / (2.0 * std::f64::consts::PI).sqrt(),
+                )?;
+                mul(g, &crate::ops::binary::add(&cdf, &mul(x, &pdf)?)?)
+            }
+            UnaryOp::GeluTanh => {
+                let x = s();
+                let k = (2.0 / std::f64::consts::PI).sqrt();
+                let c = 0.044715;
+                let x2 = square(x)?;
+                let inner = mul_scalar(&mul(x, &add_scalar(&mul_scalar(&x2, c)?, 1.0)?)?, k)?;
+                let t = tanh(&inner)?;
+                // 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 c x^2)
+                let left = mul_scalar(&add_scalar(&t, 1.0)?, 0.5)?;
+                let dinner = mul_scalar(&add_scalar(&mul_scalar(&x2, 3.0 * c)?, 1.0)?, k)?;
+                let right = mul(
+                    &mul_scalar(x, 0.5)?,
+                    &mul(&rsub_scalar(1.0, &square(&t)?)?, &dinner)?,
+                )?;
+                mul(g, &crate::ops::binary::add(&left, &right)?)
+            }
+            UnaryOp::Silu => {
+                // s (1 + x (1 - s))
+                let x = s();
+                let sg = sigmoid(x)?;
+                let d = mul(&sg, &add_scalar(&mul(x, &rsub_scalar(1.0, &sg)?)?, 1.0)?)?;
+                mul(g, &d)
+            }
+            UnaryOp::Erf => {
+                let d = mul_scalar(
+                    &exp(&neg(&square(s())?)?)?,
+                    2.0 / std::f64::consts::PI.sqrt(),
+                )?;
+                mul(g, &d)
             }
         }
     }
 }
 
+/// The input converted as the op wants it, or PyTorch's error.
+fn prepare(op: UnaryOp, x: &Tensor) -> Result<Tensor> {
+    let dt = x.dtype();
+    if dt.is_floating_point() {
+        return Ok(x.clone());
+    }
+    match op.int_inputs() {
+        IntInputs::ToFloat => to_dtype(x, DEFAULT_FLOAT),
+        IntInputs::Keep if dt == DType::Bool => {
+            match op {
+                UnaryOp::Square => return to_dtype(x, DType::Int64),
+                UnaryOp::Sign => return Ok(x.clone()),
+                _ => {}
+            }
+            Err(if op == UnaryOp::Neg {
+                Error::dtype(
+                    "neg: Negation, the `-` operator, on a bool tensor is not supported. If you \
+                     are trying to invert a mask, use the `~` or `logical_not()` operator instead.",
+                )
+            } else {
+                Error::NotImplemented(format!("{}: not implemented for bool tensors", op.name()))
+            })
+        }
+        IntInputs::Keep | IntInputs::Identity if dt != DType::Bool => Ok(x.clone()),
+        IntInputs::Identity | IntInputs::Keep | IntInputs::Refuse => {
+            Err(Error::NotImplemented(format!(
+                "{}: not implemented for {} tensors (floating point only)",
+                op.name(),
+                dt.name()
+            )))
+        }
+    }
+}
+
+/// Run a kernel on a tensor's data (no autograd).
+pub fn apply_kernel(name: &'static str, x: &Tensor, k: Un) -> Result<candle_core::Tensor> {
+    x.data().apply_op1_no_bwd(&UnaryKernel(k)).op(name)
+}
+
 pub fn unary(op: UnaryOp, x: &Tensor) -> Result<Tensor> {
-    let x = if op.promotes_to_float() && !x.dtype().is_floating_point() {
-        to_dtype(x, DEFAULT_FLOAT)?
+    let x = prepare(op, x)?;
+    let data = if !x.dtype().is_floating_point() && op.int_inputs() == IntInputs::Identity {
+        crate::ops::convert::dense_copy(&x.data())?
     } else {
-        x.clone()
+        apply_kernel(op.name(), &x, op.kernel())?
     };
-    let out = Tensor::new(op.forward(&x.data())?, x.dtype());
+    let out = Tensor::new(data, x.dtype());
     let saves = op.saves();
-    let has_saved = !matches!(saves, Saves::Nothing);
     record(
         op.node_name(),
         &out,
@@ -133,28 +352,92 @@ pub fn unary(op: UnaryOp, x: &Tensor) -> Result<Tensor> {
             Saves::Output => vec![SavedTensor::output(&out)],
         },
         move |ctx, g| {
-            let s = if has_saved { ctx.saved.first() } else { None };
+            let s = (saves != Saves::Nothing).then(|| &ctx.saved[0]);
             Ok(vec![Some(op.backward(g, s)?)])
         },
     );
     Ok(out)
 }
 
-pub fn neg(x: &Tensor) -> Result<Tensor> {
-    unary(UnaryOp::Neg, x)
+macro_rules! unary_fns {
+    ($($name:ident => $op:expr),* $(,)?) => {
+        $(pub fn $name(x: &Tensor) -> Result<Tensor> {
+            unary($op, x)
+        })*
+    };
 }
-pub fn exp(x: &Tensor) -> Result<Tensor> {
-    unary(UnaryOp::Exp, x)
+
+unary_fns! {
+    neg => UnaryOp::Neg,
+    abs => UnaryOp::Abs,
+    sign => UnaryOp::Sign,
+    square => UnaryOp::Square,
+    reciprocal => UnaryOp::Reciprocal,
+    exp => UnaryOp::Exp,
+    log => UnaryOp::Log,
+    sqrt => UnaryOp::Sqrt,
+    sin => UnaryOp::Sin,
+    cos => UnaryOp::Cos,
+    tanh => UnaryOp::Tanh,
+    sigmoid => UnaryOp::Sigmoid,
+    relu => UnaryOp::Relu,
+    silu => UnaryOp::Silu,
+    erf => UnaryOp::Erf,
 }
-pub fn log(x: &Tensor) -> Result<Tensor> {
-    unary(UnaryOp::Log, x)
+
+pub fn softplus(x: &Tensor, beta: f64, threshold: f64) -> Result<Tensor> {
+    unary(UnaryOp::Softplus { beta, threshold }, x)
 }
-pub fn sin(x: &Tensor) -> Result<Tensor> {
-    unary(UnaryOp::Sin, x)
+
+/// `gelu(x, approximate)`: `"none"` (exact, erf) or `"tanh"`.
+pub fn gelu(x: &Tensor, approximate: &str) -> Result<Tensor> {
+    match approximate {
+        "none" => unary(UnaryOp::Gelu, x),
+        "tanh" => unary(UnaryOp::GeluTanh, x),
+        other => Err(Error::dtype(format!(
+            "gelu: approximate argument must be either none or tanh (got '{other}')."
+        ))),
+    }
 }
-pub fn cos(x: &Tensor) -> Result<Tensor> {
-    unary(UnaryOp::Cos, x)
+
+#[derive(Clone, Copy, Debug)]
+pub enum Predicate {
+    IsNan,
+    IsInf,
+    IsFinite,
 }
-pub fn relu(x: &Tensor) -> Result<Tensor> {
-    unary(UnaryOp::Relu, x)
+
+/// `isnan/isinf/isfinite`: a bool tensor; integers are always finite.
+pub fn predicate(p: Predicate, x: &Tensor) -> Result<Tensor> {
+    if !x.dtype().is_floating_point() {
+        let v = matches!(p, Predicate::IsFinite) as i64;
+        return creation::full(&x.dims(), v as f64, DType::Bool);
+    }
+    let k = match p {
+        Predicate::IsNan => Pred::IsNan,
+        Predicate::IsInf => Pred::IsInf,
+        Predicate::IsFinite => Pred::IsFinite,
+    };
+    let data = x.data().apply_op1_no_bwd(&PredKernel(k)).op("isnan")?;
+    Ok(Tensor::new(data, DType::Bool))
+}
+
+/// `logical_not(x)`: `x == 0` as bool, any dtype.
+pub fn logical_not(x: &Tensor) -> Result<Tensor> {
+    Ok(Tensor::new(
+        x.data().eq(0f64).op("logical_not")?,
+        DType::Bool,
+    ))
+}
+
+/// `~x`: logical not on bool, bitwise not on integers.
+pub fn bitwise_not(x: &Tensor) -> Result<Tensor> {
+    match x.dtype() {
+        DType::Bool => logical_not(x),
+        dt if dt.is_floating_point() => Err(Error::NotImplemented(format!(
+            "bitwise_not: not implemented for floating point dtype {}",
+            dt.name()
+        ))),
+        dt => Ok(Tensor::new(apply_kernel("bitwise_not", x, Un::BitNot)?, dt)),
+    }
 }
