@@ -172,7 +172,8 @@ pub fn unflatten(x: &Tensor, dim: usize, sizes: &[i64]) -> Result<Tensor> {
     }
     let inner = infer_shape("unflatten", sizes, dims[dim], &dims).map_err(|_| {
         Error::shape(format!(
-            "unflatten: Provided sizes {sizes:?} don't multiply up to the size of dim {dim} ({})              in the input tensor (shape {})",
+            "unflatten: Provided sizes {sizes:?} don't multiply up to the size of dim {dim} ({}) \
+             in the input tensor (shape {})",
             dims[dim],
             shape_str(&dims)
         ))
@@ -188,7 +189,8 @@ pub fn movedim(x: &Tensor, src: &[usize], dst: &[usize]) -> Result<Tensor> {
     let rank = x.rank();
     if src.len() != dst.len() {
         return Err(Error::shape(format!(
-            "movedim: Invalid source or destination dims: source ({src:?} dims) should contain              the same number of dims as destination ({dst:?} dims)"
+            "movedim: Invalid source or destination dims: source ({src:?} dims) should contain \
+             the same number of dims as destination ({dst:?} dims)"
         )));
     }
     let mut perm = vec![usize::MAX; rank];
@@ -236,7 +238,8 @@ pub fn expand_sizes(x: &Tensor, req: &[i64]) -> Result<Tensor> {
     let in_dims = x.dims();
     if req.len() < in_dims.len() {
         return Err(Error::shape(format!(
-            "expand: the number of sizes provided ({}) must be greater or equal to the number of              dimensions in the tensor ({}) (tensor shape {})",
+            "expand: the number of sizes provided ({}) must be greater or equal to the number of \
+             dimensions in the tensor ({}) (tensor shape {})",
             req.len(),
             in_dims.len(),
             shape_str(&in_dims)
@@ -249,7 +252,8 @@ pub fn expand_sizes(x: &Tensor, req: &[i64]) -> Result<Tensor> {
             -1 if i >= off => in_dims[i - off],
             d if d < 0 => {
                 return Err(Error::shape(format!(
-                    "expand: the expanded size of the tensor ({d}) isn't allowed in a leading,                      non-existing dimension {i} (tensor shape {}, sizes {req:?})",
+                    "expand: the expanded size of the tensor ({d}) isn't allowed in a leading, \
+                     non-existing dimension {i} (tensor shape {}, sizes {req:?})",
                     shape_str(&in_dims)
                 )))
             }
@@ -261,7 +265,12 @@ pub fn expand_sizes(x: &Tensor, req: &[i64]) -> Result<Tensor> {
 
 /// `flip(dims)` on normalised dims: a copy with those dims reversed.
 pub fn flip(x: &Tensor, dims: &[usize]) -> Result<Tensor> {
-    let data = crate::ops::convert::dense_copy(&x.data().flip(dims).op("flip")?)?;
+    let src = x.contiguous_data()?;
+    let data = if dims.iter().any(|&d| x.dims()[d] > 1) {
+        src.flip(dims).op("flip")?
+    } else {
+        crate::ops::convert::dense_copy(&src)?
+    };
     let out = Tensor::new(data, x.dtype());
     let dims = dims.to_vec();
     record("FlipBackward0", &out, &[x], Vec::new, move |_, g| {
@@ -357,7 +366,8 @@ pub fn repeat(x: &Tensor, repeats: &[usize]) -> Result<Tensor> {
     let dims = x.dims();
     if repeats.len() < dims.len() {
         return Err(Error::shape(format!(
-            "Number of dimensions of repeat dims can not be smaller than number of dimensions of              tensor (repeat dims {repeats:?}, tensor shape {})",
+            "Number of dimensions of repeat dims can not be smaller than number of dimensions of \
+             tensor (repeat dims {repeats:?}, tensor shape {})",
             shape_str(&dims)
         )));
     }
