@@ -63,6 +63,12 @@ fn parse_item(obj: &Bound<'_, PyAny>) -> PyResult<IndexItem> {
             slice_part(&s.getattr("step")?)?,
         ));
     }
+    if obj.is_instance_of::<pyo3::types::PyString>() {
+        return Err(PyTypeError::new_err(format!(
+            "invalid index of type str ({})",
+            obj.repr()?
+        )));
+    }
     if let Some(crate::ops::Scalar::Int(i)) = extract_scalar(obj) {
         return Ok(IndexItem::Int(i));
     }
