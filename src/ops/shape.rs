@@ -1,6 +1,10 @@
 //! Shape ops. Where the result shares the input's buffer it is a view: same version
 //! counter, no new bytes.
 
+mod join;
+
+pub use join::{cat, chunk, split, split_with_sizes, stack, unbind};
+
 use crate::autograd::function::record;
 use crate::error::{CandleContext, Error, Result};
 use crate::ops::sum_to;
@@ -114,11 +118,92 @@ pub fn permute(x: &Tensor, perm: &[usize]) -> Result<Tensor> {
     Ok(out)
 }
 
-/// `unsqueeze(d)` with `d` in `0..=rank`.
+/// `unsqueeze(d)` with `d` in `0..=rank`: a view whatever the layout.
 pub fn unsqueeze(x: &Tensor, d: usize) -> Result<Tensor> {
-    let mut dims = x.dims();
-    dims.insert(d, 1);
-    reshape(x, &dims)
+    let in_dims = x.dims();
+    let out = derived(x, x.data().unsqueeze(d).op("unsqueeze")?);
+    record("UnsqueezeBackward0", &out, &[x], Vec::new, move |_, g| {
+        Ok(vec![Some(reshape(g, &in_dims)?)])
+    });
+    Ok(out)
+}
+
+/// `squeeze(dims)`: drop those of `dims` (normalised) that have size 1. A view.
+pub fn squeeze(x: &Tensor, dims: &[usize]) -> Result<Tensor> {
+    let in_dims = x.dims();
+    let mut drop: Vec<usize> = dims.iter().copied().filter(|&d| in_dims[d] == 1).collect();
+    if drop.is_empty() {
+        return Ok(x.clone());
+    }
+    drop.sort_unstable();
+    let mut data = x.data();
+    for &d in drop.iter().rev() {
+        data = data.squeeze(d).op("squeeze")?;
+    }
+    let out = derived(x, data);
+    record("SqueezeBackward0", &out, &[x], Vec::new, move |_, g| {
+        Ok(vec![Some(reshape(g, &in_dims)?)])
+    });
+    Ok(out)
+}
+
+/// `flatten(start, end)` on normalised dims; a 0-d tensor becomes 1-d.
+pub fn flatten(x: &Tensor, start: usize, end: usize) -> Result<Tensor> {
+    let dims = x.dims();
+    if dims.is_empty() {
+        return reshape(x, &[1]);
+    }
+    if start > end {
+        return Err(Error::shape(format!(
+            "flatten() has invalid args: start_dim ({start}) cannot come after end_dim ({end})"
+        )));
+    }
+    let mut out: Vec<usize> = dims[..start].to_vec();
+    out.push(dims[start..=end].iter().product());
+    out.extend_from_slice(&dims[end + 1..]);
+    reshape(x, &out)
+}
+
+/// `unflatten(dim, sizes)`: split dim `dim` (normalised) into `sizes` (one may be -1).
+pub fn unflatten(x: &Tensor, dim: usize, sizes: &[i64]) -> Result<Tensor> {
+    let dims = x.dims();
+    if sizes.is_empty() {
+        return Err(Error::shape("unflatten: sizes must be non-empty"));
+    }
+    let inner = infer_shape("unflatten", sizes, dims[dim], &dims).map_err(|_| {
+        Error::shape(format!(
+            "unflatten: Provided sizes {sizes:?} don't multiply up to the size of dim {dim} ({}) \
+             in the input tensor (shape {})",
+            dims[dim],
+            shape_str(&dims)
+        ))
+    })?;
+    let mut out: Vec<usize> = dims[..dim].to_vec();
+    out.extend(inner);
+    out.extend_from_slice(&dims[dim + 1..]);
+    reshape(x, &out)
+}
+
+/// `movedim(source, destination)` on normalised, distinct dims: a permutation.
+pub fn movedim(x: &Tensor, src: &[usize], dst: &[usize]) -> Result<Tensor> {
+    let rank = x.rank();
+    if src.len() != dst.len() {
+        return Err(Error::shape(format!(
+            "movedim: Invalid source or destination dims: source ({src:?} dims) should contain \
+             the same number of dims as destination ({dst:?} dims)"
+        )));
+    }
+    let mut perm = vec![usize::MAX; rank];
+    for (&s, &d) in src.iter().zip(dst) {
+        perm[d] = s;
+    }
+    let mut rest = (0..rank).filter(|d| !src.contains(d));
+    for p in perm.iter_mut() {
+        if *p == usize::MAX {
+            *p = rest.next().unwrap_or(0);
+        }
+    }
+    permute(x, &perm)
 }
 
 /// `expand` to `dims` (already resolved, same or higher rank): a view with stride 0.
@@ -146,4 +231,157 @@ pub fn expand(x: &Tensor, dims: &[usize]) -> Result<Tensor> {
         Ok(vec![Some(sum_to(g, &in_dims)?)])
     });
     Ok(out)
+}
+
+/// `expand(*sizes)`: `-1` keeps a dim; new leading dims come first and may not be `-1`.
+pub fn expand_sizes(x: &Tensor, req: &[i64]) -> Result<Tensor> {
+    let in_dims = x.dims();
+    if req.len() < in_dims.len() {
+        return Err(Error::shape(format!(
+            "expand: the number of sizes provided ({}) must be greater or equal to the number of \
+             dimensions in the tensor ({}) (tensor shape {})",
+            req.len(),
+            in_dims.len(),
+            shape_str(&in_dims)
+        )));
+    }
+    let off = req.len() - in_dims.len();
+    let mut dims = Vec::with_capacity(req.len());
+    for (i, &d) in req.iter().enumerate() {
+        dims.push(match d {
+            -1 if i >= off => in_dims[i - off],
+            d if d < 0 => {
+                return Err(Error::shape(format!(
+                    "expand: the expanded size of the tensor ({d}) isn't allowed in a leading, \
+                     non-existing dimension {i} (tensor shape {}, sizes {req:?})",
+                    shape_str(&in_dims)
+                )))
+            }
+            d => d as usize,
+        });
+    }
+    expand(x, &dims)
+}
+
+/// `flip(dims)` on normalised dims: a copy with those dims reversed.
+pub fn flip(x: &Tensor, dims: &[usize]) -> Result<Tensor> {
+    let src = x.contiguous_data()?;
+    let data = if dims.iter().any(|&d| x.dims()[d] > 1) {
+        src.flip(dims).op("flip")?
+    } else {
+        crate::ops::convert::dense_copy(&src)?
+    };
+    let out = Tensor::new(data, x.dtype());
+    let dims = dims.to_vec();
+    record("FlipBackward0", &out, &[x], Vec::new, move |_, g| {
+        Ok(vec![Some(flip(g, &dims)?)])
+    });
+    Ok(out)
+}
+
+/// `roll(shifts, dims)` on normalised dims; with no dims, rolls the flattened tensor.
+pub fn roll(x: &Tensor, shifts: &[i64], dims: Option<&[usize]>) -> Result<Tensor> {
+    let Some(dims) = dims else {
+        if shifts.len() != 1 {
+            return Err(Error::shape(format!(
+                "roll: shifts must have one element when dims is not given (got {shifts:?})"
+            )));
+        }
+        let flat = reshape(x, &[x.numel()])?;
+        return reshape(&roll(&flat, shifts, Some(&[0]))?, &x.dims());
+    };
+    if shifts.len() != dims.len() {
+        return Err(Error::shape(format!(
+            "roll: shifts and dimensions must align. shifts: {}, dims: {}",
+            shifts.len(),
+            dims.len()
+        )));
+    }
+    let mut data = x.data();
+    for (&s, &d) in shifts.iter().zip(dims) {
+        let n = data.dims()[d];
+        if n == 0 {
+            continue;
+        }
+        let s = s.rem_euclid(n as i64) as usize;
+        if s != 0 {
+            let head = data.narrow(d, n - s, s).op("roll")?;
+            let tail = data.narrow(d, 0, n - s).op("roll")?;
+            data = candle_core::Tensor::cat(&[&head, &tail], d).op("roll")?;
+        }
+    }
+    let data = crate::ops::convert::dense_copy(&data)?;
+    let out = Tensor::new(data, x.dtype());
+    let back: Vec<i64> = shifts.iter().map(|s| -s).collect();
+    let dims = dims.to_vec();
+    record("RollBackward0", &out, &[x], Vec::new, move |_, g| {
+        Ok(vec![Some(roll(g, &back, Some(&dims))?)])
+    });
+    Ok(out)
+}
+
+/// `tril(diagonal)` (`upper = false`) / `triu(diagonal)`: zero the elements above (below)
+/// the given diagonal of the last two dims.
+pub fn tri(x: &Tensor, diagonal: i64, upper: bool) -> Result<Tensor> {
+    let op = if upper { "triu" } else { "tril" };
+    let dims = x.dims();
+    if dims.len() < 2 {
+        return Err(Error::shape(format!(
+            "{op}: input tensor must have at least 2 dimensions (got shape {})",
+            shape_str(&dims)
+        )));
+    }
+    let (r, c) = (dims[dims.len() - 2], dims[dims.len() - 1]);
+    let keep: Vec<u8> = (0..r * c)
+        .map(|p| {
+            let d = (p % c) as i64 - (p / c) as i64;
+            u8::from(if upper { d >= diagonal } else { d <= diagonal })
+        })
+        .collect();
+    let data = x.data();
+    let mask = candle_core::Tensor::from_vec(keep, (r, c), data.device())
+        .op(op)?
+        .broadcast_as(dims.clone())
+        .op(op)?;
+    let out = Tensor::new(
+        mask.where_cond(&data, &data.zeros_like().op(op)?).op(op)?,
+        x.dtype(),
+    );
+    record(
+        if upper {
+            "TriuBackward0"
+        } else {
+            "TrilBackward0"
+        },
+        &out,
+        &[x],
+        Vec::new,
+        move |_, g| Ok(vec![Some(tri(g, diagonal, upper)?)]),
+    );
+    Ok(out)
+}
+
+/// `repeat(*repeats)`: tile the tensor; `repeats` may add leading dims.
+pub fn repeat(x: &Tensor, repeats: &[usize]) -> Result<Tensor> {
+    let dims = x.dims();
+    if repeats.len() < dims.len() {
+        return Err(Error::shape(format!(
+            "Number of dimensions of repeat dims can not be smaller than number of dimensions of \
+             tensor (repeat dims {repeats:?}, tensor shape {})",
+            shape_str(&dims)
+        )));
+    }
+    let lead = repeats.len() - dims.len();
+    let padded: Vec<usize> = std::iter::repeat_n(1, lead).chain(dims).collect();
+    let (mut spread, mut tiled, mut out) = (Vec::new(), Vec::new(), Vec::new());
+    for (&r, &s) in repeats.iter().zip(&padded) {
+        spread.extend([1, s]);
+        tiled.extend([r, s]);
+        out.push(r * s);
+    }
+    let t = reshape(&expand(&reshape(x, &spread)?, &tiled)?, &out)?;
+    if t.storage_key().is_some() && t.storage_key() == x.storage_key() {
+        return crate::ops::convert::clone(&t);
+    }
+    Ok(t)
 }

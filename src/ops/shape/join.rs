@@ -1,0 +1,176 @@
+//! Joining and splitting: `cat`, `stack`, `split`, `chunk`, `unbind`.
+
+use crate::autograd::function::record;
+use crate::error::{CandleContext, Error, Result};
+use crate::ops::index::{narrow, select};
+use crate::ops::{convert, result_dtype, wrap_dim, Operand};
+use crate::tensor::{shape_str, Tensor};
+
+/// `cat(tensors, dim)`: tensors promoted to their common dtype, as in PyTorch. 1-d empty
+/// tensors are skipped (PyTorch's legacy rule), whatever the others' shape.
+pub fn cat(ts: &[Tensor], dim: i64) -> Result<Tensor> {
+    if ts.is_empty() {
+        return Err(Error::shape("cat(): expected a non-empty list of Tensors"));
+    }
+    let skipped: Vec<bool> = ts.iter().map(|t| t.dims() == [0]).collect();
+    let all_skipped = skipped.iter().all(|&s| s);
+    let kept: Vec<usize> = (0..ts.len())
+        .filter(|&i| all_skipped || !skipped[i])
+        .collect();
+    let first = &ts[kept[0]];
+    let ref_dims = first.dims();
+    if ref_dims.is_empty() {
+        return Err(Error::shape(format!(
+            "cat(): zero-dimensional tensor (at position {}) cannot be concatenated",
+            kept[0]
+        )));
+    }
+    let d = wrap_dim("cat", dim, ref_dims.len())?;
+    for &i in &kept {
+        let di = ts[i].dims();
+        if di.len() != ref_dims.len() {
+            return Err(Error::shape(format!(
+                "cat(): Tensors must have same number of dimensions: got {} and {} (shapes {} \
+                 and {} at positions {} and {i})",
+                ref_dims.len(),
+                di.len(),
+                shape_str(&ref_dims),
+                shape_str(&di),
+                kept[0]
+            )));
+        }
+        for (k, (&a, &b)) in ref_dims.iter().zip(&di).enumerate() {
+            if k != d && a != b {
+                return Err(Error::shape(format!(
+                    "cat(): Sizes of tensors must match except in dimension {d}. Expected size {a} \
+                     but got size {b} for tensor number {i} in the list (shapes {} and {})",
+                    shape_str(&ref_dims),
+                    shape_str(&di)
+                )));
+            }
+        }
+    }
+    let operands: Vec<Operand> = ts.iter().map(Operand::from).collect();
+    let dtype = result_dtype(&operands);
+    let promoted = ts
+        .iter()
+        .map(|t| convert::to_dtype(t, dtype))
+        .collect::<Result<Vec<_>>>()?;
+    let datas: Vec<candle_core::Tensor> = kept.iter().map(|&i| promoted[i].data()).collect();
+    let mut data = candle_core::Tensor::cat(&datas, d).op("cat")?;
+    if kept.len() == 1 || !data.is_contiguous() {
+        data = convert::dense_copy(&data)?;
+    }
+    let out = Tensor::new(data, dtype);
+    // Where each input's part lies along `d` (None: a skipped empty tensor).
+    let mut parts = Vec::with_capacity(ts.len());
+    let mut off = 0;
+    for (i, t) in promoted.iter().enumerate() {
+        if kept.contains(&i) {
+            let len = t.dims()[d];
+            parts.push(Some((off, len)));
+            off += len;
+        } else {
+            parts.push(None);
+        }
+    }
+    let inputs: Vec<&Tensor> = promoted.iter().collect();
+    record("CatBackward0", &out, &inputs, Vec::new, move |ctx, g| {
+        parts
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                if !ctx.needs(i) {
+                    return Ok(None);
+                }
+                Ok(Some(match p {
+                    Some((o, l)) => narrow(g, d, *o, *l)?,
+                    None => crate::ops::creation::zeros(&[0], g.dtype())?,
+                }))
+            })
+            .collect()
+    });
+    Ok(out)
+}
+
+/// `stack(tensors, dim)`: equal shapes, joined along a new dim.
+pub fn stack(ts: &[Tensor], dim: i64) -> Result<Tensor> {
+    if ts.is_empty() {
+        return Err(Error::shape("stack(): expects a non-empty TensorList"));
+    }
+    let d0 = ts[0].dims();
+    for (i, t) in ts.iter().enumerate().skip(1) {
+        if t.dims() != d0 {
+            return Err(Error::shape(format!(
+                "stack expects each tensor to be equal size, but got {} at entry 0 and {} at \
+                 entry {i}",
+                shape_str(&d0),
+                shape_str(&t.dims())
+            )));
+        }
+    }
+    let d = wrap_dim("stack", dim, d0.len() + 1)?;
+    let parts = ts
+        .iter()
+        .map(|t| super::unsqueeze(t, d))
+        .collect::<Result<Vec<_>>>()?;
+    cat(&parts, d as i64)
+}
+
+/// `split(x, sizes, dim)` with explicit sizes summing to the dim's size: views.
+pub fn split_with_sizes(x: &Tensor, sizes: &[usize], dim: usize) -> Result<Vec<Tensor>> {
+    let n = x.dims()[dim];
+    if sizes.iter().sum::<usize>() != n {
+        return Err(Error::shape(format!(
+            "split_with_sizes expects split_sizes to sum exactly to {n} (input tensor's size at \
+             dimension {dim}), but got split_sizes={sizes:?}"
+        )));
+    }
+    let mut off = 0;
+    sizes
+        .iter()
+        .map(|&s| {
+            let part = narrow(x, dim, off, s);
+            off += s;
+            part
+        })
+        .collect()
+}
+
+/// `split(x, size, dim)`: pieces of `size` along `dim`, the last one shorter.
+pub fn split(x: &Tensor, size: usize, dim: usize) -> Result<Vec<Tensor>> {
+    let n = x.dims()[dim];
+    if size == 0 && n != 0 {
+        return Err(Error::shape(format!(
+            "split_size can only be 0 if dimension size is 0, but got dimension size of {n}"
+        )));
+    }
+    if n == 0 {
+        return Ok(vec![narrow(x, dim, 0, 0)?]);
+    }
+    let sizes: Vec<usize> = (0..n.div_ceil(size))
+        .map(|k| size.min(n - k * size))
+        .collect();
+    split_with_sizes(x, &sizes, dim)
+}
+
+/// `chunk(x, chunks, dim)`: `split` into pieces of `ceil(size / chunks)`.
+pub fn chunk(x: &Tensor, chunks: i64, dim: usize) -> Result<Vec<Tensor>> {
+    if chunks <= 0 {
+        return Err(Error::shape(format!(
+            "chunk expects `chunks` to be greater than 0, got: {chunks}"
+        )));
+    }
+    let n = x.dims()[dim];
+    if n == 0 {
+        return (0..chunks).map(|_| narrow(x, dim, 0, 0)).collect();
+    }
+    split(x, n.div_ceil(chunks as usize), dim)
+}
+
+/// `unbind(x, dim)`: every slice along `dim`, that dim removed. Views.
+pub fn unbind(x: &Tensor, dim: usize) -> Result<Vec<Tensor>> {
+    (0..x.dims()[dim])
+        .map(|i| select(x, dim, i as i64))
+        .collect()
+}
