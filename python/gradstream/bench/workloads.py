@@ -116,6 +116,9 @@ class NeRF:
         out: dict[str, np.ndarray] = {}
         for name, n_in, n_out in self.layer_shapes():
             out[f"{name}.weight"], out[f"{name}.bias"] = _linear(rng, n_in, n_out)
+        # With the default init the sigma head's pre-activation is negative at every point, so
+        # ReLU zeroes the density and no gradient flows; a positive bias gives every ray density.
+        out["sigma.bias"] += np.float32(0.5)
         origins = rng.normal(0.0, 0.5, (self.rays, 1, 3))
         dirs = rng.standard_normal((self.rays, 1, 3))
         dirs /= np.linalg.norm(dirs, axis=-1, keepdims=True)
