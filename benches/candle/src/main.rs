@@ -143,7 +143,11 @@ fn nerf_loss(m: &Model, a: &Args, enc: &Tensor, dists: &Tensor, target: &Tensor)
         }
         h = m.layer(&format!("layers.{i}")).forward(&h)?.relu()?;
     }
-    let sigma = m.layer("sigma").forward(&h)?.relu()?.reshape((rays, samples))?;
+    let sigma = m
+        .layer("sigma")
+        .forward(&h)?
+        .relu()?
+        .reshape((rays, samples))?;
     let rgb = candle_nn::ops::sigmoid(&m.layer("rgb").forward(&h)?)?.reshape((rays, samples, 3))?;
     // alpha_i = 1 - exp(-sigma_i d_i); T_i = prod_{j<i} (1 - alpha_j) = exp(-sum_{j<i} sigma_j d_j).
     // candle-core has no cumprod; the exclusive cumsum is the inclusive one shifted by a zero.
@@ -180,7 +184,10 @@ fn run(a: &Args) -> Result<String> {
     let target = tensors["target"].clone();
     let (x, dists) = match a.workload.as_str() {
         "mlp" => (tensors["x"].clone(), None),
-        "nerf" => (encode(&tensors["pts"], a.freqs)?, Some(tensors["dists"].clone())),
+        "nerf" => (
+            encode(&tensors["pts"], a.freqs)?,
+            Some(tensors["dists"].clone()),
+        ),
         w => candle_core::bail!("unknown workload {w}"),
     };
     drop(tensors);
