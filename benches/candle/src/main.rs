@@ -1,0 +1,266 @@
+//! One benchmark configuration on upstream candle's own training path.
+//!
+//! The model is built from candle-nn `Linear` layers over candle `Var`s initialised from the
+//! harness's safetensors file (the same weights and inputs every system starts from); a step is
+//! forward, loss, `loss.backward()` (candle's GradStore) and candle-nn's `AdamW` with
+//! `weight_decay = 0` (Adam). Memory is measured like every other system in the harness: the RSS
+//! high-water mark above the idle baseline, reset after the warm-up step through
+//! `/proc/self/clear_refs`. One JSON object is printed on stdout.
+//!
+//! Usage:
+//!   candle-bench --workload mlp|nerf --data FILE [--steps N] [--threads T] [--lr LR]
+//!                [--depth D] [--freqs L] [--skip K]
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use candle_core::{DType, Device, Module, Result, Tensor, Var};
+use candle_nn::{AdamW, Linear, Optimizer, ParamsAdamW};
+
+struct Args {
+    workload: String,
+    data: String,
+    steps: usize,
+    threads: usize,
+    lr: f64,
+    depth: usize,
+    freqs: usize,
+    skip: usize,
+}
+
+fn parse_args() -> std::result::Result<Args, String> {
+    let mut a = Args {
+        workload: String::new(),
+        data: String::new(),
+        steps: 5,
+        threads: 0,
+        lr: 1e-3,
+        depth: 0,
+        freqs: 6,
+        skip: 4,
+    };
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let mut i = 0;
+    while i < argv.len() {
+        let key = argv[i].as_str();
+        let val = argv
+            .get(i + 1)
+            .ok_or_else(|| format!("{key} needs a value"))?
+            .clone();
+        let num = |v: &str| v.parse::<usize>().map_err(|e| format!("{key} {v}: {e}"));
+        match key {
+            "--workload" => a.workload = val,
+            "--data" => a.data = val,
+            "--steps" => a.steps = num(&val)?,
+            "--threads" => a.threads = num(&val)?,
+            "--depth" => a.depth = num(&val)?,
+            "--freqs" => a.freqs = num(&val)?,
+            "--skip" => a.skip = num(&val)?,
+            "--lr" => a.lr = val.parse().map_err(|e| format!("--lr {val}: {e}"))?,
+            _ => return Err(format!("unknown argument {key}")),
+        }
+        i += 2;
+    }
+    if a.workload.is_empty() || a.data.is_empty() {
+        return Err("--workload and --data are required".into());
+    }
+    Ok(a)
+}
+
+/// Bytes of a `VmRSS:`/`VmHWM:` line of /proc/self/status.
+fn status_bytes(field: &str) -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with(field))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|kb| kb.parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// Reset the RSS high-water mark to the current RSS; false where the kernel refuses.
+fn reset_hwm() -> bool {
+    std::fs::write("/proc/self/clear_refs", "5").is_ok()
+}
+
+/// A model whose weights are candle `Var`s that the optimizer updates in place.
+struct Model {
+    vars: Vec<Var>,
+    layers: HashMap<String, Linear>,
+}
+
+impl Model {
+    /// `Linear` layers for every `<name>.weight`/`<name>.bias` pair in the file.
+    fn from_tensors(tensors: &HashMap<String, Tensor>) -> Result<Self> {
+        let mut vars = Vec::new();
+        let mut layers = HashMap::new();
+        let mut names: Vec<&String> = tensors.keys().filter(|k| k.ends_with(".weight")).collect();
+        names.sort();
+        for wname in names {
+            let prefix = wname.trim_end_matches(".weight");
+            let w = Var::from_tensor(&tensors[wname])?;
+            let b = Var::from_tensor(&tensors[&format!("{prefix}.bias")])?;
+            let layer = Linear::new(w.as_tensor().clone(), Some(b.as_tensor().clone()));
+            vars.push(w);
+            vars.push(b);
+            layers.insert(prefix.to_string(), layer);
+        }
+        Ok(Self { vars, layers })
+    }
+
+    fn layer(&self, name: &str) -> &Linear {
+        &self.layers[name]
+    }
+}
+
+/// `depth` × (Linear + ReLU) on `x`, MSE against `target`.
+fn mlp_loss(m: &Model, depth: usize, x: &Tensor, target: &Tensor) -> Result<Tensor> {
+    let mut h = x.clone();
+    for i in 0..depth {
+        h = m.layer(&format!("layers.{i}")).forward(&h)?.relu()?;
+    }
+    candle_nn::loss::mse(&h, target)
+}
+
+/// NeRF positional encoding: [p, sin(2^0 p), cos(2^0 p), ..., sin(2^(L-1) p), cos(2^(L-1) p)].
+fn encode(pts: &Tensor, freqs: usize) -> Result<Tensor> {
+    let mut parts = vec![pts.clone()];
+    for k in 0..freqs {
+        let scaled = (pts * f64::from(1u32 << k))?;
+        parts.push(scaled.sin()?);
+        parts.push(scaled.cos()?);
+    }
+    Tensor::cat(&parts, 1)
+}
+
+/// The tiny NeRF MLP on encoded points, then volume rendering over the samples of each ray.
+fn nerf_loss(m: &Model, a: &Args, enc: &Tensor, dists: &Tensor, target: &Tensor) -> Result<Tensor> {
+    let (rays, samples) = dists.dims2()?;
+    let mut h = enc.clone();
+    for i in 0..a.depth {
+        if i == a.skip + 1 {
+            h = Tensor::cat(&[&h, enc], 1)?;
+        }
+        h = m.layer(&format!("layers.{i}")).forward(&h)?.relu()?;
+    }
+    let sigma = m
+        .layer("sigma")
+        .forward(&h)?
+        .relu()?
+        .reshape((rays, samples))?;
+    let rgb = candle_nn::ops::sigmoid(&m.layer("rgb").forward(&h)?)?.reshape((rays, samples, 3))?;
+    // alpha_i = 1 - exp(-sigma_i d_i); T_i = prod_{j<i} (1 - alpha_j) = exp(-sum_{j<i} sigma_j d_j).
+    // candle-core has no cumprod; the exclusive cumsum is the inclusive one shifted by a zero.
+    let sd = (&sigma * dists)?;
+    let alpha = (1.0 - sd.neg()?.exp()?)?;
+    let inclusive = sd.cumsum(1)?;
+    let exclusive = Tensor::cat(
+        &[
+            &Tensor::zeros((rays, 1), DType::F32, sd.device())?,
+            &inclusive.narrow(1, 0, samples - 1)?,
+        ],
+        1,
+    )?;
+    let trans = exclusive.neg()?.exp()?;
+    let weights = (alpha * trans)?;
+    let rgb_map = weights.unsqueeze(2)?.broadcast_mul(&rgb)?.sum(1)?;
+    candle_nn::loss::mse(&rgb_map, target)
+}
+
+fn run(a: &Args) -> Result<String> {
+    let dev = Device::Cpu;
+    // Start the runtime (rayon pool, gemm) on tiny tensors so the baseline is the idle process.
+    {
+        let w = Var::from_tensor(&Tensor::ones((16, 16), DType::F32, &dev)?)?;
+        let loss = w.as_tensor().matmul(w.as_tensor())?.sum_all()?;
+        let mut opt = AdamW::new(vec![w.clone()], ParamsAdamW::default())?;
+        opt.backward_step(&loss)?;
+    }
+    let baseline = status_bytes("VmRSS:");
+
+    let tensors = candle_core::safetensors::load(&a.data, &dev)?;
+    let model = Model::from_tensors(&tensors)?;
+    let params: usize = model.vars.iter().map(|v| v.elem_count()).sum();
+    let target = tensors["target"].clone();
+    let (x, dists) = match a.workload.as_str() {
+        "mlp" => (tensors["x"].clone(), None),
+        "nerf" => (
+            encode(&tensors["pts"], a.freqs)?,
+            Some(tensors["dists"].clone()),
+        ),
+        w => candle_core::bail!("unknown workload {w}"),
+    };
+    drop(tensors);
+    let adam = ParamsAdamW {
+        lr: a.lr,
+        weight_decay: 0.0,
+        ..ParamsAdamW::default()
+    };
+    let mut opt = AdamW::new(model.vars.clone(), adam)?;
+
+    let step = |opt: &mut AdamW| -> Result<f32> {
+        let loss = match &dists {
+            None => mlp_loss(&model, a.depth, &x, &target)?,
+            Some(d) => nerf_loss(&model, a, &x, d, &target)?,
+        };
+        let value = loss.to_scalar::<f32>()?;
+        let grads = loss.backward()?;
+        opt.step(&grads)?;
+        Ok(value)
+    };
+
+    let mut losses = vec![step(&mut opt)?];
+    let steady = status_bytes("VmRSS:");
+    let hwm_reset = reset_hwm();
+    let mut times = Vec::with_capacity(a.steps);
+    for _ in 0..a.steps {
+        let t0 = Instant::now();
+        losses.push(step(&mut opt)?);
+        times.push(t0.elapsed().as_secs_f64());
+    }
+    let hwm = status_bytes("VmHWM:");
+    times.sort_by(|p, q| p.total_cmp(q));
+    let median = if times.is_empty() {
+        0.0
+    } else if times.len() % 2 == 1 {
+        times[times.len() / 2]
+    } else {
+        (times[times.len() / 2 - 1] + times[times.len() / 2]) / 2.0
+    };
+    let losses_json: Vec<String> = losses.iter().map(|l| format!("{l:e}")).collect();
+    let times_json: Vec<String> = times.iter().map(|t| format!("{t:e}")).collect();
+    Ok(format!(
+        "{{\"status\": \"ok\", \"peak_bytes\": {}, \"baseline_rss_bytes\": {baseline}, \
+         \"steady_bytes\": {}, \"hwm_reset\": {hwm_reset}, \"step_seconds\": {median:e}, \
+         \"step_times\": [{}], \"losses\": [{}], \"num_params\": {params}, \
+         \"threads\": {}}}",
+        hwm.saturating_sub(baseline),
+        steady.saturating_sub(baseline),
+        times_json.join(", "),
+        losses_json.join(", "),
+        candle_core::utils::get_num_threads(),
+    ))
+}
+
+fn main() {
+    let args = match parse_args() {
+        Ok(a) => a,
+        Err(msg) => {
+            eprintln!("candle-bench: {msg}");
+            std::process::exit(2);
+        }
+    };
+    if args.threads > 0 && std::env::var_os("RAYON_NUM_THREADS").is_none() {
+        std::env::set_var("RAYON_NUM_THREADS", args.threads.to_string());
+    }
+    match run(&args) {
+        Ok(json) => println!("{json}"),
+        Err(e) => {
+            println!(
+                "{{\"status\": \"error\", \"reason\": {:?}}}",
+                format!("candle: {e}")
+            );
+            std::process::exit(1);
+        }
+    }
+}

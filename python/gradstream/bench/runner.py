@@ -1,0 +1,233 @@
+"""Run the matrix: every (workload, system) configuration in its own process, then compare."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import progress, tensorfile, workloads
+from .systems import BY_NAME, SYSTEMS, System, candle, unavailable_reason
+
+SEED = 0
+# Loss agreement: the first loss is on the shared initial weights (only summation order may
+# differ); the last comes after `steps` Adam updates, where float32 rounding compounds a little.
+LOSS_RTOL = {"loss": 1e-4, "final_loss": 1e-3}
+
+
+@dataclass
+class Config:
+    workloads: list[str]
+    systems: list[str]
+    steps: int = 5
+    threads: int = 2
+    preset: str = "default"
+    overrides: dict[str, dict[str, str]] = field(default_factory=dict)
+    timeout: float = 1800.0
+    build_candle: bool = True
+    plain_progress: bool = False
+
+
+def child_env(threads: int) -> dict[str, str]:
+    """The same allocator and thread settings for every system."""
+    env = dict(os.environ)
+    env["MALLOC_MMAP_THRESHOLD_"] = "65536"
+    for var in (
+        "OMP_NUM_THREADS",
+        "MKL_NUM_THREADS",
+        "OPENBLAS_NUM_THREADS",
+        "RAYON_NUM_THREADS",
+        "NUMEXPR_NUM_THREADS",
+    ):
+        env[var] = str(threads)
+    return env
+
+
+def _last_json(stdout: str) -> dict | None:
+    for line in reversed(stdout.strip().splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except json.JSONDecodeError:
+                return None
+    return None
+
+
+def run_one(cmd: list[str], env: dict[str, str], timeout: float) -> dict:
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"status": "error", "reason": f"timed out after {timeout:.0f} s"}
+    result = _last_json(proc.stdout)
+    if result is None:
+        tail = " | ".join(proc.stderr.strip().splitlines()[-3:])
+        result = {"status": "error", "reason": f"exit {proc.returncode}: {tail}"}
+    elif result.get("status") == "error" and proc.stderr.strip():
+        result["stderr_tail"] = proc.stderr.strip().splitlines()[-5:]
+    result["wall_seconds"] = time.perf_counter() - t0
+    return result
+
+
+def run(cfg: Config, log=lambda s: print(s, file=sys.stderr)) -> dict:
+    wls = {w: workloads.make(w, cfg.preset, cfg.overrides.get(w)) for w in cfg.workloads}
+    systems = [BY_NAME[s] for s in cfg.systems]
+    matrix: list[tuple[object, System]] = [
+        (wl, s) for wl in wls.values() for s in systems if s.applies_to(wl.name)
+    ]
+
+    reasons = {s.name: unavailable_reason(s) for s in systems}
+    exe = None
+    if any(s.kind == "candle" for s in systems):
+        if cfg.build_candle:
+            exe, reasons["candle"] = candle.build(log=log)
+        elif candle.binary().exists():
+            exe = candle.binary()
+        else:
+            reasons["candle"] = f"not built ({candle.binary()} missing) and --no-build-candle"
+
+    env = child_env(cfg.threads)
+    records = []
+    with tempfile.TemporaryDirectory(prefix="gradstream-bench-") as tmp:
+        data: dict[str, Path] = {}
+        bar = progress.bar(len(matrix), plain=cfg.plain_progress)
+        try:
+            for wl, system in matrix:
+                bar.set_description(f"{wl.name} / {system.name}")
+                rec = {"workload": wl.name, "system": system.name}
+                if reasons.get(system.name):
+                    rec.update(status="skipped", reason=reasons[system.name])
+                else:
+                    if wl.name not in data:
+                        data[wl.name] = Path(tmp) / f"{wl.name}.safetensors"
+                        tensorfile.save(data[wl.name], wl.tensors(SEED))
+                    if system.kind == "candle":
+                        cmd = candle.command(exe, wl, data[wl.name], cfg.steps, cfg.threads)
+                    else:
+                        spec = {
+                            "impl": system.impl,
+                            "variant": system.variant,
+                            "workload": wl.name,
+                            "sizes": workloads.sizes(wl),
+                            "data": str(data[wl.name]),
+                            "steps": cfg.steps,
+                            "threads": cfg.threads,
+                        }
+                        cmd = [sys.executable, "-m", "gradstream.bench.child", json.dumps(spec)]
+                    rec.update(run_one(cmd, env, cfg.timeout))
+                records.append(rec)
+                bar.write(_summary(rec))
+                bar.update()
+        finally:
+            bar.close()
+
+    bounds = {name: wl.lower_bound() for name, wl in wls.items()}
+    for rec in records:
+        _complete(rec, bounds[rec["workload"]]["total"], cfg)
+    _compare(records)
+    return {
+        "meta": _meta(cfg, wls),
+        "lower_bounds": {
+            name: {**bounds[name], "how": wl.bound_text()} for name, wl in wls.items()
+        },
+        "records": records,
+    }
+
+
+def _summary(rec: dict) -> str:
+    head = f"{rec['workload']} / {rec['system']}: "
+    if rec.get("status") != "ok":
+        return head + f"{rec.get('status')}: {rec.get('reason')}"
+    return head + f"{rec['peak_bytes'] / 2**20:.1f} MiB, {rec['step_seconds']:.3f} s/step"
+
+
+def _complete(rec: dict, bound: int, cfg: Config) -> None:
+    rec["lower_bound_bytes"] = bound
+    rec["steps"] = cfg.steps
+    if rec.get("status") != "ok":
+        return
+    losses = rec.get("losses") or []
+    rec["loss"] = losses[0] if losses else None
+    rec["final_loss"] = losses[-1] if losses else None
+    rec["peak_vs_bound"] = rec["peak_bytes"] / bound
+    if "exact_peak_bytes" in rec:
+        rec["exact_peak_vs_bound"] = rec["exact_peak_bytes"] / bound
+
+
+def _close(a: float, b: float, rtol: float) -> bool:
+    return abs(a - b) <= rtol * max(abs(a), abs(b)) + 1e-7
+
+
+def _compare(records: list[dict]) -> None:
+    """Ratios to torch and torch-hook; flag any loss that disagrees with the reference."""
+    by_key = {(r["workload"], r["system"]): r for r in records if r.get("status") == "ok"}
+    # The reference loss: torch's, else that of the first system that ran.
+    loss_refs: dict[str, dict] = {}
+    for (w, _), r in by_key.items():
+        loss_refs.setdefault(w, r)
+    for (w, name), r in by_key.items():
+        if name == "torch":
+            loss_refs[w] = r
+    for rec in records:
+        if rec.get("status") != "ok":
+            continue
+        w = rec["workload"]
+        for ref_name in ("torch", "torch-hook"):
+            ref = by_key.get((w, ref_name))
+            key = "ratio_to_" + ref_name.replace("-", "_")
+            if ref and ref["peak_bytes"] > 0 and ref["step_seconds"] > 0:
+                rec[key] = {
+                    "peak": rec["peak_bytes"] / ref["peak_bytes"],
+                    "time": rec["step_seconds"] / ref["step_seconds"],
+                }
+        ref = loss_refs[w]
+        rec["loss_reference"] = ref["system"]
+        problems = []
+        for field_, rtol in LOSS_RTOL.items():
+            a, b = rec.get(field_), ref.get(field_)
+            if a is None or b is None or not _close(a, b, rtol):
+                problems.append(f"{field_} {a} vs {ref['system']} {b} (rtol {rtol:g})")
+            if len(rec.get("losses", [])) != len(ref.get("losses", [])):
+                problems.append("a different number of steps")
+        rec["loss_ok"] = not problems
+        if problems:
+            rec["loss_mismatch"] = "; ".join(problems)
+
+
+def _meta(cfg: Config, wls: dict) -> dict:
+    import platform
+
+    meta = {
+        "command": "python -m gradstream.bench " + " ".join(sys.argv[1:]),
+        "preset": cfg.preset,
+        "steps": cfg.steps,
+        "threads": cfg.threads,
+        "seed": SEED,
+        "sizes": {name: workloads.sizes(wl) for name, wl in wls.items()},
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "memory_method": (
+            "RSS high-water mark (VmHWM) above the idle baseline (VmRSS before the model is "
+            "built), reset after one warm-up step via /proc/self/clear_refs; "
+            "MALLOC_MMAP_THRESHOLD_=65536 in every child"
+        ),
+    }
+    try:
+        import torch
+
+        meta["torch"] = torch.__version__
+    except ImportError:
+        pass
+    return meta
+
+
+def all_systems() -> list[str]:
+    return [s.name for s in SYSTEMS]

@@ -1,0 +1,83 @@
+"""The systems a workload runs on, and the interface a system's module gives the child process.
+
+A Python system's module (`torch_impl`, `gradstream_impl`) has `setup(threads)` (start its
+runtime before the idle baseline is read) and `build(workload, tensors, variant) -> RunState`.
+The candle system is a Rust program (benches/candle) that `candle.py` builds and runs.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+class Unsupported(Exception):
+    """The system cannot run this configuration here (a missing library or feature)."""
+
+
+@dataclass
+class RunState:
+    """A built model and optimizer: `step()` runs one training step and returns the loss."""
+
+    step: Callable[[], float]
+    after_warmup: Callable[[], None] = lambda: None
+    extra: Callable[[], dict] = dict
+
+
+@dataclass(frozen=True)
+class System:
+    name: str
+    kind: str  # "python" (a module run by child.py) or "candle" (the Rust program)
+    impl: str = ""
+    variant: str = ""
+    workloads: frozenset[str] | None = None  # None: every workload
+    note: str = ""
+
+    def applies_to(self, workload: str) -> bool:
+        return self.workloads is None or workload in self.workloads
+
+
+SYSTEMS: list[System] = [
+    System(
+        "torch", "python", "torch_impl", "standard",
+        note="PyTorch: backward, Adam step, zero_grad(set_to_none=True)",
+    ),
+    System(
+        "torch-hook", "python", "torch_impl", "hook",
+        note="PyTorch: one Adam per parameter, stepped in register_post_accumulate_grad_hook",
+    ),
+    System(
+        "torch-checkpoint", "python", "torch_impl", "checkpoint", frozenset({"nerf"}),
+        note="PyTorch: the NeRF MLP in torch.utils.checkpoint per chunk of points",
+    ),
+    System(
+        "candle", "candle",
+        note="upstream candle: candle-nn Linear over Vars, loss.backward(), AdamW(weight_decay=0)",
+    ),
+    System(
+        "gradstream", "python", "gradstream_impl", "standard",
+        note="gradstream: backward, Adam step, zero_grad(set_to_none=True)",
+    ),
+    System(
+        "gradstream-in-backward", "python", "gradstream_impl", "in_backward",
+        note="gradstream: Adam(in_backward=True) steps each parameter inside backward",
+    ),
+    System(
+        "gradstream-checkpoint", "python", "gradstream_impl", "checkpoint", frozenset({"nerf"}),
+        note="gradstream: the NeRF MLP checkpointed per chunk of points",
+    ),
+]  # fmt: skip
+
+BY_NAME = {s.name: s for s in SYSTEMS}
+
+
+def unavailable_reason(system: System) -> str | None:
+    """Why `system` cannot run here, checked cheaply in the harness; None if it may."""
+    if system.impl == "torch_impl" and importlib.util.find_spec("torch") is None:
+        return "PyTorch is not installed"
+    if system.impl == "gradstream_impl":
+        from . import gradstream_impl
+
+        return gradstream_impl.missing(system.variant)
+    return None

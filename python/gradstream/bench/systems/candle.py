@@ -1,0 +1,59 @@
+"""The candle system: build the Rust program in benches/candle and run one configuration.
+
+The program is upstream candle's own training path (candle-nn `Linear` over `Var`s,
+`loss.backward()`, candle-nn `AdamW` with weight_decay 0); it reads the same safetensors file
+as every other system and prints the same JSON figures.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+# python/gradstream/bench/systems/candle.py -> the repository root
+REPO = Path(__file__).resolve().parents[4]
+MANIFEST = REPO / "benches" / "candle" / "Cargo.toml"
+
+
+def target_dir() -> Path:
+    env = os.environ.get("GRADSTREAM_CANDLE_TARGET_DIR")
+    return Path(env) if env else MANIFEST.parent / "target"
+
+
+def binary() -> Path:
+    return target_dir() / "release" / "candle-bench"
+
+
+def build(manifest: Path = MANIFEST, log=print) -> tuple[Path | None, str | None]:
+    """`cargo build --release` (a no-op when cached): the binary, or None and why not."""
+    if not manifest.exists():
+        return None, f"{manifest} not found (run from a source checkout)"
+    cargo = shutil.which("cargo")
+    if cargo is None:
+        return None, "cargo is not installed"
+    env = dict(os.environ, CARGO_TARGET_DIR=str(target_dir()))
+    log(f"building {manifest.parent} (cargo build --release; minutes the first time)")
+    proc = subprocess.run(
+        [cargo, "build", "--release", "--quiet", "--manifest-path", str(manifest)],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode != 0:
+        tail = proc.stderr.strip().splitlines()[-3:]
+        return None, "cargo build failed: " + " | ".join(tail)
+    return binary(), None
+
+
+def command(exe: Path, workload, data: Path, steps: int, threads: int) -> list[str]:
+    return [
+        str(exe),
+        "--workload", workload.name,
+        "--data", str(data),
+        "--steps", str(steps),
+        "--threads", str(threads),
+        "--lr", repr(workload.lr),
+        *workload.candle_args(),
+    ]  # fmt: skip

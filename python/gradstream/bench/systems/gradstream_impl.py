@@ -1,0 +1,171 @@
+"""The gradstream systems: the same models on `gradstream.nn` and `gradstream.optim`.
+
+- `standard` (`gradstream`): forward, backward, `optimizer.step()`, `zero_grad(set_to_none=True)`.
+- `in_backward` (`gradstream-in-backward`): `Adam(..., in_backward=True)` steps each parameter
+  inside the backward pass the moment its gradient is final, and frees it.
+- `checkpoint` (`gradstream-checkpoint`, nerf): the MLP recomputed per chunk of points.
+
+The model code mirrors `torch_impl` line for line with `import gradstream as torch`.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+from . import RunState, Unsupported
+
+try:
+    import gradstream as torch
+except ImportError:  # pragma: no cover
+    torch = None
+
+
+def missing(variant: str) -> str | None:
+    """What this gradstream build lacks for `variant`, or None when it has what the step uses."""
+    if torch is None:
+        return "gradstream is not built"
+    nn, optim = getattr(torch, "nn", None), getattr(torch, "optim", None)
+    if not hasattr(nn, "Linear"):
+        return "needs gradstream.nn.Linear (not built yet)"
+    adam = getattr(optim, "Adam", None)
+    if adam is None:
+        return "needs gradstream.optim.Adam (not built yet)"
+    if variant == "in_backward":
+        try:
+            params = inspect.signature(adam).parameters
+        except (TypeError, ValueError):
+            params = {}
+        if "in_backward" not in params:
+            return "needs gradstream.optim.Adam(..., in_backward=True) (not built yet)"
+    if variant == "checkpoint":
+        ckpt = getattr(getattr(torch, "utils", None), "checkpoint", None)
+        if ckpt is None or not hasattr(ckpt, "checkpoint"):
+            return "needs gradstream.utils.checkpoint (not built yet)"
+    return None
+
+
+def setup(threads: int) -> None:
+    reason = missing("standard")
+    if reason:
+        raise Unsupported(reason)
+    if hasattr(torch, "set_num_threads"):
+        torch.set_num_threads(threads)
+    w = torch.ones(16, 16, requires_grad=True)
+    opt = torch.optim.Adam([w])
+    torch.matmul(w, w).sum().backward()
+    opt.step()
+
+
+def _tensor(array):
+    return torch.from_numpy(array) if hasattr(torch, "from_numpy") else torch.tensor(array)
+
+
+def _linear(tensors: dict, name: str):
+    w = tensors[f"{name}.weight"]
+    layer = torch.nn.Linear(w.shape[1], w.shape[0])
+    with torch.no_grad():
+        layer.weight.copy_(_tensor(w))
+        layer.bias.copy_(_tensor(tensors[f"{name}.bias"]))
+    return layer
+
+
+def _mse(a, b):
+    return ((a - b) * (a - b)).mean()
+
+
+def encode(pts, freqs: int):
+    parts = [pts]
+    for k in range(freqs):
+        parts += [torch.sin(pts * 2.0**k), torch.cos(pts * 2.0**k)]
+    return torch.cat(parts, dim=-1)
+
+
+def render(sigma, rgb, dists):
+    rays, samples = dists.shape
+    sigma = sigma.reshape(rays, samples)
+    rgb = rgb.reshape(rays, samples, 3)
+    alpha = 1.0 - torch.exp(-sigma * dists)
+    ones = torch.ones(rays, 1)
+    trans = torch.cumprod(torch.cat([ones, 1.0 - alpha + 1e-10], dim=-1), dim=-1)[:, :-1]
+    weights = alpha * trans
+    return torch.sum(weights[..., None] * rgb, dim=-2)
+
+
+def build(workload, tensors: dict, variant: str) -> RunState:
+    reason = missing(variant)
+    if reason:
+        raise Unsupported(reason)
+    try:
+        return _build(workload, tensors, variant)
+    except (AttributeError, NotImplementedError) as e:
+        raise Unsupported(f"gradstream lacks an op this step uses: {e}") from e
+
+
+def _build(workload, tensors: dict, variant: str) -> RunState:
+    if workload.name == "mlp":
+        layers = [_linear(tensors, n) for n, _, _ in workload.layer_shapes()]
+        x = _tensor(tensors["x"])
+        target = _tensor(tensors["target"])
+
+        def loss_fn():
+            h = x
+            for layer in layers:
+                h = torch.relu(layer(h))
+            return _mse(h, target)
+
+    elif workload.name == "nerf":
+        shapes = workload.layer_shapes()
+        layers = [_linear(tensors, n) for n, _, _ in shapes[:-2]]
+        layers += [_linear(tensors, "sigma"), _linear(tensors, "rgb")]
+        enc = encode(_tensor(tensors["pts"]), workload.freqs)
+        dists = _tensor(tensors["dists"])
+        target = _tensor(tensors["target"])
+        skip = workload.skip
+
+        def mlp(e):
+            h = e
+            for i, layer in enumerate(layers[:-2]):
+                if i == skip + 1:
+                    h = torch.cat([h, e], dim=-1)
+                h = torch.relu(layer(h))
+            return torch.relu(layers[-2](h)), torch.sigmoid(layers[-1](h))
+
+        def loss_fn():
+            if variant == "checkpoint":
+                ckpt = torch.utils.checkpoint.checkpoint
+                outs = [ckpt(mlp, c) for c in enc.chunk(workload.chunks)]
+                sigma = torch.cat([o[0] for o in outs])
+                rgb = torch.cat([o[1] for o in outs])
+            else:
+                sigma, rgb = mlp(enc)
+            return _mse(render(sigma, rgb, dists), target)
+
+    else:
+        raise Unsupported(f"gradstream has no {workload.name} model")
+
+    params = [p for layer in layers for p in layer.parameters()]
+    if variant == "in_backward":
+        opt = torch.optim.Adam(params, lr=workload.lr, in_backward=True)
+
+        def step(opt=opt):  # the optimizer lives as long as the step; backward steps it
+            loss = loss_fn()
+            loss.backward()
+            return loss.item()
+
+    else:
+        opt = torch.optim.Adam(params, lr=workload.lr)
+
+        def step():
+            loss = loss_fn()
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            return loss.item()
+
+    def after_warmup():
+        torch.memory.reset_peak_memory_stats()
+
+    def extra():
+        return {"exact_peak_bytes": torch.memory.max_memory_allocated()}
+
+    return RunState(step=step, after_warmup=after_warmup, extra=extra)

@@ -1,0 +1,151 @@
+"""The PyTorch systems: the models, and three ways to take a training step.
+
+- `standard` (`torch`): forward, backward, `optimizer.step()`, `zero_grad(set_to_none=True)`.
+- `hook` (`torch-hook`): one Adam per parameter, stepped from
+  `register_post_accumulate_grad_hook`, which then frees the gradient: PyTorch's tutorial
+  "How to save memory by fusing the optimizer step into the backward pass".
+- `checkpoint` (`torch-checkpoint`, nerf): the MLP recomputed per chunk of points in backward
+  (`torch.utils.checkpoint`, non-reentrant).
+"""
+
+from __future__ import annotations
+
+from . import RunState, Unsupported
+
+try:
+    import torch
+    import torch.utils.checkpoint
+    from torch import nn
+except ImportError:  # pragma: no cover - the harness lists the system as skipped
+    torch = None
+
+
+def setup(threads: int) -> None:
+    if torch is None:
+        raise Unsupported("PyTorch is not installed")
+    torch.set_num_threads(threads)
+    # Start the runtime (thread pool, kernels, Adam) on tiny tensors before the baseline.
+    w = torch.ones(16, 16, requires_grad=True)
+    opt = torch.optim.Adam([w])
+    (w @ w).sum().backward()
+    opt.step()
+
+
+def _linear(tensors: dict, name: str) -> nn.Linear:
+    w = torch.from_numpy(tensors[f"{name}.weight"])
+    layer = nn.Linear(w.shape[1], w.shape[0])
+    with torch.no_grad():
+        layer.weight.copy_(w)
+        layer.bias.copy_(torch.from_numpy(tensors[f"{name}.bias"]))
+    return layer
+
+
+class MLP(nn.Module if torch else object):
+    def __init__(self, workload, tensors):
+        super().__init__()
+        self.layers = nn.ModuleList(_linear(tensors, n) for n, _, _ in workload.layer_shapes())
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = torch.relu(layer(x))
+        return x
+
+
+def encode(pts, freqs: int):
+    """[p, sin(2^0 p), cos(2^0 p), ..., sin(2^(L-1) p), cos(2^(L-1) p)]."""
+    parts = [pts]
+    for k in range(freqs):
+        parts += [torch.sin(pts * 2.0**k), torch.cos(pts * 2.0**k)]
+    return torch.cat(parts, dim=-1)
+
+
+class NeRFMLP(nn.Module if torch else object):
+    """Encoded points -> (sigma, rgb); the encoding re-enters at layer skip + 1."""
+
+    def __init__(self, workload, tensors):
+        super().__init__()
+        shapes = workload.layer_shapes()
+        self.skip = workload.skip
+        self.layers = nn.ModuleList(_linear(tensors, n) for n, _, _ in shapes[:-2])
+        self.sigma = _linear(tensors, "sigma")
+        self.rgb = _linear(tensors, "rgb")
+
+    def forward(self, enc):
+        h = enc
+        for i, layer in enumerate(self.layers):
+            if i == self.skip + 1:
+                h = torch.cat([h, enc], dim=-1)
+            h = torch.relu(layer(h))
+        return torch.relu(self.sigma(h)), torch.sigmoid(self.rgb(h))
+
+
+def render(sigma, rgb, dists):
+    """Volume rendering: alpha, exclusive cumprod transmittance, weighted colour sum per ray."""
+    rays, samples = dists.shape
+    sigma = sigma.reshape(rays, samples)
+    rgb = rgb.reshape(rays, samples, 3)
+    alpha = 1.0 - torch.exp(-sigma * dists)
+    ones = torch.ones(rays, 1, dtype=alpha.dtype)
+    trans = torch.cumprod(torch.cat([ones, 1.0 - alpha + 1e-10], dim=-1), dim=-1)[:, :-1]
+    weights = alpha * trans
+    return torch.sum(weights[..., None] * rgb, dim=-2)
+
+
+def build(workload, tensors: dict, variant: str) -> RunState:
+    if workload.name == "mlp":
+        model = MLP(workload, tensors)
+        x = torch.from_numpy(tensors["x"])
+        target = torch.from_numpy(tensors["target"])
+
+        def loss_fn():
+            return torch.nn.functional.mse_loss(model(x), target)
+
+    elif workload.name == "nerf":
+        model = NeRFMLP(workload, tensors)
+        enc = encode(torch.from_numpy(tensors["pts"]), workload.freqs)
+        dists = torch.from_numpy(tensors["dists"])
+        target = torch.from_numpy(tensors["target"])
+        chunks = workload.chunks
+
+        def loss_fn():
+            if variant == "checkpoint":
+                outs = [
+                    torch.utils.checkpoint.checkpoint(model, c, use_reentrant=False)
+                    for c in enc.chunk(chunks)
+                ]
+                sigma = torch.cat([o[0] for o in outs])
+                rgb = torch.cat([o[1] for o in outs])
+            else:
+                sigma, rgb = model(enc)
+            return torch.nn.functional.mse_loss(render(sigma, rgb, dists), target)
+
+    else:
+        raise Unsupported(f"torch has no {workload.name} model")
+
+    params = list(model.parameters())
+    if variant == "hook":
+        optimizers = {p: torch.optim.Adam([p], lr=workload.lr) for p in params}
+
+        def optimizer_hook(p):
+            optimizers[p].step()
+            optimizers[p].zero_grad(set_to_none=True)
+
+        for p in params:
+            p.register_post_accumulate_grad_hook(optimizer_hook)
+
+        def step():
+            loss = loss_fn()
+            loss.backward()
+            return loss.item()
+
+    else:
+        opt = torch.optim.Adam(params, lr=workload.lr)
+
+        def step():
+            loss = loss_fn()
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            return loss.item()
+
+    return RunState(step=step)

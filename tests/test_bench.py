@@ -1,0 +1,214 @@
+"""gradstream.bench: the harness end to end on tiny sizes, and its pieces.
+
+The candle program is included only with GRADSTREAM_BENCH_CANDLE=1 (its first build compiles
+candle-nn, minutes), or when cargo is here and the program is already built.
+"""
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from gradstream.bench import report, runner, tensorfile, workloads
+from gradstream.bench.systems import BY_NAME, candle
+
+MIB = 2**20
+
+
+def test_tensorfile_round_trip(tmp_path):
+    tensors = {
+        "w": np.arange(12, dtype=np.float32).reshape(3, 4),
+        "x": np.linspace(-1, 1, 5).astype(np.float32),
+        "s": np.array(2.5, dtype=np.float64),
+    }
+    tensorfile.save(tmp_path / "t.safetensors", tensors)
+    raw = (tmp_path / "t.safetensors").read_bytes()
+    n = int.from_bytes(raw[:8], "little")
+    assert (8 + n) % 8 == 0  # data stays aligned
+    header = json.loads(raw[8 : 8 + n])
+    assert header["w"] == {"dtype": "F32", "shape": [3, 4], "data_offsets": [0, 48]}
+    back = tensorfile.load(tmp_path / "t.safetensors")
+    assert set(back) == set(tensors)
+    for k, v in tensors.items():
+        assert back[k].dtype == v.dtype and back[k].shape == v.shape
+        np.testing.assert_array_equal(back[k], v)
+
+
+def test_tensorfile_rejects_unsupported_dtype(tmp_path):
+    with pytest.raises(TypeError, match="b.*complex64"):
+        tensorfile.save(tmp_path / "t.safetensors", {"b": np.zeros(2, np.complex64)})
+
+
+def test_workload_tensors_are_deterministic_and_shaped():
+    wl = workloads.make("nerf", "tiny")
+    a, b = wl.tensors(0), wl.tensors(0)
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k])
+        assert a[k].dtype == np.float32
+    assert a["pts"].shape == (wl.points, 3)
+    assert a["dists"].shape == (wl.rays, wl.samples)
+    assert (a["dists"] > 0).all()
+    assert a[f"layers.{wl.skip + 1}.weight"].shape == (wl.width, wl.width + wl.features)
+    assert sum(v.size for k, v in a.items() if "." in k) == wl.num_params()
+
+
+def test_lower_bound_mlp_default():
+    wl = workloads.make("mlp")
+    b = wl.lower_bound()
+    params = 6 * 2048 * 2049 * 4
+    assert b["parameters"] == params
+    assert b["optimizer_state"] == 2 * params
+    assert b["saved_activations"] == 8 * 64 * 2048 * 4
+    assert b["largest_gradient"] == 2048 * 2048 * 4
+    assert b["total"] == sum(v for k, v in b.items() if k != "total")
+    assert 300 * MIB < b["total"] < 320 * MIB
+
+
+def test_lower_bound_nerf_default():
+    wl = workloads.make("nerf")
+    assert wl.features == 39 and wl.points == 65536
+    b = wl.lower_bound()
+    assert b["largest_gradient"] == 65536 * 256 * 4  # one hidden activation's gradient
+    assert b["saved_activations"] > 8 * 65536 * 256 * 4
+
+
+def test_workload_overrides_and_bad_sizes():
+    wl = workloads.make("mlp", "quick", {"width": "128", "lr": "0.01"})
+    assert (wl.width, wl.lr, wl.depth) == (128, 0.01, 6)
+    with pytest.raises(ValueError, match="mlp has no size 'rays'"):
+        workloads.make("mlp", "default", {"rays": "3"})
+    with pytest.raises(ValueError, match="unknown workload 'cnn'"):
+        workloads.make("cnn")
+
+
+def _rec(system, loss, final, peak=100 * MIB, seconds=1.0):
+    return {
+        "workload": "mlp",
+        "system": system,
+        "status": "ok",
+        "peak_bytes": peak,
+        "step_seconds": seconds,
+        "losses": [loss, final],
+        "loss": loss,
+        "final_loss": final,
+    }
+
+
+def test_compare_ratios_and_flags_a_loss_mismatch():
+    records = [
+        _rec("torch", 1.0, 0.5, peak=200 * MIB, seconds=2.0),
+        _rec("torch-hook", 1.0, 0.5000001, peak=100 * MIB),
+        _rec("gradstream", 1.0, 0.9),  # did less work: the final loss gives it away
+        {"workload": "mlp", "system": "candle", "status": "skipped", "reason": "no cargo"},
+    ]
+    runner._compare(records)
+    torch_, hook, gs_, cnd = records
+    assert torch_["loss_ok"] and hook["loss_ok"]
+    assert hook["ratio_to_torch"] == {"peak": 0.5, "time": 0.5}
+    assert torch_["ratio_to_torch_hook"]["peak"] == 2.0
+    assert gs_["loss_ok"] is False and "final_loss 0.9 vs torch 0.5" in gs_["loss_mismatch"]
+    assert "loss_ok" not in cnd
+    result = {
+        "meta": {
+            "command": "x",
+            "date": "d",
+            "threads": 1,
+            "steps": 1,
+            "preset": "tiny",
+            "sizes": {"mlp": {}},
+            "memory_method": "m",
+        },
+        "lower_bounds": {
+            "mlp": {
+                "parameters": 1,
+                "optimizer_state": 2,
+                "saved_activations": 3,
+                "largest_gradient": 4,
+                "total": 10,
+                "how": "h",
+            }
+        },
+        "records": records,
+    }
+    md = report.markdown(result)
+    assert "(!) mlp / gradstream" in md and "skipped: no cargo" in md
+    table = report.text_table(result)
+    assert "skipped: no cargo" in table and "0.9 (!)" in table
+
+
+def test_cli_rejects_unknown_names():
+    from gradstream.bench.__main__ import config, parse_args
+
+    with pytest.raises(SystemExit, match="unknown system 'tf'"):
+        config(parse_args(["--systems", "torch,tf"]))
+    with pytest.raises(SystemExit, match="expected WORKLOAD.SIZE=VALUE"):
+        config(parse_args(["--set", "mlp=3"]))
+    with pytest.raises(SystemExit, match="nerf has no size 'batch'"):
+        config(parse_args(["--set", "nerf.batch=3"]))
+
+
+def _want_candle() -> bool:
+    if os.environ.get("GRADSTREAM_BENCH_CANDLE") == "1":
+        return True
+    return shutil.which("cargo") is not None and candle.binary().exists()
+
+
+def test_smoke_end_to_end(tmp_path, torch_ref):
+    systems = [s for s in BY_NAME if s != "candle" or _want_candle()]
+    out = tmp_path / "out"
+    cmd = [
+        sys.executable,
+        "-m",
+        "gradstream.bench",
+        "--preset", "tiny",
+        "--steps", "2",
+        "--threads", "1",
+        "--systems", ",".join(systems),
+        "--out", str(out),
+        "--plain-progress",
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads((out / "results.json").read_text())
+    assert set(result) >= {"meta", "lower_bounds", "records"}
+    assert result["meta"]["steps"] == 2 and result["meta"]["threads"] == 1
+    for name in ("mlp", "nerf"):
+        b = result["lower_bounds"][name]
+        assert b["total"] == sum(b[k] for k in b if k not in ("total", "how")) > 0
+
+    records = {(r["workload"], r["system"]): r for r in result["records"]}
+    # torch-checkpoint and gradstream-checkpoint are nerf only.
+    expected = {(w, s) for w in ("mlp", "nerf") for s in systems if BY_NAME[s].applies_to(w)}
+    assert set(records) == expected
+    for key, r in records.items():
+        assert r["status"] in ("ok", "skipped"), (key, r)
+        if r["status"] == "skipped":
+            assert r["reason"] and not r["system"].startswith("torch"), (key, r)
+            continue
+        assert r["peak_bytes"] > 0 and r["step_seconds"] > 0, (key, r)
+        assert r["lower_bound_bytes"] == result["lower_bounds"][key[0]]["total"]
+        assert r["peak_vs_bound"] == pytest.approx(r["peak_bytes"] / r["lower_bound_bytes"])
+        assert len(r["losses"]) == 3 and all(math.isfinite(x) for x in r["losses"])
+        assert r["loss_ok"], (key, r.get("loss_mismatch"))
+        assert r["loss_reference"] == "torch"
+        assert r["ratio_to_torch"]["peak"] > 0 and r["ratio_to_torch_hook"]["time"] > 0
+        if r["system"].startswith("gradstream"):
+            assert r["exact_peak_bytes"] > 0
+    # Adam moved the weights: the losses change from step to step.
+    assert records[("mlp", "torch")]["losses"][0] != records[("mlp", "torch")]["losses"][-1]
+    if "candle" in systems:
+        assert records[("mlp", "candle")]["status"] == "ok"
+
+    md = (out / "results.md").read_text()
+    assert "| workload | system | peak MiB |" in md and "## Lower bounds" in md
+    try:
+        import matplotlib  # noqa: F401
+
+        assert (out / "peak_memory.png").exists() and (out / "step_time.png").exists()
+    except ImportError:
+        assert "matplotlib is not installed" in proc.stdout
