@@ -146,8 +146,29 @@ def test_checkpoint_chunks_matches_and_bounds_activations():
 
 def test_function_returning_no_tensor_is_an_error():
     x = gs.ones(3, requires_grad=True)
-    with pytest.raises(TypeError, match="must return a single Tensor"):
-        checkpoint(lambda t: [t * 2], x)
+    with pytest.raises(TypeError, match="must return a Tensor or a tuple of Tensors"):
+        checkpoint(lambda t: {"y": t * 2}, x)
+    with pytest.raises(TypeError, match="must return a Tensor or a tuple of Tensors"):
+        checkpoint(lambda t: None, x)
+
+
+def test_tuple_outputs_as_pytorch_code_returns_them():
+    f, ws = mlp(gs.float64)
+    x = gs.randn(32, 64, dtype=gs.float64, requires_grad=True)
+
+    def two_heads(t):
+        h = f(t)
+        return h[:, :1].relu(), h[:, 1:4].sigmoid()
+
+    def loss(a, b):
+        return (a * 3.0).sum() + (b * b).sum()
+
+    plain = grads_of(lambda: loss(*two_heads(x)), [x, *ws])
+    ck = grads_of(lambda: loss(*checkpoint(two_heads, x)), [x, *ws])
+    chunked = grads_of(lambda: loss(*checkpoint_chunks(two_heads, x, chunks=4)), [x, *ws])
+    for a, b, c in zip(plain, ck, chunked, strict=True):
+        np.testing.assert_allclose(b, a, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(c, a, rtol=1e-10, atol=1e-12)
 
 
 def test_function_mutating_its_input_is_an_error():

@@ -45,6 +45,37 @@ def _versions(tensors):
     return [t._version for t in tensors]
 
 
+def _pack(out):
+    """One tensor for the engine from a function's result: a Tensor as is, a tuple of
+    tensors flattened into one buffer (unpacked again with views)."""
+    if isinstance(out, _core.Tensor):
+        return out, None
+    if isinstance(out, (tuple, list)) and out and all(isinstance(o, _core.Tensor) for o in out):
+        dtypes = {o.dtype for o in out}
+        if len(dtypes) != 1:
+            raise TypeError(f"checkpoint: tuple outputs must share one dtype, got {dtypes}")
+        shapes = [tuple(o.shape) for o in out]
+        return _core.cat([o.reshape(-1) for o in out]), (type(out), shapes)
+    raise TypeError(
+        "checkpoint: the checkpointed function must return a Tensor or a tuple of Tensors, got "
+        f"{type(out).__name__}"
+    )
+
+
+def _unpack(packed, layout):
+    if layout is None:
+        return packed
+    kind, shapes = layout
+    parts, start = [], 0
+    for shape in shapes:
+        n = 1
+        for d in shape:
+            n *= d
+        parts.append(packed.narrow(0, start, n).reshape(shape))
+        start += n
+    return kind(parts)
+
+
 def checkpoint(
     function: Callable,
     *args,
@@ -65,12 +96,7 @@ def checkpoint(
     rng = _core.get_rng_state() if preserve_rng_state else None
     before = _versions(tensors)
     with _structure_only():
-        out = function(*args, **kwargs)
-    if not isinstance(out, _core.Tensor):
-        raise TypeError(
-            "checkpoint: the checkpointed function must return a single Tensor, got "
-            f"{type(out).__name__}"
-        )
+        out, layout = _pack(function(*args, **kwargs))
     if _versions(tensors) != before:
         raise RuntimeError(
             "checkpoint: the checkpointed function modified one of its inputs in place; the "
@@ -78,7 +104,7 @@ def checkpoint(
             "function instead."
         )
     if out.grad_fn is None:
-        return out
+        return _unpack(out, layout)
     ids = {id(t) for t in tensors}
     leaves = [p for p in _core._graph_leaves(out) if id(p) not in ids]
     grad_args = [t for t in tensors if t.requires_grad]
@@ -102,7 +128,7 @@ def checkpoint(
             else:
                 detached.append(a)
         with _rng_state(rng), enable_grad():
-            recomputed = function(*detached, **kwargs)
+            recomputed, _ = _pack(function(*detached, **kwargs))
         targets = [d for d in detached if isinstance(d, _core.Tensor) and d.requires_grad]
         grads = _core.autograd_grad(
             [recomputed], targets + leaves, grad_outputs=[grad], allow_unused=True
@@ -113,7 +139,7 @@ def checkpoint(
         saved.clear()
 
     _core._function_node(out, grad_args + leaves, backward, release, "CheckpointBackward")
-    return out
+    return _unpack(out, layout)
 
 
 def checkpoint_sequential(
@@ -148,7 +174,8 @@ def checkpoint_sequential(
 
 def checkpoint_chunks(function: Callable, x, chunks: int, **kwargs):
     """`function(x)` for a point-wise `function`, in `chunks` checkpointed pieces of `x`
-    along dim 0: only one chunk's activations are ever alive, in forward and in backward."""
+    along dim 0: only one chunk's activations are ever alive, in forward and in backward.
+    `function` may return a Tensor or a tuple of Tensors (each concatenated over chunks)."""
     if not isinstance(chunks, int) or chunks < 1:
         raise ValueError(f"checkpoint_chunks: chunks must be a positive int, got {chunks!r}")
     n = x.shape[0]
@@ -158,4 +185,8 @@ def checkpoint_chunks(function: Callable, x, chunks: int, **kwargs):
     ]
     if not outs:
         return function(x)
-    return outs[0] if len(outs) == 1 else _core.cat(outs, 0)
+    if len(outs) == 1:
+        return outs[0]
+    if isinstance(outs[0], _core.Tensor):
+        return _core.cat(outs, 0)
+    return type(outs[0])(_core.cat(list(parts), 0) for parts in zip(*outs, strict=True))

@@ -3,7 +3,8 @@
 - `standard` (`gradstream`): forward, backward, `optimizer.step()`, `zero_grad(set_to_none=True)`.
 - `in_backward` (`gradstream-in-backward`): `Adam(..., in_backward=True)` steps each parameter
   inside the backward pass the moment its gradient is final, and frees it.
-- `checkpoint` (`gradstream-checkpoint`, nerf): the MLP recomputed per chunk of points.
+- `checkpoint` (`gradstream-checkpoint`, nerf): in-backward Adam, and the MLP recomputed per
+  chunk of points (`gradstream.utils.checkpoint.checkpoint_chunks`).
 
 The model code mirrors `torch_impl` line for line with `import gradstream as torch`.
 """
@@ -39,7 +40,7 @@ def missing(variant: str) -> str | None:
             return "needs gradstream.optim.Adam(..., in_backward=True) (not built yet)"
     if variant == "checkpoint":
         ckpt = getattr(getattr(torch, "utils", None), "checkpoint", None)
-        if ckpt is None or not hasattr(ckpt, "checkpoint"):
+        if ckpt is None or not hasattr(ckpt, "checkpoint_chunks"):
             return "needs gradstream.utils.checkpoint (not built yet)"
     return None
 
@@ -132,10 +133,8 @@ def _build(workload, tensors: dict, variant: str) -> RunState:
 
         def loss_fn():
             if variant == "checkpoint":
-                ckpt = torch.utils.checkpoint.checkpoint
-                outs = [ckpt(mlp, c) for c in enc.chunk(workload.chunks)]
-                sigma = torch.cat([o[0] for o in outs])
-                rgb = torch.cat([o[1] for o in outs])
+                chunks = torch.utils.checkpoint.checkpoint_chunks
+                sigma, rgb = chunks(mlp, enc, chunks=workload.chunks)
             else:
                 sigma, rgb = mlp(enc)
             return _mse(render(sigma, rgb, dists), target)
@@ -144,7 +143,7 @@ def _build(workload, tensors: dict, variant: str) -> RunState:
         raise Unsupported(f"gradstream has no {workload.name} model")
 
     params = [p for layer in layers for p in layer.parameters()]
-    if variant == "in_backward":
+    if variant in ("in_backward", "checkpoint"):
         opt = torch.optim.Adam(params, lr=workload.lr, in_backward=True)
 
         def step(opt=opt):  # the optimizer lives as long as the step; backward steps it
