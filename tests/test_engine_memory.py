@@ -8,6 +8,7 @@ import gc
 import os
 import signal
 
+import numpy as np
 import pytest
 
 import gradstream as gs
@@ -264,3 +265,21 @@ def test_keyboard_interrupt_leaves_memory_at_baseline():
     gc.collect()
     assert memory.memory_allocated() - start == x.nbytes
     assert memory.memory_by_category()["activation"] == 0
+
+
+def test_linear_weight_gradient_reaches_grad_without_a_copy():
+    """`x @ w.t()` (how Linear computes): w's gradient is produced in w's layout, so the
+    leaf keeps the buffer backward made instead of copying a transposed view."""
+    w = gs.randn(256, 512, requires_grad=True)
+    x = gs.randn(64, 512)
+    loss = (x @ w.t()).sum()
+    grad_bytes = 256 * 512 * 4
+    base = gs.memory.memory_allocated()
+    gs.memory.reset_peak_memory_stats()
+    loss.backward()
+    peak = gs.memory.max_memory_allocated() - base
+    assert w.grad.is_contiguous()
+    assert gs.memory.memory_allocated() - base == grad_bytes
+    assert peak < 1.5 * grad_bytes, peak  # a copy would make it at least 2x
+    ref = x.sum(0, keepdim=True).expand(256, 512)
+    np.testing.assert_allclose(w.grad.numpy(), ref.numpy(), rtol=1e-5)

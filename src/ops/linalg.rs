@@ -73,10 +73,22 @@ fn product_data(
     cast_data(&out, DType::Float64, dtype)
 }
 
+/// A matrix (or batch of them) stored column-major: a transposed view of a dense one.
+fn is_col_major(t: &candle_core::Tensor) -> bool {
+    let (dims, stride) = (t.dims(), t.stride());
+    let r = dims.len();
+    r >= 2
+        && dims[r - 1] > 1
+        && dims[r - 2] > 1
+        && stride[r - 2] == 1
+        && stride[r - 1] == dims[r - 2]
+}
+
 /// `a @ b` for operands of rank >= 2 with identical batch dims; records `name`.
 fn batched_mm(name: &'static str, a: &Tensor, b: &Tensor) -> Result<Tensor> {
     let out = Tensor::new(product_data(&a.data(), &b.data(), a.dtype())?, a.dtype());
     let (na, nb) = (a.requires_grad(), b.requires_grad());
+    let (a_col_major, b_col_major) = (is_col_major(&a.data()), is_col_major(&b.data()));
     record(
         name,
         &out,
@@ -97,12 +109,18 @@ fn batched_mm(name: &'static str, a: &Tensor, b: &Tensor) -> Result<Tensor> {
             let sa = if nb { it.next() } else { None };
             let sb = if na { it.next() } else { None };
             let r = g.rank();
+            let t = |x: &Tensor| transpose(x, r - 2, r - 1);
+            // Each gradient comes out in its operand's layout: for `x @ w.t()` the weight's
+            // gradient is produced transposed, so the transpose's backward hands the leaf a
+            // dense buffer it can keep instead of copying (PyTorch's mm_mat2_backward).
             let ga = match sb {
-                Some(b) if ctx.needs(0) => Some(batched_mm(name, g, &transpose(b, r - 2, r - 1)?)?),
+                Some(b) if ctx.needs(0) && a_col_major => Some(t(&batched_mm(name, b, &t(g)?)?)?),
+                Some(b) if ctx.needs(0) => Some(batched_mm(name, g, &t(b)?)?),
                 _ => None,
             };
             let gb = match sa {
-                Some(a) if ctx.needs(1) => Some(batched_mm(name, &transpose(a, r - 2, r - 1)?, g)?),
+                Some(a) if ctx.needs(1) && b_col_major => Some(t(&batched_mm(name, &t(g)?, a)?)?),
+                Some(a) if ctx.needs(1) => Some(batched_mm(name, &t(a)?, g)?),
                 _ => None,
             };
             Ok(vec![ga, gb])
