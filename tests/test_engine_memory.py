@@ -282,4 +282,5 @@ def test_linear_weight_gradient_reaches_grad_without_a_copy():
     assert gs.memory.memory_allocated() - base == grad_bytes
     assert peak < 1.5 * grad_bytes, peak  # a copy would make it at least 2x
     ref = x.sum(0, keepdim=True).expand(256, 512)
-    np.testing.assert_allclose(w.grad.numpy(), ref.numpy(), rtol=1e-5)
+    # float32 sums of 64 terms; entries near zero differ by rounding only
+    np.testing.assert_allclose(w.grad.numpy(), ref.numpy(), rtol=1e-4, atol=1e-5)

@@ -3,6 +3,7 @@
 use pyo3::prelude::*;
 
 use crate::bindings::convert::extract_tensor;
+use crate::bindings::detached;
 use crate::bindings::tensor::PyTensor;
 use crate::ops::linalg;
 use crate::tensor::Tensor;
@@ -13,23 +14,28 @@ fn arg(op: &str, name: &str, obj: &Bound<'_, PyAny>) -> PyResult<Tensor> {
 
 #[pymethods]
 impl PyTensor {
-    fn __matmul__(&self, other: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-        Ok(linalg::matmul(&self.t, &arg("matmul", "other", other)?)?)
+    fn __matmul__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<Tensor> {
+        let o = arg("matmul", "other", other)?;
+        detached(py, || linalg::matmul(&self.t, &o))
     }
-    fn __rmatmul__(&self, other: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-        Ok(linalg::matmul(&arg("matmul", "other", other)?, &self.t)?)
+    fn __rmatmul__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<Tensor> {
+        let o = arg("matmul", "other", other)?;
+        detached(py, || linalg::matmul(&o, &self.t))
     }
     /// `self @ other` with broadcasting of batch dims.
-    fn matmul(&self, other: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-        Ok(linalg::matmul(&self.t, &arg("matmul", "other", other)?)?)
+    fn matmul(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<Tensor> {
+        let o = arg("matmul", "other", other)?;
+        detached(py, || linalg::matmul(&self.t, &o))
     }
     /// Matrix product of two 2-D tensors.
-    fn mm(&self, mat2: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-        Ok(linalg::mm(&self.t, &arg("mm", "mat2", mat2)?)?)
+    fn mm(&self, py: Python<'_>, mat2: &Bound<'_, PyAny>) -> PyResult<Tensor> {
+        let o = arg("mm", "mat2", mat2)?;
+        detached(py, || linalg::mm(&self.t, &o))
     }
     /// Batched matrix product of two 3-D tensors with the same batch size.
-    fn bmm(&self, mat2: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-        Ok(linalg::bmm(&self.t, &arg("bmm", "mat2", mat2)?)?)
+    fn bmm(&self, py: Python<'_>, mat2: &Bound<'_, PyAny>) -> PyResult<Tensor> {
+        let o = arg("bmm", "mat2", mat2)?;
+        detached(py, || linalg::bmm(&self.t, &o))
     }
     /// Inner product of two 1-D tensors.
     fn dot(&self, other: &Bound<'_, PyAny>) -> PyResult<Tensor> {
@@ -60,29 +66,26 @@ impl PyTensor {
 
 /// `matmul(input, other)`: PyTorch's rules for 1-D, 2-D, batched and broadcast operands.
 #[pyfunction]
-fn matmul(input: &Bound<'_, PyAny>, other: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-    Ok(linalg::matmul(
-        &arg("matmul", "input", input)?,
-        &arg("matmul", "other", other)?,
-    )?)
+fn matmul(py: Python<'_>, input: &Bound<'_, PyAny>, other: &Bound<'_, PyAny>) -> PyResult<Tensor> {
+    let (x, y) = (
+        arg("matmul", "input", input)?,
+        arg("matmul", "other", other)?,
+    );
+    detached(py, || linalg::matmul(&x, &y))
 }
 
 /// `mm(input, mat2)`: (n, k) @ (k, m).
 #[pyfunction]
-fn mm(input: &Bound<'_, PyAny>, mat2: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-    Ok(linalg::mm(
-        &arg("mm", "input", input)?,
-        &arg("mm", "mat2", mat2)?,
-    )?)
+fn mm(py: Python<'_>, input: &Bound<'_, PyAny>, mat2: &Bound<'_, PyAny>) -> PyResult<Tensor> {
+    let (x, y) = (arg("mm", "input", input)?, arg("mm", "mat2", mat2)?);
+    detached(py, || linalg::mm(&x, &y))
 }
 
 /// `bmm(input, mat2)`: (B, n, k) @ (B, k, m).
 #[pyfunction]
-fn bmm(input: &Bound<'_, PyAny>, mat2: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-    Ok(linalg::bmm(
-        &arg("bmm", "input", input)?,
-        &arg("bmm", "mat2", mat2)?,
-    )?)
+fn bmm(py: Python<'_>, input: &Bound<'_, PyAny>, mat2: &Bound<'_, PyAny>) -> PyResult<Tensor> {
+    let (x, y) = (arg("bmm", "input", input)?, arg("bmm", "mat2", mat2)?);
+    detached(py, || linalg::bmm(&x, &y))
 }
 
 /// `dot(input, tensor)`: inner product of two 1-D tensors.

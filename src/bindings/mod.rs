@@ -19,6 +19,14 @@ use pyo3::prelude::*;
 
 use crate::dtype::DType;
 
+/// Run heavy Rust work with the interpreter released, so other Python threads go on.
+pub fn detached<T: Send>(
+    py: Python<'_>,
+    f: impl FnOnce() -> crate::error::Result<T> + Send,
+) -> PyResult<T> {
+    Ok(py.detach(f)?)
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<tensor::PyTensor>()?;
     m.add_class::<convert::PyDType>()?;

@@ -3,6 +3,7 @@
 //!
 //! Dims arrive normalised (`ops::wrap_dims`); `None` means every dim.
 
+pub mod block_sum;
 pub mod lines;
 pub mod minmax;
 pub mod softmax;
@@ -91,6 +92,9 @@ fn sum_data(x: &candle_core::Tensor, reduced: &[usize]) -> Result<candle_core::T
     }
     if reduced.is_empty() {
         return Ok(x.clone());
+    }
+    if let Some(fast) = block_sum::block_sum(x, reduced)? {
+        return Ok(fast);
     }
     let dt = x.dtype();
     if matches!(dt, candle_core::DType::F16 | candle_core::DType::BF16) {

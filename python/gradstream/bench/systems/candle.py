@@ -12,24 +12,38 @@ import shutil
 import subprocess
 from pathlib import Path
 
-# python/gradstream/bench/systems/candle.py -> the repository root
-REPO = Path(__file__).resolve().parents[4]
-MANIFEST = REPO / "benches" / "candle" / "Cargo.toml"
+
+def find_manifest() -> Path:
+    """The candle program's Cargo.toml: `$GRADSTREAM_CANDLE_DIR`, else `benches/candle` in the
+    current directory (the README runs the benchmark from the checkout), else next to the
+    package (an editable install)."""
+    candidates = [Path.cwd() / "benches" / "candle"]
+    if os.environ.get("GRADSTREAM_CANDLE_DIR"):
+        candidates.insert(0, Path(os.environ["GRADSTREAM_CANDLE_DIR"]))
+    # python/gradstream/bench/systems/candle.py -> the repository root
+    candidates.append(Path(__file__).resolve().parents[4] / "benches" / "candle")
+    for c in candidates:
+        if (c / "Cargo.toml").exists():
+            return c / "Cargo.toml"
+    return candidates[0] / "Cargo.toml"
 
 
 def target_dir() -> Path:
     env = os.environ.get("GRADSTREAM_CANDLE_TARGET_DIR")
-    return Path(env) if env else MANIFEST.parent / "target"
+    return Path(env) if env else find_manifest().parent / "target"
 
 
 def binary() -> Path:
     return target_dir() / "release" / "candle-bench"
 
 
-def build(manifest: Path = MANIFEST, log=print) -> tuple[Path | None, str | None]:
+def build(manifest: Path | None = None, log=print) -> tuple[Path | None, str | None]:
     """`cargo build --release` (a no-op when cached): the binary, or None and why not."""
+    manifest = manifest or find_manifest()
     if not manifest.exists():
-        return None, f"{manifest} not found (run from a source checkout)"
+        return None, (
+            f"{manifest} not found: run from the source checkout or set GRADSTREAM_CANDLE_DIR"
+        )
     cargo = shutil.which("cargo")
     if cargo is None:
         return None, "cargo is not installed"
