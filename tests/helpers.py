@@ -57,3 +57,47 @@ def noncontiguous(t):
     if t.ndim < 2:
         return gs.stack([t, t], 0)[0] if hasattr(gs, "stack") else t
     return t.transpose(0, 1).contiguous().transpose(0, 1)
+
+
+def lib_inputs(lib, arrays, grad):
+    """The NumPy arrays among `arrays` as tensors of `lib` (gradstream or torch); floats
+    require grad when `grad`. Other arguments pass through."""
+    out = []
+    for a in arrays:
+        if isinstance(a, np.ndarray):
+            t = lib.tensor(a)
+            if grad and a.dtype.kind == "f":
+                t.requires_grad_(True)
+            out.append(t)
+        else:
+            out.append(a)
+    return out
+
+
+def as_list(out):
+    return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
+def pair(torch, arr, requires_grad=False):
+    """The same data as a gradstream and a torch tensor (dtype kept)."""
+    g = gs.tensor(arr)
+    t = torch.tensor(arr)
+    if requires_grad:
+        g.requires_grad_(True)
+        t.requires_grad_(True)
+    return g, t
+
+
+def check_op(torch, f, arr, grad=True, view=None, rtol=1e-6, atol=1e-8):
+    """`f(x)` agrees with torch in value, dtype and (for floats) input gradient."""
+    g, t = pair(torch, arr, grad)
+    gi, ti = (view(g), view(t)) if view else (g, t)
+    og, ot = f(gi), f(ti)
+    assert_close(og, ot, rtol=rtol, atol=atol)
+    if grad:
+        w = np.asarray(np.random.randn(*ot.shape)).astype(arr.dtype)
+        og.backward(gs.tensor(w))
+        ot.backward(torch.tensor(w))
+        # PyTorch leaves the gradient of a constant output (norm p=0) undefined: zeros.
+        tg = t.grad if t.grad is not None else torch.zeros_like(t)
+        assert_close(g.grad, tg, rtol=rtol, atol=atol)

@@ -4,37 +4,13 @@ import math
 
 import numpy as np
 import pytest
-from helpers import assert_close
+from helpers import assert_close, pair
+from helpers import check_op as check
 
 import gradstream as gs
 from gradstream.autograd import gradcheck
 
 INF = math.inf
-
-
-def pair(torch, arr, requires_grad=False):
-    """The same data as a gradstream and a torch tensor (dtype kept)."""
-    g = gs.tensor(arr)
-    t = torch.tensor(arr)
-    if requires_grad:
-        g.requires_grad_(True)
-        t.requires_grad_(True)
-    return g, t
-
-
-def check(torch, f, arr, grad=True, view=None, rtol=1e-6, atol=1e-8):
-    """`f(x)` agrees in value, dtype and (for floats) input gradient."""
-    g, t = pair(torch, arr, grad)
-    gi, ti = (view(g), view(t)) if view else (g, t)
-    og, ot = f(gi), f(ti)
-    assert_close(og, ot, rtol=rtol, atol=atol)
-    if grad:
-        w = np.asarray(np.random.randn(*ot.shape)).astype(arr.dtype)
-        og.backward(gs.tensor(w))
-        ot.backward(torch.tensor(w))
-        # PyTorch leaves the gradient of a constant output (norm p=0) undefined: zeros.
-        tg = t.grad if t.grad is not None else torch.zeros_like(t)
-        assert_close(g.grad, tg, rtol=rtol, atol=atol)
 
 
 REDUCTIONS = [

@@ -2,26 +2,11 @@
 
 import numpy as np
 import pytest
+from helpers import as_list as _flat
 from helpers import assert_close
+from helpers import lib_inputs as _inputs
 
 import gradstream as gs
-
-
-def _inputs(lib, arrays, grad):
-    out = []
-    for a in arrays:
-        if isinstance(a, np.ndarray):
-            t = lib.tensor(a)
-            if grad and a.dtype.kind == "f":
-                t.requires_grad_(True)
-            out.append(t)
-        else:
-            out.append(a)
-    return out
-
-
-def _flat(out):
-    return list(out) if isinstance(out, (tuple, list)) else [out]
 
 
 def run_both(torch, fn, *arrays, grad=True, rtol=1e-6):
