@@ -101,3 +101,42 @@ def check_op(torch, f, arr, grad=True, view=None, rtol=1e-6, atol=1e-8):
         # PyTorch leaves the gradient of a constant output (norm p=0) undefined: zeros.
         tg = t.grad if t.grad is not None else torch.zeros_like(t)
         assert_close(g.grad, tg, rtol=rtol, atol=atol)
+
+
+def run_both(torch, fn, *arrays, grad=True, rtol=1e-6, missing_grad_ok=False):
+    """fn(lib, *tensors) on gradstream and torch: same values, and same gradients of a
+    random weighting of every floating output. Where torch leaves an input's gradient
+    undefined, gradstream's must be zeros; `missing_grad_ok` also accepts none at all."""
+    rng = np.random.default_rng(1)
+    g_in, t_in = lib_inputs(gs, arrays, grad), lib_inputs(torch, arrays, grad)
+    g_out, t_out = as_list(fn(gs, *g_in)), as_list(fn(torch, *t_in))
+    assert len(g_out) == len(t_out)
+    for a, b in zip(g_out, t_out, strict=True):
+        assert_close(a, b, rtol=rtol)
+    if not grad:
+        return g_out
+    g_loss, t_loss = 0, 0
+    for a, b in zip(g_out, t_out, strict=True):
+        if b.dtype.is_floating_point and b.requires_grad:
+            w = rng.standard_normal(tuple(b.shape))
+            g_loss = g_loss + (a * gs.tensor(w)).sum()
+            t_loss = t_loss + (b * torch.tensor(w)).sum()
+    if isinstance(t_loss, int):
+        return g_out
+    g_loss.backward()
+    t_loss.backward()
+    for a, b in zip(g_in, t_in, strict=True):
+        if hasattr(b, "requires_grad") and b.requires_grad:
+            if b.grad is None and missing_grad_ok:
+                assert a.grad is None or not a.grad.numpy().any()
+                continue
+            tg = b.grad if b.grad is not None else torch.zeros_like(b)
+            assert a.grad is not None, "missing gradient"
+            assert_close(a.grad, tg, rtol=rtol)
+    return g_out
+
+
+def arr(*shape, dtype=np.float64):
+    """Deterministic distinct values of `shape`: 0.5 * arange - 1."""
+    n = int(np.prod(shape))
+    return (np.arange(n, dtype=np.float64).reshape(shape) * 0.5 - 1).astype(dtype)

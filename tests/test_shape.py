@@ -2,45 +2,9 @@
 
 import numpy as np
 import pytest
-from helpers import as_list as _flat
-from helpers import assert_close
-from helpers import lib_inputs as _inputs
+from helpers import arr, run_both
 
 import gradstream as gs
-
-
-def run_both(torch, fn, *arrays, grad=True, rtol=1e-6):
-    """fn(lib, *tensors) on gradstream and torch: same values, and same gradients of a
-    random weighting of every floating output."""
-    rng = np.random.default_rng(1)
-    g_in, t_in = _inputs(gs, arrays, grad), _inputs(torch, arrays, grad)
-    g_out, t_out = _flat(fn(gs, *g_in)), _flat(fn(torch, *t_in))
-    assert len(g_out) == len(t_out)
-    for a, b in zip(g_out, t_out, strict=True):
-        assert_close(a, b, rtol=rtol)
-    if not grad:
-        return g_out
-    g_loss, t_loss = 0, 0
-    for a, b in zip(g_out, t_out, strict=True):
-        if b.dtype.is_floating_point and b.requires_grad:
-            w = rng.standard_normal(tuple(b.shape))
-            g_loss = g_loss + (a * gs.tensor(w)).sum()
-            t_loss = t_loss + (b * torch.tensor(w)).sum()
-    if isinstance(t_loss, int):
-        return g_out
-    g_loss.backward()
-    t_loss.backward()
-    for a, b in zip(g_in, t_in, strict=True):
-        if hasattr(b, "requires_grad") and b.requires_grad:
-            tg = b.grad if b.grad is not None else torch.zeros_like(b)
-            assert a.grad is not None, "missing gradient"
-            assert_close(a.grad, tg, rtol=rtol)
-    return g_out
-
-
-def arr(*shape, dtype=np.float64):
-    n = int(np.prod(shape))
-    return (np.arange(n, dtype=np.float64).reshape(shape) * 0.5 - 1).astype(dtype)
 
 
 def shares(a, b):
