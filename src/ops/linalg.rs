@@ -73,6 +73,27 @@ fn product_data(
     cast_data(&out, DType::Float64, dtype)
 }
 
+/// A product's backward needs each operand only for the other's gradient: `a` is saved
+/// when `b` needs a gradient (`nb`), `b` when `a` does (`na`).
+fn save_crossed(a: &Tensor, b: &Tensor, na: bool, nb: bool) -> Vec<SavedTensor> {
+    let mut v = Vec::new();
+    if nb {
+        v.push(SavedTensor::input(a));
+    }
+    if na {
+        v.push(SavedTensor::input(b));
+    }
+    v
+}
+
+/// The operands `save_crossed` kept, as `(a, b)`.
+fn unpack_crossed(saved: &[Tensor], na: bool, nb: bool) -> (Option<&Tensor>, Option<&Tensor>) {
+    let mut it = saved.iter();
+    let sa = if nb { it.next() } else { None };
+    let sb = if na { it.next() } else { None };
+    (sa, sb)
+}
+
 /// A matrix (or batch of them) stored column-major: a transposed view of a dense one.
 fn is_col_major(t: &candle_core::Tensor) -> bool {
     let (dims, stride) = (t.dims(), t.stride());
@@ -93,21 +114,9 @@ fn batched_mm(name: &'static str, a: &Tensor, b: &Tensor) -> Result<Tensor> {
         name,
         &out,
         &[a, b],
-        // d/da needs b and d/db needs a: save each only when the other's gradient is wanted.
-        || {
-            let mut v = Vec::new();
-            if nb {
-                v.push(SavedTensor::input(a));
-            }
-            if na {
-                v.push(SavedTensor::input(b));
-            }
-            v
-        },
+        || save_crossed(a, b, na, nb),
         move |ctx, g| {
-            let mut it = ctx.saved.iter();
-            let sa = if nb { it.next() } else { None };
-            let sb = if na { it.next() } else { None };
+            let (sa, sb) = unpack_crossed(&ctx.saved, na, nb);
             let r = g.rank();
             let t = |x: &Tensor| transpose(x, r - 2, r - 1);
             // Each gradient comes out in its operand's layout: for `x @ w.t()` the weight's
@@ -280,20 +289,9 @@ pub fn dot(a: &Tensor, b: &Tensor) -> Result<Tensor> {
         "DotBackward0",
         &out,
         &[a, b],
-        || {
-            let mut v = Vec::new();
-            if nb {
-                v.push(SavedTensor::input(a));
-            }
-            if na {
-                v.push(SavedTensor::input(b));
-            }
-            v
-        },
+        || save_crossed(a, b, na, nb),
         move |ctx, g| {
-            let mut it = ctx.saved.iter();
-            let sa = if nb { it.next() } else { None };
-            let sb = if na { it.next() } else { None };
+            let (sa, sb) = unpack_crossed(&ctx.saved, na, nb);
             let ga = match sb {
                 Some(b) if ctx.needs(0) => Some(mul(g, b)?),
                 _ => None,
