@@ -225,3 +225,48 @@ def test_runner_sets_main_and_argv(tmp_path):
     )
     assert out.returncode == 0, out.stderr
     assert f"argv ['{script}', '--x', '1']" in out.stdout
+
+
+# ---------------------------------------------------------------- gaps the scripts hit
+
+
+def _same(actual, expected):
+    assert isinstance(actual, gs.Tensor), type(actual)
+    assert str(actual.dtype).split(".")[-1] == str(expected.dtype).split(".")[-1]
+    np.testing.assert_allclose(actual.numpy(), expected.numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "scalar", [np.float64(2.5), np.float32(2.5), np.int64(3)], ids=["f64", "f32", "i64"]
+)
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "truediv", "pow"])
+def test_numpy_scalar_on_the_left(torch_ref, scalar, op):
+    """`np.float64(2) * t` gives a tensor (NumPy defers to the tensor's reflected op)."""
+    import operator
+
+    f = getattr(operator, op)
+    for dtype in ("float32", "float64"):
+        x = np.array([0.5, 1.5, 2.0], dtype)
+        _same(f(scalar, gs.tensor(x)), f(scalar, torch_ref.tensor(x)))
+    _same(f(scalar, gs.arange(1, 4)), f(scalar, torch_ref.arange(1, 4)))
+
+
+@pytest.mark.parametrize(
+    "value", [np.float64(2.5), np.float32(2.5), np.float16(2.5), np.int32(3), np.int64(3)]
+)
+def test_tensor_of_numpy_scalar_keeps_its_dtype(torch_ref, value):
+    _same(gs.tensor(value), torch_ref.tensor(value))
+    _same(gs.tensor(value, dtype=gs.float32), torch_ref.tensor(value, dtype=torch_ref.float32))
+
+
+def test_zero_dim_float64_focal_does_not_promote(torch_ref):
+    focal = np.array(25.0)  # as stored in tiny_nerf_data.npz
+    for lib in (gs, torch_ref):
+        i, j = lib.meshgrid(lib.arange(4), lib.arange(3), indexing="xy")
+        f = lib.from_numpy(focal)
+        d = lib.stack([(i - 4 * 0.5) / f, -(j - 3 * 0.5) / f, -lib.ones_like(i)], -1)
+        if lib is gs:
+            got = d
+        else:
+            _same(got, d)
+            assert str(d.dtype) == "torch.float32"

@@ -315,11 +315,23 @@ pub fn tensor_from_numpy(arr: &Bound<'_, PyUntypedArray>) -> PyResult<Tensor> {
     Ok(Tensor::new(t, dt))
 }
 
+/// A NumPy scalar (`np.float64(1.0)`, `np.int32(2)`), not a Python number or an array.
+fn is_numpy_scalar(obj: &Bound<'_, PyAny>) -> bool {
+    let ty = obj.get_type();
+    ty.module()
+        .is_ok_and(|m| m.to_str().is_ok_and(|m| m == "numpy"))
+        && obj.cast::<PyUntypedArray>().is_err()
+}
+
 /// `tensor(data)`: numbers, nested sequences, NumPy arrays and tensors; copies.
 pub fn tensor_from_data(obj: &Bound<'_, PyAny>, dtype: Option<DType>) -> PyResult<Tensor> {
     let py = obj.py();
     let t = if let Ok(t) = obj.cast::<PyTensor>() {
         crate::ops::convert::clone(&t.get().t.detach())?
+    } else if is_numpy_scalar(obj) {
+        // A NumPy scalar keeps its dtype (np.float64 -> float64), as in PyTorch.
+        let arr = py.import("numpy")?.call_method1("asarray", (obj,))?;
+        tensor_from_numpy(arr.cast::<PyUntypedArray>()?)?
     } else if let Some(s) = extract_scalar(obj) {
         let dt = match s {
             Scalar::Bool(_) => DType::Bool,

@@ -84,6 +84,14 @@ fn scalar_to_py<'py>(py: Python<'py>, t: &Tensor) -> PyResult<Bound<'py, PyAny>>
 
 #[pymethods]
 impl PyTensor {
+    /// Makes NumPy defer to the tensor's reflected operators: `np.float64(2) * t` is a
+    /// tensor (PyTorch's value), not an array.
+    #[classattr]
+    #[pyo3(name = "__array_priority__")]
+    fn array_priority() -> f64 {
+        1000.0
+    }
+
     /// `Tensor(data)` aliases a tensor or copies data; `Tensor(2, 3)` is uninitialised
     /// (zeros here). Subclasses such as `nn.Parameter` are built through this too.
     #[new]

@@ -6,6 +6,8 @@ import numpy as np
 import torch
 from torch import nn, optim
 
+BOUNDS = np.array([2.0, 6.0])  # near/far of the scene
+
 
 def fourier(x, n_freq=5):
     freqs = 2.0 ** torch.arange(n_freq, dtype=torch.float32)
@@ -42,7 +44,7 @@ def pixel_rays(h, w, f, c2w):
 
 
 def sample_along_rays(o, d, t0, t1, n, jitter):
-    t = torch.linspace(t0, t1, n)[None].repeat(o.shape[0], 1)
+    t = t0 + (t1 - t0) * torch.linspace(0, 1, n)[None].repeat(o.shape[0], 1)
     if jitter:
         t = t + (torch.rand(t.shape) - 0.5) * ((t1 - t0) / n)
     return o[:, None] + t[..., None] * d[:, None], t
@@ -64,7 +66,8 @@ def composite(raw, t):
 
 
 def render(net, o, d, jitter=False, n=12):
-    pts, t = sample_along_rays(o, d, 2.0, 6.0, n, jitter)
+    near, far = BOUNDS
+    pts, t = sample_along_rays(o, d, near, far, n, jitter)
     raw = net(fourier(pts.reshape(-1, 3)))
     raw = raw.reshape(list(pts.shape[:-1]) + [4])
     return composite(raw, t)
