@@ -16,6 +16,7 @@ from .autograd.grad_mode import (
     no_grad,
     set_grad_enabled,
 )
+from .broadcasting import broadcast_shapes, broadcast_tensors
 from .size import Size
 
 float32 = _core.float32
@@ -46,6 +47,8 @@ def get_default_dtype():
 __all__ = [
     "Tensor",
     "Size",
+    "broadcast_shapes",
+    "broadcast_tensors",
     "device",
     "dtype",
     "no_grad",
