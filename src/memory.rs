@@ -517,6 +517,10 @@ pub fn remove_role(key: usize, role: Role) {
     change_role(key, role, -1)
 }
 
+/// The phase a checkpoint's backward runs its recompute in: buffers allocated there are
+/// labelled `recompute:<op>` by `label_output`, and plotted as their own band.
+pub const RECOMPUTE: &str = "recompute";
+
 /// A forward op recorded its node: label the output's buffer with the node's name if it
 /// was just allocated (not a view of an input).
 pub fn label_output(out: Option<usize>, inputs: &[Option<usize>], name: &str) {
@@ -530,19 +534,30 @@ pub fn label_output(out: Option<usize>, inputs: &[Option<usize>], name: &str) {
     guarded(|| {
         let label = {
             let c = context().lock();
+            let recompute = &*c.phase == RECOMPUTE;
             Label {
                 phase: if c.phase.is_empty() {
                     Arc::from("forward")
                 } else {
                     c.phase.clone()
                 },
-                op: Arc::from(name),
+                op: if recompute {
+                    Arc::from(format!("{RECOMPUTE}:{name}"))
+                } else {
+                    Arc::from(name)
+                },
             }
+        };
+        // A buffer allocated by a recompute carries the backward node that runs it
+        // (`CheckpointBackward`); the forward op that made it is the better name.
+        let relabel = |l: &Label| {
+            l.op.is_empty()
+                || (&*l.phase == RECOMPUTE && !l.op.starts_with(&format!("{RECOMPUTE}:")))
         };
         {
             let mut reg = registry().lock();
             match reg.buffers.get_mut(&key).and_then(|e| e.label.as_mut()) {
-                Some(l) if l.op.is_empty() => *l = label.clone(),
+                Some(l) if relabel(l) => *l = label.clone(),
                 _ => return,
             }
         }
@@ -554,7 +569,7 @@ pub fn label_output(out: Option<usize>, inputs: &[Option<usize>], name: &str) {
             .take(64)
             .find(|e| e.addr == key && e.kind == EventKind::Alloc);
         if let Some(e) = found {
-            if e.label.op.is_empty() {
+            if relabel(&e.label) {
                 e.label = label;
             }
         }

@@ -185,3 +185,37 @@ def test_function_mutating_its_input_is_an_error():
 def test_chunks_must_be_positive():
     with pytest.raises(ValueError, match="chunks"):
         checkpoint_chunks(lambda t: t, gs.ones(4), chunks=0)
+
+
+def test_recompute_phase_is_restored_after_backward_and_after_an_error():
+    f, ws = mlp(gs.float64)
+    x = gs.randn(8, 64, dtype=gs.float64)
+    with gs.memory.phase("backward"):
+        checkpoint(f, x).sum().backward()
+        # The recompute ran in its own phase, and the outer one is back.
+        assert gs._core._set_memory_phase("backward") == "backward"
+    calls = []
+
+    def fails_on_recompute(t):
+        calls.append(1)
+        if len(calls) > 1:
+            raise ValueError("boom in the recompute")
+        return f(t)
+
+    y = checkpoint(fails_on_recompute, x)
+    with pytest.raises(ValueError, match="boom in the recompute"):
+        y.sum().backward()
+    assert gs._core._set_memory_phase("") == ""
+
+
+@pytest.mark.parametrize("n, chunks", [(10, 3), (12, 4), (5, 8), (7, 1)])
+def test_chunks_of_uneven_sizes_match_and_check_every_result(n, chunks):
+    f, ws = mlp(gs.float64, width=8)
+    x = gs.randn(n, 8, dtype=gs.float64, requires_grad=True)
+    plain = grads_of(lambda: (f(x) ** 2).sum(), [x, *ws])
+    chunked = grads_of(lambda: (checkpoint_chunks(f, x, chunks=chunks) ** 2).sum(), [x, *ws])
+    for a, b in zip(plain, chunked, strict=True):
+        np.testing.assert_allclose(b, a, rtol=1e-10, atol=1e-12)
+    # Every chunk's result is checked, the last (shorter) one too.
+    with pytest.raises(TypeError, match="must return a Tensor or a tuple of Tensors"):
+        checkpoint_chunks(lambda t: {"y": t} if t.shape[0] < 4 else t * 2, gs.ones(7, 2), chunks=2)

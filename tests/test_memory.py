@@ -462,3 +462,60 @@ def test_record_history_rejects_unknown_modes():
 def test_timeline_needs_a_gradstream_history():
     with pytest.raises(ValueError, match="gradstream"):
         memory.timeline({"segments": [], "device_traces": [[]]})
+
+
+def _checkpointed_step(use_checkpoint):
+    from gradstream.utils.checkpoint import checkpoint_chunks
+
+    w1, w2 = param(32, 256), param(256, 4)
+    x = gs.randn(512, 32)
+
+    def f(h):
+        return gs.relu(h @ w1) @ w2
+
+    memory.record_history("all")
+    with memory.phase("forward"):
+        out = checkpoint_chunks(f, x, chunks=4) if use_checkpoint else f(x)
+        loss = (out * out).sum()
+    with memory.phase("backward"):
+        loss.backward()
+    snap = memory.snapshot()
+    memory.record_history(None)
+    return snap, (w1, w2, x)
+
+
+def test_recomputed_activations_are_labelled_in_the_history():
+    snap, keep = _checkpointed_step(True)
+    events = snap["gradstream"]["events"]
+    recomputed = [e for e in events if e["kind"] == "alloc" and e["phase"] == "recompute"]
+    assert recomputed, "the recompute allocated nothing?"
+    ops = {e["op"] for e in recomputed}
+    # Each buffer an op made during the recompute is named after that op.
+    assert {"recompute:MmBackward0", "recompute:ReluBackward0"} <= ops, ops
+    # The forward's own buffers are not recomputes, and the backward goes on afterwards.
+    assert not any(e["op"].startswith("recompute:") for e in events if e["phase"] != "recompute")
+    assert any(e["phase"] == "backward" and e["kind"] == "alloc" for e in events)
+    # The timeline draws them as their own band, which is empty again at the end.
+    tl = memory.timeline(snap)
+    assert max(tl.bytes["recomputed"]) >= 128 * 256 * 4  # one chunk's hidden activation
+    assert tl.bytes["recomputed"][-1] == 0
+    assert "recompute" in [p[0] for p in tl.phases]
+    del keep
+
+
+def test_plain_backward_has_no_recompute_labels():
+    snap, keep = _checkpointed_step(False)
+    events = snap["gradstream"]["events"]
+    assert not any(e["phase"] == "recompute" or e["op"].startswith("recompute:") for e in events)
+    assert set(memory.timeline(snap).bytes["recomputed"]) == {0}
+    del keep
+
+
+def test_plot_timeline_draws_the_recomputed_band(tmp_path):
+    pytest.importorskip("matplotlib")
+    snap, keep = _checkpointed_step(True)
+    out = tmp_path / "ck.png"
+    tl = memory.plot_timeline(snap, out)
+    assert out.stat().st_size > 1000
+    assert max(tl.bytes["recomputed"]) > 0
+    del keep

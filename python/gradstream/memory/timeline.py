@@ -7,22 +7,34 @@ import pickle
 from dataclasses import dataclass
 from typing import Any
 
-# Bottom to top of the stacked chart.
-STACK_ORDER = ("parameter", "optimizer_state", "gradient", "activation", "other")
+# Bottom to top of the stacked chart. "recomputed": buffers a checkpoint's backward
+# allocated while recomputing its forward (events in the "recompute" phase), whatever
+# their category, so the chart shows what recomputation costs apart from what was saved.
+STACK_ORDER = ("parameter", "optimizer_state", "gradient", "activation", "recomputed", "other")
+RECOMPUTE_PHASE = "recompute"
 COLORS = {
     "parameter": "#4e79a7",
     "optimizer_state": "#af7aa1",
     "gradient": "#f28e2c",
     "activation": "#59a14f",
+    "recomputed": "#e15759",
     "other": "#bab0ab",
 }
-PHASE_COLORS = {"forward": "#dbe9f6", "backward": "#fde2cc", "optimizer": "#e6dcef"}
+PHASE_COLORS = {
+    "forward": "#dbe9f6",
+    "backward": "#fde2cc",
+    "optimizer": "#e6dcef",
+    RECOMPUTE_PHASE: "#f9d3d3",
+}
 _FALLBACK_PHASE_COLORS = ("#e8e8e8", "#f6f0c9", "#d9efe9")
 
 
 @dataclass
 class Timeline:
     """Replayed history: ``bytes[c][i]`` is category c's bytes after event i.
+
+    Categories are those of `STACK_ORDER`: the recorded ones, and ``recomputed`` for the
+    buffers allocated in a checkpoint's recompute (counted there, not under their own).
 
     ``time_s[i]`` is seconds since the first event; ``phases`` are
     ``(name, start_s, end_s)`` spans of consecutive events in one phase.
@@ -68,16 +80,24 @@ def timeline(snapshot_or_path) -> Timeline:
 
     if events:
         sample(0.0)
+    recomputed: set[int] = set()  # addresses of live buffers a recompute allocated
+
+    def cat(name: str, addr: int) -> str:
+        return "recomputed" if addr in recomputed else name
+
     for e in events:
         t = (e["time_us"] - t0) / 1e6
-        kind, size = e["kind"], e["size"]
+        kind, size, addr = e["kind"], e["size"], e["addr"]
         if kind == "alloc":
-            level[e["category"]] += size
+            if e["phase"] == RECOMPUTE_PHASE:
+                recomputed.add(addr)
+            level[cat(e["category"], addr)] += size
         elif kind == "free":
-            level[e["category"]] -= size
+            level[cat(e["category"], addr)] -= size
+            recomputed.discard(addr)
         elif kind == "category":
-            level[e["previous"]] -= size
-            level[e["category"]] += size
+            level[cat(e["previous"], addr)] -= size
+            level[cat(e["category"], addr)] += size
         if e["phase"] != cur_phase:
             if cur_phase:
                 phases.append((cur_phase, cur_start, t))

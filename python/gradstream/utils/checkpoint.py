@@ -29,6 +29,16 @@ def _structure_only():
 
 
 @contextlib.contextmanager
+def _recompute_phase():
+    """Label the recompute in the memory history: its buffers are `recompute:<op>`."""
+    prev = _core._set_memory_phase("recompute")
+    try:
+        yield
+    finally:
+        _core._set_memory_phase(prev)
+
+
+@contextlib.contextmanager
 def _rng_state(state):
     if state is None:
         yield
@@ -48,14 +58,21 @@ def _versions(tensors):
 def _pack(out):
     """One tensor for the engine from a function's result: a Tensor as is, a tuple of
     tensors flattened into one buffer (unpacked again with views)."""
-    if isinstance(out, _core.Tensor):
+    if _check_result(out):
         return out, None
+    shapes = [tuple(o.shape) for o in out]
+    return _core.cat([o.reshape(-1) for o in out]), (type(out), shapes)
+
+
+def _check_result(out) -> bool:
+    """True for a Tensor, False for a tuple of same-dtype Tensors, else a TypeError."""
+    if isinstance(out, _core.Tensor):
+        return True
     if isinstance(out, (tuple, list)) and out and all(isinstance(o, _core.Tensor) for o in out):
         dtypes = {o.dtype for o in out}
         if len(dtypes) != 1:
             raise TypeError(f"checkpoint: tuple outputs must share one dtype, got {dtypes}")
-        shapes = [tuple(o.shape) for o in out]
-        return _core.cat([o.reshape(-1) for o in out]), (type(out), shapes)
+        return False
     raise TypeError(
         "checkpoint: the checkpointed function must return a Tensor or a tuple of Tensors, got "
         f"{type(out).__name__}"
@@ -127,7 +144,7 @@ def checkpoint(
                 detached.append(d)
             else:
                 detached.append(a)
-        with _rng_state(rng), enable_grad():
+        with _rng_state(rng), enable_grad(), _recompute_phase():
             recomputed, _ = _pack(function(*detached, **kwargs))
         targets = [d for d in detached if isinstance(d, _core.Tensor) and d.requires_grad]
         grads = _core.autograd_grad(
@@ -180,11 +197,10 @@ def checkpoint_chunks(function: Callable, x, chunks: int, **kwargs):
         raise ValueError(f"checkpoint_chunks: chunks must be a positive int, got {chunks!r}")
     n = x.shape[0]
     size = -(-n // chunks) if n else 1
-    outs = [
-        checkpoint(function, x.narrow(0, s, min(size, n - s)), **kwargs) for s in range(0, n, size)
-    ]
-    if not outs:
+    starts = list(range(0, n, size))
+    if not starts:
         return function(x)
+    outs = [checkpoint(function, x.narrow(0, s, min(size, n - s)), **kwargs) for s in starts]
     if len(outs) == 1:
         return outs[0]
     if isinstance(outs[0], _core.Tensor):
