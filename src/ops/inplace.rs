@@ -43,6 +43,26 @@ fn update_slices<T: WithDType>(
     src: &[T],
     sl: &Layout,
 ) -> Result<()> {
+    if let (Some((d0, d1)), Some((s0, s1))) = (dl.contiguous_offsets(), sl.contiguous_offsets()) {
+        let row = s1 - s0;
+        let (dd, sd) = (dl.dims(), sl.dims());
+        let trailing = sd
+            .iter()
+            .skip_while(|&&d| d == 1)
+            .copied()
+            .collect::<Vec<_>>();
+        if row > 0 && row < d1 - d0 && dd.ends_with(&trailing) {
+            // A source repeated over dst's leading dims (a bias over rows): row by row.
+            let (d, s) = (&mut dst[d0..d1], &src[s0..s1]);
+            let rows_per_chunk = (PAR_MIN / row).max(1);
+            d.par_chunks_mut(rows_per_chunk * row).for_each(|chunk| {
+                chunk
+                    .chunks_mut(row)
+                    .for_each(|r| r.iter_mut().zip(s).for_each(|(x, &y)| u.apply(x, y)))
+            });
+            return Ok(());
+        }
+    }
     let sl = sl.broadcast_as(dl.shape().clone()).op("copy_")?;
     match (dl.contiguous_offsets(), sl.contiguous_offsets()) {
         (Some((d0, d1)), Some((s0, s1))) => {
