@@ -590,3 +590,24 @@ def test_parameter_shares_buffer_and_deepcopies():
     assert p.tolist() == [2.0, 2.0, 2.0]
     assert not gs.nn.Parameter(gs.ones(1), requires_grad=False).requires_grad
     assert to_torch(p).shape == (3,)
+
+
+@pytest.mark.parametrize("shape", [(64, 32), (4, 16, 32), (32,)])
+def test_linear_adds_bias_into_the_product_buffer(torch_ref, shape):
+    """One output buffer per layer (the bias goes into the product), same values and grads."""
+    rng = np.random.default_rng(3)
+    x_np = rng.standard_normal(shape).astype(np.float32)
+    w_np = rng.standard_normal((24, 32)).astype(np.float32)
+    b_np = rng.standard_normal(24).astype(np.float32)
+    x, w, b = (gs.tensor(a, requires_grad=True) for a in (x_np, w_np, b_np))
+    tx, tw, tb = (to_torch(t) for t in (x, w, b))
+    with gs.memory.track() as m:
+        out = F.linear(x, w, b)
+    assert m.peak_increase == out.numel() * 4
+    tout = torch_ref.nn.functional.linear(tx, tw, tb)
+    assert_close(out, tout)
+    g = rng.standard_normal(tuple(out.shape)).astype(np.float32)
+    out.backward(gs.tensor(g))
+    tout.backward(torch_ref.from_numpy(g))
+    for a, ta in ((x, tx), (w, tw), (b, tb)):
+        assert_close(a.grad, ta.grad, rtol=1e-5, atol=1e-5)

@@ -74,6 +74,24 @@ fn matmul(py: Python<'_>, input: &Bound<'_, PyAny>, other: &Bound<'_, PyAny>) ->
     detached(py, || linalg::matmul(&x, &y))
 }
 
+/// `_linear(input, weight, bias=None)`: `input @ weight.T + bias`, the bias added into the
+/// product's buffer (`nn.functional.linear` checks its arguments, then calls this).
+#[pyfunction]
+#[pyo3(signature = (input, weight, bias=None))]
+fn _linear(
+    py: Python<'_>,
+    input: &Bound<'_, PyAny>,
+    weight: &Bound<'_, PyAny>,
+    bias: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Tensor> {
+    let (x, w) = (
+        arg("linear", "input", input)?,
+        arg("linear", "weight", weight)?,
+    );
+    let b = bias.map(|b| arg("linear", "bias", b)).transpose()?;
+    detached(py, || linalg::linear(&x, &w, b.as_ref()))
+}
+
 /// `mm(input, mat2)`: (n, k) @ (k, m).
 #[pyfunction]
 fn mm(py: Python<'_>, input: &Bound<'_, PyAny>, mat2: &Bound<'_, PyAny>) -> PyResult<Tensor> {
@@ -128,6 +146,7 @@ fn addmm(
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(matmul, m)?)?;
     m.add_function(wrap_pyfunction!(mm, m)?)?;
+    m.add_function(wrap_pyfunction!(_linear, m)?)?;
     m.add_function(wrap_pyfunction!(bmm, m)?)?;
     m.add_function(wrap_pyfunction!(dot, m)?)?;
     m.add_function(wrap_pyfunction!(outer, m)?)?;

@@ -371,3 +371,33 @@ pub fn addmm(input: &Tensor, m1: &Tensor, m2: &Tensor, beta: f64, alpha: f64) ->
     // Broadcasting of `input` is undone by add's own backward.
     add(&scaled, &prod)
 }
+
+/// `linear(x, w, b)`: `x @ w.T + b`. The bias is added into the product's fresh buffer, so
+/// a layer allocates one output instead of two (the product is saved by no one).
+pub fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
+    let wt = if w.rank() == 2 {
+        transpose(w, 0, 1)?
+    } else {
+        w.clone()
+    };
+    let y = matmul(x, &wt)?;
+    let Some(b) = b else { return Ok(y) };
+    let dims = y.dims();
+    let fits = b.dtype() == y.dtype() && (b.rank() == 0 || dims.ends_with(&b.dims()));
+    if !fits || !y.data().is_contiguous() {
+        return add(&y, b);
+    }
+    crate::ops::inplace::update_data("linear", &y, b, crate::ops::inplace::Update::Add)?;
+    let out = Tensor::new(y.data(), y.dtype());
+    let b_dims = b.dims();
+    record("AddBackward0", &out, &[&y, b], Vec::new, move |ctx, g| {
+        let gy = ctx.needs(0).then(|| g.clone());
+        let gb = if ctx.needs(1) {
+            Some(crate::ops::sum_to(g, &b_dims)?)
+        } else {
+            None
+        };
+        Ok(vec![gy, gb])
+    });
+    Ok(out)
+}

@@ -72,10 +72,7 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
             f"linear: mat1 and mat2 shapes cannot be multiplied (input {tuple(input.shape)}, "
             f"weight {tuple(weight.shape)})"
         )
-    out = input.matmul(weight.t()) if weight.dim() == 2 else input.matmul(weight)
-    if bias is not None:
-        out = out + bias
-    return out
+    return _core._linear(input, weight, bias)
 
 
 def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
