@@ -198,6 +198,14 @@ def test_noise():
     assert_close(r.grad, r2.grad, rtol=1e-12, atol=1e-12)
 
 
+def test_noise_gradient():
+    """The kernel's noise input (private API) gets the density's gradient when it asks."""
+    raw, z, d = make((3,), 4, seed=5)
+    noise = np.random.default_rng(2).standard_normal((3, 4))
+    ins = [gs.tensor(a, requires_grad=True) for a in (raw, z, d, noise)]
+    assert gs.autograd.gradcheck(lambda r, zz, dd, n: gs._core._volume_render(r, zz, dd, n), ins)
+
+
 def test_half_dtype(torch_ref):
     """bfloat16 inputs compute in float32 and come back as bfloat16."""
     raw, z, d = make((4,), 5, np.float32)
