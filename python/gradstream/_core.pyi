@@ -762,6 +762,22 @@ def _vector_norm(x: Any, ord: Any = ..., dim: Any = ..., keepdim: Any = ..., *, 
     `linalg.vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None)`.
     """
 
+def _volume_render(raw: Any, z_vals: Any, rays_d: Any = ..., noise: Any = ..., white_background: Any = ...) -> Any:
+    """
+    NeRF volume rendering of `raw` (..., S, 4) along `z_vals` (..., S): one fused kernel
+    with its own O(S)-per-ray backward that saves only the inputs.
+
+    Args:
+        raw: rgb logits (3) and density (1) per sample.
+        z_vals: sample depths along each ray.
+        rays_d: optional ray directions (..., 3); distances are scaled by their norm.
+        noise: optional (..., S) added to the density before its relu.
+        white_background: composite onto white (`rgb + 1 - acc`).
+
+    Returns:
+        One tensor (..., 5 + S): rgb (3), depth, acc, then the S weights.
+    """
+
 def abs(input: Any) -> Any: ...
 
 def absolute(input: Any) -> Any: ...

@@ -8,6 +8,7 @@ pub mod index;
 pub mod linalg;
 pub mod math;
 pub mod memory;
+pub mod nerf;
 pub mod nn;
 pub mod optim;
 pub mod reduce;
@@ -41,6 +42,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     linalg::register(m)?;
     math::register(m)?;
     memory::register(m)?;
+    nerf::register(m)?;
     nn::register(m)?;
     optim::register(m)?;
     reduce::register(m)?;

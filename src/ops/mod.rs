@@ -16,6 +16,7 @@ pub mod scan;
 pub mod shape;
 pub mod strided;
 pub mod unary;
+pub mod volume_render;
 
 use crate::dtype::{result_type, Category, DType, PromotionOperand};
 use crate::error::{Error, Result};
