@@ -16,6 +16,8 @@ from .autograd.grad_mode import (
     no_grad,
     set_grad_enabled,
 )
+from .serialization import load as load
+from .serialization import save as save
 from .size import Size
 
 float32 = _core.float32
