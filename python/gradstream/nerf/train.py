@@ -36,12 +36,14 @@ __all__ = ["TrainConfig", "train", "render_rays", "render_view", "psnr"]
 
 @dataclass
 class TrainConfig:
-    """Every option of a run; the defaults train on the built-in scene in a few CPU minutes."""
+    """Every option of a run. The defaults (a 4 x 64 TinyNeRF, 600 steps of 1024 rays x 32
+    samples) train on the built-in 64 px scene in a few CPU minutes; tiny NeRF's own network
+    is ``depth=8, width=256, skip=4``."""
 
-    steps: int = 1000
+    steps: int = 600
     rays: int = 1024
     samples: int = 32
-    width: int = 128
+    width: int = 64
     depth: int = 4
     skip: int = 2
     freqs: int = 6
