@@ -17,6 +17,8 @@ from .autograd.grad_mode import (
     set_grad_enabled,
 )
 from .broadcasting import broadcast_shapes, broadcast_tensors
+from .serialization import load as load
+from .serialization import save as save
 from .size import Size
 
 float32 = _core.float32
