@@ -15,6 +15,7 @@ pub mod reduce;
 pub mod scan;
 pub mod shape;
 pub mod strided;
+pub mod threshold;
 pub mod unary;
 
 use crate::dtype::{result_type, Category, DType, PromotionOperand};
