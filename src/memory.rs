@@ -485,6 +485,17 @@ pub fn is_unique(key: usize) -> bool {
     })
 }
 
+/// Whether a tensor holding this buffer has the role (e.g. a parameter's).
+pub fn has_role(key: usize, role: Role) -> bool {
+    guarded(|| {
+        registry()
+            .lock()
+            .buffers
+            .get(&key)
+            .is_some_and(|e| e.roles[role as usize] > 0)
+    })
+}
+
 fn change_role(key: usize, role: Role, delta: i32) {
     guarded(|| {
         let mut reg = registry().lock();

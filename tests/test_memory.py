@@ -197,8 +197,8 @@ def test_categories_of_a_linear_layer():
     h = gs.relu(x.matmul(w.t()) + b)
     loss = h.sum()
     cat = memory.memory_by_category()
-    # matmul saves x (w needs a gradient, x does not); relu saves its output h.
-    assert cat["activation"] - cat0["activation"] == (16 * 64 + 16 * 32) * 4
+    # matmul saves x (w needs a gradient, x does not); relu saves a 1-bit mask of h.
+    assert cat["activation"] - cat0["activation"] == 16 * 64 * 4 + 16 * 32 // 8
     assert cat["gradient"] == cat0["gradient"]
 
     loss.backward()
@@ -245,7 +245,7 @@ def test_max_by_category_tracks_activation_peak():
     before = memory.memory_by_category()["activation"]
     linear_relu_sum(x, w, b).backward()
     peak = memory.max_memory_by_category()["activation"]
-    assert peak - before == (4 * 8 + 4 * 16) * 4
+    assert peak - before == 4 * 8 * 4 + 4 * 16 // 8  # x, and relu's 1-bit mask
 
 
 # ---- history and snapshots ----
@@ -293,8 +293,8 @@ def test_forward_ops_are_labelled_without_a_phase():
     memory.record_history("all")
     y = gs.relu(w)
     events = memory.snapshot()["gradstream"]["events"]
-    (a,) = [e for e in events if e["kind"] == "alloc"]
-    assert (a["phase"], a["op"]) == ("forward", "ReluBackward0")
+    allocs = [e for e in events if e["kind"] == "alloc"]  # the output and relu's mask
+    assert ("forward", "ReluBackward0") in [(a["phase"], a["op"]) for a in allocs]
     y.sum().backward()
     events = memory.snapshot()["gradstream"]["events"]
     assert any(e["phase"] == "backward" for e in events)  # the engine names its nodes

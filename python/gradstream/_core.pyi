@@ -552,6 +552,21 @@ class _ParamState:
         """
 
 
+class _SavedTensor:
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        """
+        Create and return a new object.  See help(type) for accurate signature.
+        """
+    def release(self) -> Any:
+        """
+        Drop the saved tensor (and what its pack hook returned).
+        """
+    def unpack(self, name: Any) -> Any:
+        """
+        The saved tensor (through the unpack hook); `name` names the function in errors.
+        """
+
+
 class _StreamControl:
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
         """
@@ -594,6 +609,11 @@ def _function_node(output: Any, inputs: Any, backward: Any, release: Any, name: 
 def _graph_leaves(t: Any) -> Any:
     """
     The leaf tensors that require grad and that `t`'s graph leads to, in discovery order.
+    """
+
+def _holds_parameter(t: Any) -> Any:
+    """
+    Whether the tensor's buffer is a parameter's (the built-in policies keep those as they are).
     """
 
 def _max_memory_allocated() -> Any:
@@ -713,6 +733,26 @@ def _optim_step(params: Any, group: Any, states: Any) -> Any:
     `.grad` (others are skipped, as PyTorch does).
     """
 
+def _pop_saved_tensors_hooks() -> Any:
+    """
+    Pop the innermost policy (`saved_tensors_hooks.__exit__`).
+    """
+
+def _push_saved_tensors_bf16() -> Any:
+    """
+    Push the built-in `save_in_bfloat16` policy (native: no Python call per tensor).
+    """
+
+def _push_saved_tensors_hooks(pack_hook: Any, unpack_hook: Any) -> Any:
+    """
+    Push a (pack_hook, unpack_hook) policy for this thread (`saved_tensors_hooks.__enter__`).
+    """
+
+def _raise_saved_tensors_pack_error() -> Any:
+    """
+    Raise the exception a pack hook raised, if it has not been raised yet.
+    """
+
 def _record_memory_history(enabled: Any, trace: Any = ..., max_entries: Any = ...) -> Any:
     """
     Start or stop recording history.
@@ -723,9 +763,19 @@ def _record_memory_history(enabled: Any, trace: Any = ..., max_entries: Any = ..
         max_entries: keep the last this many events.
     """
 
+def _relu_bitmask_enabled() -> Any:
+    """
+    Whether relu/threshold save 1-bit masks.
+    """
+
 def _reset_peak_memory_stats() -> Any:
     """
     Reset every peak (total, by category, buffer count) to its current value.
+    """
+
+def _saved_tensors_hooks_depth() -> Any:
+    """
+    How many saved-tensor policies are active on this thread.
     """
 
 def _scale_(t: Any, factor: Any) -> Any:
@@ -749,6 +799,11 @@ def _set_memory_context(label: Any) -> Any:
 def _set_memory_phase(phase: Any) -> Any:
     """
     Set the phase recorded on events; returns the previous phase.
+    """
+
+def _set_relu_bitmask(enabled: Any) -> Any:
+    """
+    Save 1-bit masks for relu/threshold backward (on by default); returns the previous setting.
     """
 
 def _set_structure_only(on: Any) -> Any:
@@ -1274,6 +1329,23 @@ def tanh(input: Any) -> Any: ...
 def tensor(data: Any, *, dtype: Any = ..., device: Any = ..., requires_grad: Any = ..., pin_memory: Any = ...) -> Any:
     """
     `tensor(data, dtype=None, device=None, requires_grad=False)`: always copies.
+    """
+
+def threshold(input: Any, threshold: Any, value: Any) -> Any:
+    """
+    `threshold(input, threshold, value)`: `input` where `input > threshold`, else `value`.
+
+    Args:
+        input: the tensor.
+        threshold: the value to compare with.
+        value: what replaces the elements at or below `threshold`.
+    Returns:
+        A new tensor of `input`'s dtype and shape. Its backward saves one bit per element.
+    """
+
+def threshold_(input: Any, threshold: Any, value: Any) -> Any:
+    """
+    `threshold_(input, threshold, value)`: `threshold` in place, returning `input`.
     """
 
 def tile(input: Any, dims: Any) -> Any: ...

@@ -82,6 +82,8 @@ impl Node for FnNode {
         };
         BACKWARD_CALLS.fetch_add(1, Ordering::Relaxed);
         let grads = (self.backward)(&ctx, grad)?;
+        // A pack hook that failed while this backward was recorded (create_graph).
+        crate::autograd::saved_hooks::check()?;
         debug_assert_eq!(grads.len(), self.base.edges.len(), "{}", self.name);
         Ok(grads)
     }

@@ -6,3 +6,4 @@ pub mod function;
 pub mod grad_mode;
 pub mod node;
 pub mod saved;
+pub mod saved_hooks;

@@ -1,87 +1,208 @@
 //! Tensors a node saves for its backward, with the version check that catches a saved
-//! tensor modified in place.
+//! tensor modified in place. Under `saved_tensors_hooks` a saved tensor is handed to the
+//! innermost pack hook and only what it returned is kept (plus the original's version
+//! counter and, for double backward, its gradient edge).
 
 use std::sync::Arc;
 
 use crate::autograd::grad_mode;
 use crate::autograd::node::Node;
-use crate::error::{Error, Result};
+use crate::autograd::saved_hooks::{self, Packed};
+use crate::dtype::DType;
+use crate::error::{CandleContext, Error, Result};
 use crate::memory::Role;
 use crate::tensor::{shape_str, Tensor};
 
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Input,
+    Output,
+    /// A tensor the op made for its backward only (relu's bit mask): nobody else holds it.
+    Internal,
+}
+
+enum Store {
+    /// An alias of the saved tensor without history (shares buffer and version counter),
+    /// and the original when it is an input that requires grad (for double backward).
+    Plain {
+        data: Tensor,
+        original: Option<Tensor>,
+    },
+    /// What a pack hook returned. `witness` is an empty view sharing the original's version
+    /// counter (no data); `edge` is the original's gradient edge when it required grad.
+    Packed {
+        packed: Box<dyn Packed>,
+        witness: Tensor,
+        dims: Vec<usize>,
+        dtype: DType,
+        edge: Option<Arc<dyn Node>>,
+    },
+}
+
 pub struct SavedTensor {
-    /// An alias of the saved tensor without history (shares buffer and version counter).
-    data: Tensor,
-    /// The original, when it is an input that requires grad (needed for double backward).
-    original: Option<Tensor>,
-    is_output: bool,
+    store: Store,
+    kind: Kind,
     version: u64,
 }
 
 impl SavedTensor {
     /// Save an input of the op.
     pub fn input(t: &Tensor) -> SavedTensor {
-        let data = t.detach();
-        data.set_role(Role::Activation, true);
-        SavedTensor {
-            // A leaf that requires grad is kept too, so double backward differentiates
-            // through it. Leaves hold their sinks weakly, so this forms no cycle.
-            original: t.requires_grad().then(|| t.clone()),
-            data,
-            is_output: false,
-            version: t.version(),
-        }
+        SavedTensor::new(t, Kind::Input)
     }
 
     /// Save the op's own output. It is stored without its history (which would be a cycle)
     /// and reconnected to the node when unpacked under `create_graph`.
     pub fn output(t: &Tensor) -> SavedTensor {
+        SavedTensor::new(t, Kind::Output)
+    }
+
+    /// Save a tensor the op computed for its backward alone (never differentiated).
+    pub fn internal(t: &Tensor) -> SavedTensor {
+        SavedTensor::new(t, Kind::Internal)
+    }
+
+    fn new(t: &Tensor, kind: Kind) -> SavedTensor {
         let data = t.detach();
+        let version = t.version();
+        let wants_original = kind == Kind::Input && t.requires_grad();
+        if let Some(packed) = saved_hooks::pack(&data) {
+            if let Ok(witness) = empty_view(t) {
+                return SavedTensor {
+                    store: Store::Packed {
+                        packed,
+                        witness,
+                        dims: t.dims(),
+                        dtype: t.dtype(),
+                        edge: if wants_original {
+                            t.gradient_edge().map(|e| e.node)
+                        } else {
+                            None
+                        },
+                    },
+                    kind,
+                    version,
+                };
+            }
+        }
         data.set_role(Role::Activation, true);
         SavedTensor {
-            original: None,
-            data,
-            is_output: true,
-            version: t.version(),
+            store: Store::Plain {
+                // A leaf that requires grad is kept too, so double backward differentiates
+                // through it. Leaves hold their sinks weakly, so this forms no cycle.
+                original: wants_original.then(|| t.clone()),
+                data,
+            },
+            kind,
+            version,
         }
     }
 
-    pub fn unpack(&self, node: &Arc<dyn Node>) -> Result<Tensor> {
-        if self.data.version() != self.version {
-            let dims = self.data.dims();
-            return Err(Error::autograd(format!(
-                "one of the variables needed for gradient computation has been modified by an \
-                 inplace operation: [{} {}], which is {} of {}, is at version {}; expected \
-                 version {} instead.",
-                self.data.dtype().name(),
-                shape_str(&dims),
-                if self.is_output {
-                    "output 0"
-                } else {
-                    "an input"
-                },
-                node.name(),
-                self.data.version(),
-                self.version
-            )));
-        }
-        if grad_mode::is_enabled() {
-            // create_graph: hand back tensors with their history so the backward is recorded.
-            if let Some(o) = &self.original {
-                return Ok(o.clone());
-            }
-            if self.is_output {
-                let t = self.data.detach();
-                t.set_grad_fn(Some(node.clone()));
-                return Ok(t);
-            }
-        }
-        Ok(self.data.clone())
+    fn version_error(&self, node: &str, dtype: DType, dims: &[usize], now: u64) -> Error {
+        Error::autograd(format!(
+            "one of the variables needed for gradient computation has been modified by an \
+             inplace operation: [{} {}], which is {} of {}, is at version {}; expected \
+             version {} instead.",
+            dtype.name(),
+            shape_str(dims),
+            match self.kind {
+                Kind::Output => "output 0",
+                Kind::Input => "an input",
+                Kind::Internal => "a saved tensor",
+            },
+            node,
+            now,
+            self.version
+        ))
     }
+
+    pub fn unpack(&self, node: &Arc<dyn Node>) -> Result<Tensor> {
+        self.unpack_with(node.name(), Some(node))
+    }
+
+    /// Unpack for a node that is not a Rust `Node` (a Python `Function`'s context): the
+    /// name is for messages; an output is never reconnected.
+    pub fn unpack_named(&self, name: &str) -> Result<Tensor> {
+        self.unpack_with(name, None)
+    }
+
+    fn unpack_with(&self, name: &str, node: Option<&Arc<dyn Node>>) -> Result<Tensor> {
+        match &self.store {
+            Store::Plain { data, original } => {
+                if data.version() != self.version {
+                    return Err(self.version_error(
+                        name,
+                        data.dtype(),
+                        &data.dims(),
+                        data.version(),
+                    ));
+                }
+                if grad_mode::is_enabled() {
+                    // create_graph: hand back tensors with their history so the backward is recorded.
+                    if let Some(o) = original {
+                        return Ok(o.clone());
+                    }
+                    if let (Kind::Output, Some(node)) = (self.kind, node) {
+                        let t = data.detach();
+                        t.set_grad_fn(Some(node.clone()));
+                        return Ok(t);
+                    }
+                }
+                Ok(data.clone())
+            }
+            Store::Packed {
+                packed,
+                witness,
+                dims,
+                dtype,
+                edge,
+            } => {
+                if witness.version() != self.version {
+                    return Err(self.version_error(name, *dtype, dims, witness.version()));
+                }
+                let t = packed.unpack()?;
+                if t.dims() != *dims || t.dtype() != *dtype {
+                    return Err(Error::autograd(format!(
+                        "saved_tensors_hooks: the unpack hook returned a tensor of dtype {} and \
+                         shape {} for a tensor of dtype {} and shape {} saved by {}; it must \
+                         return a tensor of the saved tensor's dtype and shape",
+                        t.dtype().name(),
+                        shape_str(&t.dims()),
+                        dtype.name(),
+                        shape_str(dims),
+                        name
+                    )));
+                }
+                if grad_mode::is_enabled() {
+                    let reconnect = match self.kind {
+                        Kind::Input => edge.clone(),
+                        Kind::Output => node.cloned(),
+                        Kind::Internal => None,
+                    };
+                    if let Some(n) = reconnect {
+                        let t = t.detach();
+                        t.set_grad_fn(Some(n));
+                        return Ok(t);
+                    }
+                }
+                Ok(t)
+            }
+        }
+    }
+}
+
+/// A tensor without elements that shares `t`'s version counter: it keeps the version
+/// check of a packed tensor working without keeping its data.
+fn empty_view(t: &Tensor) -> Result<Tensor> {
+    let d = t.data();
+    let empty = candle_core::Tensor::zeros(0, d.dtype(), d.device()).op("save")?;
+    Ok(t.view_of(empty))
 }
 
 impl Drop for SavedTensor {
     fn drop(&mut self) {
-        self.data.set_role(Role::Activation, false);
+        if let Store::Plain { data, .. } = &self.store {
+            data.set_role(Role::Activation, false);
+        }
     }
 }

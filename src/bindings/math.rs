@@ -180,6 +180,7 @@ fn done<'py>(
     r: crate::error::Result<()>,
 ) -> PyResult<Bound<'py, PyTensor>> {
     r?;
+    crate::autograd::saved_hooks::check()?;
     Ok(slf.clone())
 }
 

@@ -12,6 +12,7 @@ pub mod nerf;
 pub mod nn;
 pub mod optim;
 pub mod reduce;
+pub mod saved_hooks;
 pub mod scan;
 pub mod shape;
 pub mod tensor;
@@ -46,6 +47,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     nn::register(m)?;
     optim::register(m)?;
     reduce::register(m)?;
+    saved_hooks::register(m)?;
     scan::register(m)?;
     shape::register(m)?;
     Ok(())

@@ -39,6 +39,8 @@ impl<'py> IntoPyObject<'py> for Tensor {
     type Output = Bound<'py, PyTensor>;
     type Error = PyErr;
     fn into_pyobject(self, py: Python<'py>) -> PyResult<Self::Output> {
+        // An exception a saved-tensor pack hook raised inside the op that made this tensor.
+        crate::autograd::saved_hooks::check()?;
         Bound::new(py, PyTensor { t: self })
     }
 }

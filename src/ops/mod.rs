@@ -15,6 +15,7 @@ pub mod reduce;
 pub mod scan;
 pub mod shape;
 pub mod strided;
+pub mod threshold;
 pub mod unary;
 pub mod volume_render;
 

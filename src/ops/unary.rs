@@ -335,6 +335,10 @@ pub fn apply_kernel(name: &'static str, x: &Tensor, k: Un) -> Result<candle_core
 
 pub fn unary(op: UnaryOp, x: &Tensor) -> Result<Tensor> {
     let x = prepare(op, x)?;
+    if op == UnaryOp::Relu && x.dtype().is_floating_point() {
+        // One pass that also writes the 1-bit mask its backward needs (ops/threshold.rs).
+        return crate::ops::threshold::relu(&x);
+    }
     let data = if !x.dtype().is_floating_point() && op.int_inputs() == IntInputs::Identity {
         crate::ops::convert::dense_copy(&x.data())?
     } else {

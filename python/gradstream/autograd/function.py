@@ -32,6 +32,10 @@ class FunctionCtx:
         self.needs_input_grad = needs_input_grad
         self._saved: tuple | None = ()
         self._versions: tuple[int, ...] = ()
+        # Once a node is recorded: `_core._SavedTensor`s (version-checked, and packed by
+        # the innermost `saved_tensors_hooks`), and the function's name for messages.
+        self._stored: tuple | None = None
+        self._name = ""
         self.materialize_grads = True
 
     def save_for_backward(self, *tensors) -> None:
@@ -46,6 +50,8 @@ class FunctionCtx:
                 "tensors after they have already been freed). Specify retain_graph=True if you "
                 "need to backward through the graph a second time."
             )
+        if self._stored is not None:
+            return tuple(None if s is None else s.unpack(self._name) for s in self._stored)
         for i, (t, v) in enumerate(zip(self._saved, self._versions, strict=True)):
             if t is not None and t._version != v:
                 raise RuntimeError(
@@ -61,8 +67,18 @@ class FunctionCtx:
     def set_materialize_grads(self, value: bool) -> None:
         self.materialize_grads = value
 
+    def _store(self, name: str) -> None:
+        self._name = name
+        self._stored = tuple(None if t is None else _core._SavedTensor(t) for t in self._saved)
+        self._saved = ()
+
     def _release(self) -> None:
         self._saved = None
+        if self._stored is not None:
+            for s in self._stored:
+                if s is not None:
+                    s.release()
+            self._stored = None
 
 
 class Function:
@@ -97,6 +113,7 @@ class Function:
             # A saved output would own its own node (a cycle the GC cannot see): keep an
             # alias without history, sharing the buffer and the version counter.
             ctx._saved = tuple(t.detach() if t is out else t for t in ctx._saved)
+            ctx._store(f"{cls.__name__}Backward")
 
         # The engine calls a node only with a gradient. This closure must not capture `out`:
         # `out` owns the node, and the node owns the closure.

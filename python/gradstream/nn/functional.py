@@ -14,6 +14,9 @@ from .._core import Tensor
 __all__ = [
     "linear",
     "relu",
+    "relu_",
+    "threshold",
+    "threshold_",
     "sigmoid",
     "tanh",
     "softplus",
@@ -128,7 +131,33 @@ def embedding(
 
 
 def relu(input: Tensor, inplace: bool = False) -> Tensor:
-    return input.relu()
+    """``max(input, 0)``. Its backward saves one bit per element (see ``threshold``)."""
+    _check_tensor("relu", "input", input)
+    return input.relu_() if inplace else input.relu()
+
+
+def relu_(input: Tensor) -> Tensor:
+    _check_tensor("relu_", "input", input)
+    return input.relu_()
+
+
+def threshold(input: Tensor, threshold: float, value: float, inplace: bool = False) -> Tensor:
+    """``input`` where ``input > threshold``, else ``value``.
+
+    When a backward node is recorded, the forward also writes which elements passed as
+    1 bit per element, and the backward needs only that (a float32 input's saved
+    activation shrinks 32x); ``gradstream.autograd.graph.set_relu_bitmask(False)`` saves
+    the input instead, as PyTorch does.
+    """
+    _check_tensor("threshold", "input", input)
+    if inplace:
+        return _core.threshold_(input, float(threshold), float(value))
+    return _core.threshold(input, float(threshold), float(value))
+
+
+def threshold_(input: Tensor, threshold: float, value: float) -> Tensor:
+    _check_tensor("threshold_", "input", input)
+    return _core.threshold_(input, float(threshold), float(value))
 
 
 def tanh(input: Tensor) -> Tensor:

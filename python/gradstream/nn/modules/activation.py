@@ -5,7 +5,9 @@ from __future__ import annotations
 from .. import functional as F
 from .module import Module
 
-__all__ = ["ReLU", "Sigmoid", "Tanh", "Softplus", "GELU", "SiLU", "Softmax", "LogSoftmax"]
+__all__ = [
+    "ReLU", "Threshold", "Sigmoid", "Tanh", "Softplus", "GELU", "SiLU", "Softmax", "LogSoftmax",
+]  # fmt: skip
 
 
 class ReLU(Module):
@@ -14,10 +16,27 @@ class ReLU(Module):
         self.inplace = inplace
 
     def forward(self, input):
-        return F.relu(input)
+        return F.relu(input, inplace=self.inplace)
 
     def extra_repr(self) -> str:
         return "inplace=True" if self.inplace else ""
+
+
+class Threshold(Module):
+    """``input`` where ``input > threshold``, else ``value`` (``F.threshold``)."""
+
+    def __init__(self, threshold: float, value: float, inplace: bool = False):
+        super().__init__()
+        self.threshold = threshold
+        self.value = value
+        self.inplace = inplace
+
+    def forward(self, input):
+        return F.threshold(input, self.threshold, self.value, self.inplace)
+
+    def extra_repr(self) -> str:
+        inplace = ", inplace=True" if self.inplace else ""
+        return f"threshold={self.threshold}, value={self.value}{inplace}"
 
 
 class Sigmoid(Module):

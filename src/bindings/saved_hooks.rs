@@ -1,0 +1,240 @@
+//! `saved_tensors_hooks(pack_hook, unpack_hook)` with Python callables, the saved
+//! tensors of Python `Function`s, the relu/threshold bit-mask switch, and `threshold`.
+
+use std::any::Any;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use pyo3::exceptions::{PyRuntimeError, PyTypeError};
+use pyo3::prelude::*;
+
+use crate::autograd::saved::SavedTensor;
+use crate::autograd::saved_hooks::{self, Packed, SavedHooks};
+use crate::bindings::convert::extract_tensor;
+use crate::bindings::tensor::PyTensor;
+use crate::error::{Error, Result};
+use crate::memory::Role;
+use crate::ops::binary::inplace;
+use crate::ops::threshold;
+use crate::tensor::Tensor;
+
+/// A policy made of two Python callables.
+struct PySavedHooks {
+    pack: Py<PyAny>,
+    unpack: Py<PyAny>,
+}
+
+/// What the pack hook returned. A tensor it returned counts as a saved activation in the
+/// memory accounting while it is held here.
+struct PyPacked {
+    obj: Option<Py<PyAny>>,
+    unpack: Option<Py<PyAny>>,
+    counted: Option<Tensor>,
+}
+
+impl SavedHooks for PySavedHooks {
+    fn pack(&self, t: &Tensor) -> Result<Box<dyn Packed>> {
+        Python::attach(|py| {
+            let obj = self.pack.call1(py, (t.clone(),))?;
+            let counted = obj
+                .bind(py)
+                .cast::<PyTensor>()
+                .ok()
+                .map(|p| p.get().t.clone());
+            if let Some(c) = &counted {
+                c.set_role(Role::Activation, true);
+            }
+            Ok(Box::new(PyPacked {
+                obj: Some(obj),
+                unpack: Some(self.unpack.clone_ref(py)),
+                counted,
+            }) as Box<dyn Packed>)
+        })
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+impl Packed for PyPacked {
+    fn unpack(&self) -> Result<Tensor> {
+        Python::attach(|py| {
+            let (Some(f), Some(obj)) = (&self.unpack, &self.obj) else {
+                return Err(Error::autograd("saved tensor already released"));
+            };
+            let r = f.call1(py, (obj.clone_ref(py),))?;
+            let r = r.bind(py);
+            match r.cast::<PyTensor>() {
+                Ok(t) => Ok(t.get().t.clone()),
+                Err(_) => Err(Error::Python(PyTypeError::new_err(format!(
+                    "Output of saved tensor unpack_hook expected to be a Tensor but got result \
+                     of type {}",
+                    r.get_type()
+                        .name()
+                        .map(|n| n.to_string())
+                        .unwrap_or_default()
+                )))),
+            }
+        })
+    }
+}
+
+impl Drop for PyPacked {
+    fn drop(&mut self) {
+        if let Some(c) = &self.counted {
+            c.set_role(Role::Activation, false);
+        }
+        let (obj, f) = (self.obj.take(), self.unpack.take());
+        // Release now (a file-backed policy deletes its file), not at the next attach.
+        Python::try_attach(|_py| drop((obj, f)));
+    }
+}
+
+/// Push a (pack_hook, unpack_hook) policy for this thread (`saved_tensors_hooks.__enter__`).
+#[pyfunction]
+fn _push_saved_tensors_hooks(pack_hook: Py<PyAny>, unpack_hook: Py<PyAny>) -> PyResult<()> {
+    Python::attach(|py| {
+        for (name, f) in [("pack_hook", &pack_hook), ("unpack_hook", &unpack_hook)] {
+            if !f.bind(py).is_callable() {
+                return Err(PyTypeError::new_err(format!(
+                    "saved_tensors_hooks: {name} must be callable"
+                )));
+            }
+        }
+        Ok(())
+    })?;
+    saved_hooks::push(Arc::new(PySavedHooks {
+        pack: pack_hook,
+        unpack: unpack_hook,
+    }));
+    Ok(())
+}
+
+/// Pop the innermost policy (`saved_tensors_hooks.__exit__`).
+#[pyfunction]
+fn _pop_saved_tensors_hooks() -> PyResult<()> {
+    if !saved_hooks::pop() {
+        return Err(PyRuntimeError::new_err(
+            "saved_tensors_hooks: no hooks to pop (exited more often than entered)",
+        ));
+    }
+    Ok(())
+}
+
+/// Push the built-in `save_in_bfloat16` policy (native: no Python call per tensor).
+#[pyfunction]
+fn _push_saved_tensors_bf16() {
+    saved_hooks::push(Arc::new(saved_hooks::SaveInBf16));
+}
+
+/// Whether the tensor's buffer is a parameter's (the built-in policies keep those as they are).
+#[pyfunction]
+fn _holds_parameter(t: &Bound<'_, PyAny>) -> PyResult<bool> {
+    let t = extract_tensor("_holds_parameter", "t", t)?;
+    Ok(saved_hooks::holds_parameter(&t))
+}
+
+/// How many saved-tensor policies are active on this thread.
+#[pyfunction]
+fn _saved_tensors_hooks_depth() -> usize {
+    saved_hooks::depth()
+}
+
+/// Raise the exception a pack hook raised, if it has not been raised yet.
+#[pyfunction]
+fn _raise_saved_tensors_pack_error() -> PyResult<()> {
+    Ok(saved_hooks::check()?)
+}
+
+/// A tensor saved by a Python `Function` (`ctx.save_for_backward`): version-checked, and
+/// packed by the innermost `saved_tensors_hooks`, like the tensors ops save.
+#[pyclass(name = "_SavedTensor", module = "gradstream", frozen)]
+pub struct PySavedTensor {
+    saved: Mutex<Option<SavedTensor>>,
+}
+
+#[pymethods]
+impl PySavedTensor {
+    #[new]
+    fn new(t: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let t = extract_tensor("save_for_backward", "tensor", t)?;
+        let saved = SavedTensor::input(&t);
+        saved_hooks::check()?;
+        Ok(PySavedTensor {
+            saved: Mutex::new(Some(saved)),
+        })
+    }
+
+    /// The saved tensor (through the unpack hook); `name` names the function in errors.
+    fn unpack(&self, name: &str) -> PyResult<Tensor> {
+        let guard = self.saved.lock();
+        let s = guard
+            .as_ref()
+            .ok_or_else(|| PyRuntimeError::new_err("saved tensor already released"))?;
+        Ok(s.unpack_named(name)?)
+    }
+
+    /// Drop the saved tensor (and what its pack hook returned).
+    fn release(&self) {
+        let s = self.saved.lock().take();
+        drop(s);
+    }
+}
+
+/// Save 1-bit masks for relu/threshold backward (on by default); returns the previous setting.
+#[pyfunction]
+fn _set_relu_bitmask(enabled: bool) -> bool {
+    threshold::set_bitmask(enabled)
+}
+
+/// Whether relu/threshold save 1-bit masks.
+#[pyfunction]
+fn _relu_bitmask_enabled() -> bool {
+    threshold::bitmask_enabled()
+}
+
+/// `threshold(input, threshold, value)`: `input` where `input > threshold`, else `value`.
+///
+/// Args:
+///     input: the tensor.
+///     threshold: the value to compare with.
+///     value: what replaces the elements at or below `threshold`.
+/// Returns:
+///     A new tensor of `input`'s dtype and shape. Its backward saves one bit per element.
+#[pyfunction(name = "threshold")]
+fn threshold_fn(input: &Bound<'_, PyAny>, threshold: f64, value: f64) -> PyResult<Tensor> {
+    let x = extract_tensor("threshold", "input", input)?;
+    Ok(threshold::threshold(&x, threshold, value)?)
+}
+
+/// `threshold_(input, threshold, value)`: `threshold` in place, returning `input`.
+#[pyfunction]
+fn threshold_<'py>(
+    input: &Bound<'py, PyAny>,
+    threshold: f64,
+    value: f64,
+) -> PyResult<Bound<'py, PyAny>> {
+    let x = extract_tensor("threshold_", "input", input)?;
+    // Without masks the backward reads the input, which is about to be overwritten.
+    let saves_input = !threshold::bitmask_enabled();
+    inplace("threshold_", &x, &[], saves_input, |t| {
+        threshold::threshold(t, threshold, value)
+    })?;
+    saved_hooks::check()?;
+    Ok(input.clone())
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PySavedTensor>()?;
+    m.add_function(wrap_pyfunction!(_push_saved_tensors_hooks, m)?)?;
+    m.add_function(wrap_pyfunction!(_pop_saved_tensors_hooks, m)?)?;
+    m.add_function(wrap_pyfunction!(_push_saved_tensors_bf16, m)?)?;
+    m.add_function(wrap_pyfunction!(_saved_tensors_hooks_depth, m)?)?;
+    m.add_function(wrap_pyfunction!(_holds_parameter, m)?)?;
+    m.add_function(wrap_pyfunction!(_raise_saved_tensors_pack_error, m)?)?;
+    m.add_function(wrap_pyfunction!(_set_relu_bitmask, m)?)?;
+    m.add_function(wrap_pyfunction!(_relu_bitmask_enabled, m)?)?;
+    m.add_function(wrap_pyfunction!(threshold_fn, m)?)?;
+    m.add_function(wrap_pyfunction!(threshold_, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,286 @@
+//! `relu` and `threshold`, saving one bit per element for their backward.
+//!
+//! Both are `y = x if x > threshold else value` (relu: threshold 0, value 0), and the
+//! input gradient is `g where x > threshold else 0`: the backward needs only which
+//! elements passed. So, when a node is recorded, the forward writes the output and a
+//! packed bit mask (bit `i % 8` of byte `i / 8`, a uint8 tensor of `ceil(n / 8)` bytes) in
+//! one pass, and saves the mask instead of a float tensor: 1/32 of a float32 activation.
+//! The backward is one fused pass over the gradient and the mask. Under `create_graph`
+//! it is `where(mask, g, 0)` with gradstream ops instead, so it is differentiable in `g`.
+//!
+//! `set_bitmask(false)` turns masks off (relu then saves its output, threshold its
+//! input, as PyTorch does), for comparisons.
+//!
+//! NaN passes (`NaN <= threshold` is false), as in PyTorch: `relu(NaN) = NaN` with the
+//! gradient let through.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use candle_core::{DType as CDType, Device, Storage, WithDType};
+use rayon::prelude::*;
+
+use crate::autograd::function::{record, should_record};
+use crate::autograd::saved::SavedTensor;
+use crate::dtype::DType;
+use crate::error::{CandleContext, Error, Result};
+use crate::ops::binary::{compare, where_, CompareOp};
+use crate::ops::inplace::PAR_MIN;
+use crate::ops::{Operand, Scalar};
+use crate::tensor::{shape_str, Tensor};
+
+static BITMASK: AtomicBool = AtomicBool::new(true);
+
+/// Save 1-bit masks for relu/threshold (the default); returns the previous setting.
+pub fn set_bitmask(on: bool) -> bool {
+    BITMASK.swap(on, Ordering::Relaxed)
+}
+
+pub fn bitmask_enabled() -> bool {
+    BITMASK.load(Ordering::Relaxed)
+}
+
+/// `relu(x)` for floating point `x` (integers go through the unary table).
+pub fn relu(x: &Tensor) -> Result<Tensor> {
+    threshold_op("relu", "ReluBackward0", x, 0.0, 0.0)
+}
+
+/// `threshold(x, threshold, value)`: `x` where `x > threshold`, else `value`.
+pub fn threshold(x: &Tensor, threshold: f64, value: f64) -> Result<Tensor> {
+    threshold_op("threshold", "ThresholdBackward0", x, threshold, value)
+}
+
+fn threshold_op(
+    name: &'static str,
+    node: &'static str,
+    x: &Tensor,
+    th: f64,
+    value: f64,
+) -> Result<Tensor> {
+    if x.dtype() == DType::Bool {
+        return Err(Error::NotImplemented(format!(
+            "{name}: not implemented for bool tensors"
+        )));
+    }
+    let recording = should_record(&[x]);
+    let masked = recording && bitmask_enabled();
+    let (data, mask) = forward_data(name, &x.data(), th, value, masked)?;
+    let out = Tensor::new(data, x.dtype());
+    if !recording {
+        return Ok(out);
+    }
+    let dims = x.dims();
+    if let Some(mask) = mask {
+        let mask = Tensor::new(mask, DType::UInt8);
+        record(
+            node,
+            &out,
+            &[x],
+            || vec![SavedTensor::internal(&mask)],
+            move |ctx, g| Ok(vec![Some(masked_grad(node, g, &ctx.saved[0], &dims)?)]),
+        );
+    } else {
+        // relu's output passes exactly where its input does; threshold's may not (value > th).
+        let saves_output = name == "relu";
+        record(
+            node,
+            &out,
+            &[x],
+            || {
+                vec![if saves_output {
+                    SavedTensor::output(&out)
+                } else {
+                    SavedTensor::input(x)
+                }]
+            },
+            move |ctx, g| {
+                let stopped = compare(CompareOp::Le, &(&ctx.saved[0]).into(), &th.into())?;
+                let zero = Operand::Scalar(Scalar::Int(0));
+                Ok(vec![Some(where_(&stopped, &zero, &g.into())?)])
+            },
+        );
+    }
+    Ok(out)
+}
+
+/// The input gradient from the saved mask: one fused pass, or `where(mask, g, 0)` when
+/// the backward itself is recorded.
+fn masked_grad(node: &str, g: &Tensor, mask: &Tensor, dims: &[usize]) -> Result<Tensor> {
+    let n: usize = dims.iter().product();
+    if g.dims() != dims || mask.numel() != n.div_ceil(8) {
+        return Err(Error::shape(format!(
+            "{node}: gradient of shape {} and mask of {} bytes for an input of shape {}",
+            shape_str(&g.dims()),
+            mask.numel(),
+            shape_str(dims)
+        )));
+    }
+    if should_record(&[g]) {
+        let bits = unpack_bits(&mask.data(), dims)?;
+        let keep = Tensor::new(bits, DType::Bool);
+        return where_(&keep, &g.into(), &Operand::Scalar(Scalar::Int(0)));
+    }
+    let gd = g.data();
+    let m = mask.data();
+    let out = with_slice::<u8, _>(&m, |m| -> Result<candle_core::Tensor> {
+        macro_rules! go {
+            ($t:ty) => {
+                with_slice::<$t, _>(&gd, |gs| from_vec(select_kernel(gs, m), dims))?
+            };
+        }
+        match gd.dtype() {
+            CDType::F32 => go!(f32),
+            CDType::F64 => go!(f64),
+            CDType::F16 => go!(half::f16),
+            CDType::BF16 => go!(half::bf16),
+            other => Err(Error::dtype(format!(
+                "{node}: gradient dtype {other:?} is not a floating point dtype"
+            ))),
+        }
+    })??;
+    Ok(Tensor::new(out, g.dtype()))
+}
+
+/// The output and, if asked, the bit mask of `x > th`.
+fn forward_data(
+    name: &'static str,
+    x: &candle_core::Tensor,
+    th: f64,
+    value: f64,
+    mask: bool,
+) -> Result<(candle_core::Tensor, Option<candle_core::Tensor>)> {
+    let dims = x.dims().to_vec();
+    macro_rules! go {
+        ($t:ty) => {
+            with_slice::<$t, _>(x, |xs| {
+                let (out, bits) =
+                    threshold_kernel(xs, <$t>::from_f64(th), <$t>::from_f64(value), mask);
+                let bits = match bits {
+                    Some(b) => {
+                        let len = b.len();
+                        Some(from_vec(b, &[len])?)
+                    }
+                    None => None,
+                };
+                Ok((from_vec(out, &dims)?, bits))
+            })?
+        };
+    }
+    match x.dtype() {
+        CDType::F32 => go!(f32),
+        CDType::F64 => go!(f64),
+        CDType::F16 => go!(half::f16),
+        CDType::BF16 => go!(half::bf16),
+        CDType::U8 => go!(u8),
+        CDType::U32 => go!(u32),
+        CDType::I32 => go!(i32),
+        CDType::I64 => go!(i64),
+        other => Err(Error::NotImplemented(format!(
+            "{name}: not implemented for {other:?} tensors"
+        ))),
+    }
+}
+
+// ---------------------------------------------------------------- kernels
+
+/// Elements per parallel task: a multiple of 8, so tasks own whole mask bytes.
+const TASK: usize = PAR_MIN;
+
+fn threshold_kernel<T: WithDType>(
+    x: &[T],
+    th: T,
+    value: T,
+    mask: bool,
+) -> (Vec<T>, Option<Vec<u8>>) {
+    let n = x.len();
+    let mut out = vec![T::from_f64(0.0); n];
+    if !mask {
+        let f = |(o, xs): (&mut [T], &[T])| {
+            for (o, &v) in o.iter_mut().zip(xs) {
+                *o = if v <= th { value } else { v };
+            }
+        };
+        if n >= PAR_MIN {
+            out.par_chunks_mut(TASK).zip(x.par_chunks(TASK)).for_each(f);
+        } else {
+            f((&mut out, x));
+        }
+        return (out, None);
+    }
+    let mut bits = vec![0u8; n.div_ceil(8)];
+    let f = |((o, m), xs): ((&mut [T], &mut [u8]), &[T])| {
+        for ((o, m), xs) in o.chunks_mut(8).zip(m.iter_mut()).zip(xs.chunks(8)) {
+            let mut byte = 0u8;
+            for (k, (o, &v)) in o.iter_mut().zip(xs).enumerate() {
+                // NaN passes: it is not at or below the threshold.
+                let stopped = v <= th;
+                let pass = !stopped;
+                *o = if pass { v } else { value };
+                byte |= (pass as u8) << k;
+            }
+            *m = byte;
+        }
+    };
+    if n >= PAR_MIN {
+        out.par_chunks_mut(TASK)
+            .zip(bits.par_chunks_mut(TASK / 8))
+            .zip(x.par_chunks(TASK))
+            .for_each(f);
+    } else {
+        f(((&mut out, &mut bits), x));
+    }
+    (out, Some(bits))
+}
+
+/// `g where bit else 0`.
+fn select_kernel<T: WithDType>(g: &[T], bits: &[u8]) -> Vec<T> {
+    let n = g.len();
+    let mut out = vec![T::from_f64(0.0); n];
+    let f = |((o, m), gs): ((&mut [T], &[u8]), &[T])| {
+        for ((o, &m), gs) in o.chunks_mut(8).zip(m).zip(gs.chunks(8)) {
+            for (k, (o, &v)) in o.iter_mut().zip(gs).enumerate() {
+                if (m >> k) & 1 == 1 {
+                    *o = v;
+                }
+            }
+        }
+    };
+    if n >= PAR_MIN {
+        out.par_chunks_mut(TASK)
+            .zip(bits.par_chunks(TASK / 8))
+            .zip(g.par_chunks(TASK))
+            .for_each(f);
+    } else {
+        f(((&mut out, bits), g));
+    }
+    out
+}
+
+/// The mask as bool data of the input's shape.
+fn unpack_bits(mask: &candle_core::Tensor, dims: &[usize]) -> Result<candle_core::Tensor> {
+    let n: usize = dims.iter().product();
+    let v = with_slice::<u8, _>(mask, |m| {
+        (0..n)
+            .map(|i| (m[i / 8] >> (i % 8)) & 1)
+            .collect::<Vec<u8>>()
+    })?;
+    from_vec(v, dims)
+}
+
+fn with_slice<T: WithDType, R>(t: &candle_core::Tensor, f: impl FnOnce(&[T]) -> R) -> Result<R> {
+    let t = t.contiguous().op("threshold")?;
+    let (s, l) = t.storage_and_layout();
+    let Storage::Cpu(c) = &*s else {
+        return Err(Error::NotImplemented(
+            "threshold: only CPU tensors are supported".into(),
+        ));
+    };
+    let v = c.as_slice::<T>().op("threshold")?;
+    let (a, b) = l
+        .contiguous_offsets()
+        .ok_or_else(|| Error::shape("threshold: expected a contiguous tensor"))?;
+    Ok(f(&v[a..b]))
+}
+
+fn from_vec<T: WithDType>(v: Vec<T>, dims: &[usize]) -> Result<candle_core::Tensor> {
+    candle_core::Tensor::from_vec(v, dims, &Device::Cpu).op("threshold")
+}
