@@ -616,6 +616,12 @@ def _holds_parameter(t: Any) -> Any:
     Whether the tensor's buffer is a parameter's (the built-in policies keep those as they are).
     """
 
+def _linear(input: Any, weight: Any, bias: Any = ...) -> Any:
+    """
+    `_linear(input, weight, bias=None)`: `input @ weight.T + bias`, the bias added into the
+    product's buffer (`nn.functional.linear` checks its arguments, then calls this).
+    """
+
 def _max_memory_allocated() -> Any:
     """
     The peak of `memory_allocated()` since start or the last reset.
