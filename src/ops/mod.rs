@@ -6,6 +6,7 @@
 pub mod binary;
 pub mod convert;
 pub mod creation;
+pub mod dense;
 pub mod elementwise_kernels;
 pub mod index;
 pub mod inplace;

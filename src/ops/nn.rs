@@ -5,7 +5,7 @@
 //! under nll_loss; embedding and its backward; dropout. Each computes in f32 or f64
 //! (half types go through f32).
 
-use candle_core::{Device, Storage, WithDType};
+use candle_core::WithDType;
 use rayon::prelude::*;
 
 use crate::autograd::function::record;
@@ -15,6 +15,7 @@ use crate::dtype::DType;
 use crate::error::{CandleContext, Error, Result};
 use crate::ops::binary::{add, add_scalar, mul, mul_scalar, sub};
 use crate::ops::convert::to_dtype;
+use crate::ops::dense::{by_float, from_vec, with_slice};
 use crate::ops::inplace::PAR_MIN;
 use crate::ops::reduce::{mean, sum};
 use crate::ops::shape as shp;
@@ -67,26 +68,6 @@ impl Float for f64 {
     }
 }
 
-/// Read a contiguous candle tensor's elements.
-fn with_slice<T: WithDType, R>(t: &candle_core::Tensor, f: impl FnOnce(&[T]) -> R) -> Result<R> {
-    let t = t.contiguous().op("nn")?;
-    let (s, l) = t.storage_and_layout();
-    let Storage::Cpu(c) = &*s else {
-        return Err(Error::NotImplemented(
-            "nn: only CPU tensors are supported".into(),
-        ));
-    };
-    let v = c.as_slice::<T>().op("nn")?;
-    let (a, b) = l
-        .contiguous_offsets()
-        .ok_or_else(|| Error::shape("nn: expected a contiguous tensor"))?;
-    Ok(f(&v[a..b]))
-}
-
-fn from_vec<T: WithDType>(v: Vec<T>, dims: &[usize]) -> Result<candle_core::Tensor> {
-    candle_core::Tensor::from_vec(v, dims, &Device::Cpu).op("nn")
-}
-
 /// The data of a floating point tensor in its compute dtype (f32 for half types).
 fn compute_data(op: &str, x: &Tensor) -> Result<(candle_core::Tensor, DType)> {
     let dt = x.dtype();
@@ -112,21 +93,6 @@ fn finish(data: candle_core::Tensor, dtype: DType) -> Result<Tensor> {
         data
     };
     Ok(Tensor::new(data, dtype))
-}
-
-macro_rules! by_float {
-    ($cdt:expr, |$T:ident| $body:expr) => {
-        match $cdt {
-            DType::Float64 => {
-                type $T = f64;
-                $body
-            }
-            _ => {
-                type $T = f32;
-                $body
-            }
-        }
-    };
 }
 
 /// One row of a row-wise kernel: (output, input), (mean, rstd).

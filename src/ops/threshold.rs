@@ -16,14 +16,15 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use candle_core::{DType as CDType, Device, Storage, WithDType};
+use candle_core::{DType as CDType, WithDType};
 use rayon::prelude::*;
 
 use crate::autograd::function::{record, should_record};
 use crate::autograd::saved::SavedTensor;
 use crate::dtype::DType;
-use crate::error::{CandleContext, Error, Result};
+use crate::error::{Error, Result};
 use crate::ops::binary::{compare, where_, CompareOp};
+use crate::ops::dense::{from_vec, with_slice};
 use crate::ops::inplace::PAR_MIN;
 use crate::ops::{Operand, Scalar};
 use crate::tensor::{shape_str, Tensor};
@@ -269,23 +270,4 @@ fn unpack_bits(mask: &candle_core::Tensor, dims: &[usize]) -> Result<candle_core
             .collect::<Vec<u8>>()
     })?;
     from_vec(v, dims)
-}
-
-fn with_slice<T: WithDType, R>(t: &candle_core::Tensor, f: impl FnOnce(&[T]) -> R) -> Result<R> {
-    let t = t.contiguous().op("threshold")?;
-    let (s, l) = t.storage_and_layout();
-    let Storage::Cpu(c) = &*s else {
-        return Err(Error::NotImplemented(
-            "threshold: only CPU tensors are supported".into(),
-        ));
-    };
-    let v = c.as_slice::<T>().op("threshold")?;
-    let (a, b) = l
-        .contiguous_offsets()
-        .ok_or_else(|| Error::shape("threshold: expected a contiguous tensor"))?;
-    Ok(f(&v[a..b]))
-}
-
-fn from_vec<T: WithDType>(v: Vec<T>, dims: &[usize]) -> Result<candle_core::Tensor> {
-    candle_core::Tensor::from_vec(v, dims, &Device::Cpu).op("threshold")
 }

@@ -24,6 +24,7 @@ use crate::autograd::grad_mode;
 use crate::autograd::saved::SavedTensor;
 use crate::dtype::DType;
 use crate::error::{CandleContext, Error, Result};
+use crate::ops::dense::by_float;
 use crate::ops::inplace::PAR_MIN;
 use crate::ops::nn::Float;
 use crate::tensor::{shape_str, Tensor};
@@ -445,21 +446,6 @@ fn backward<T: Float>(
         }
         Ok((graw, gz, gdir))
     })
-}
-
-macro_rules! by_float {
-    ($cdt:expr, |$T:ident| $body:expr) => {
-        match $cdt {
-            DType::Float64 => {
-                type $T = f64;
-                $body
-            }
-            _ => {
-                type $T = f32;
-                $body
-            }
-        }
-    };
 }
 
 /// NeRF's volume rendering of `raw` (..., S, 4) along `z` (..., S), with optional

@@ -1,0 +1,47 @@
+//! The elements of a dense CPU tensor as a slice, and a `Vec` back as a tensor: what the
+//! hand-written kernels (nn, threshold, volume rendering) read and write.
+
+use candle_core::{Device, Storage, WithDType};
+
+use crate::error::{CandleContext, Error, Result};
+
+/// Run `f` on the elements of `t` (made contiguous first).
+pub fn with_slice<T: WithDType, R>(
+    t: &candle_core::Tensor,
+    f: impl FnOnce(&[T]) -> R,
+) -> Result<R> {
+    let t = t.contiguous().op("kernel")?;
+    let (s, l) = t.storage_and_layout();
+    let Storage::Cpu(c) = &*s else {
+        return Err(Error::NotImplemented(
+            "kernel: only CPU tensors are supported".into(),
+        ));
+    };
+    let v = c.as_slice::<T>().op("kernel")?;
+    let (a, b) = l
+        .contiguous_offsets()
+        .ok_or_else(|| Error::shape("kernel: expected a contiguous tensor"))?;
+    Ok(f(&v[a..b]))
+}
+
+/// `v` as a CPU tensor of shape `dims`.
+pub fn from_vec<T: WithDType>(v: Vec<T>, dims: &[usize]) -> Result<candle_core::Tensor> {
+    candle_core::Tensor::from_vec(v, dims, &Device::Cpu).op("kernel")
+}
+
+/// Run `$body` with `$T` the Rust float type of a float32/float64 compute dtype.
+macro_rules! by_float {
+    ($cdt:expr, |$T:ident| $body:expr) => {
+        match $cdt {
+            DType::Float64 => {
+                type $T = f64;
+                $body
+            }
+            _ => {
+                type $T = f32;
+                $body
+            }
+        }
+    };
+}
+pub(crate) use by_float;
