@@ -31,7 +31,9 @@ def test_tensorfile_round_trip(tmp_path):
     n = int.from_bytes(raw[:8], "little")
     assert (8 + n) % 8 == 0  # data stays aligned
     header = json.loads(raw[8 : 8 + n])
-    assert header["w"] == {"dtype": "F32", "shape": [3, 4], "data_offsets": [0, 48]}
+    assert header["w"]["dtype"] == "F32" and header["w"]["shape"] == [3, 4]
+    begin, end = header["w"]["data_offsets"]
+    assert end - begin == 48 and begin % 8 == 0
     back = tensorfile.load(tmp_path / "t.safetensors")
     assert set(back) == set(tensors)
     for k, v in tensors.items():
@@ -212,3 +214,10 @@ def test_smoke_end_to_end(tmp_path, torch_ref):
         assert (out / "peak_memory.png").exists() and (out / "step_time.png").exists()
     except ImportError:
         assert "matplotlib is not installed" in proc.stdout
+
+
+def test_tensorfile_load_gives_writable_arrays(tmp_path):
+    tensorfile.save(tmp_path / "t.safetensors", {"w": np.ones((2, 3), np.float32)})
+    w = tensorfile.load(tmp_path / "t.safetensors")["w"]
+    assert w.flags.writeable and w.flags.owndata
+    w[0, 0] = 5.0

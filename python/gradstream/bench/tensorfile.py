@@ -1,60 +1,36 @@
-"""The shared weights and inputs, as a safetensors file written and read with NumPy alone.
+"""The shared weights and inputs of a benchmark run, as one safetensors file.
 
 Every system loads the same file (the candle program through `candle_core::safetensors`), so all
-of them start from the same weights and inputs and their losses must agree.
+of them start from the same weights and inputs and their losses must agree. The format is the
+`safetensors` package's; this module only limits the dtypes to those every system reads.
 """
 
 from __future__ import annotations
 
-import json
-import struct
 from pathlib import Path
 
 import numpy as np
+from safetensors import safe_open
+from safetensors.numpy import save_file
 
-_DTYPES = {np.dtype(np.float32): "F32", np.dtype(np.float64): "F64", np.dtype(np.int64): "I64"}
-_NUMPY = {v: k for k, v in _DTYPES.items()}
+# The dtypes the benchmark's systems (PyTorch, gradstream, the candle program) all read.
+SUPPORTED = (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.int64))
 
 
 def save(path: str | Path, tensors: dict[str, np.ndarray]) -> None:
-    """Write `tensors` (C-contiguous little-endian arrays) in the safetensors format."""
-    header: dict[str, dict] = {}
-    offset = 0
-    arrays = []
+    """Write `tensors` to `path` in the safetensors format."""
+    arrays = {}
     for name, arr in tensors.items():
         arr = np.asarray(arr)
-        arr = arr if arr.flags.c_contiguous else arr.copy(order="C")
-        if arr.dtype not in _DTYPES:
+        arr = arr if arr.flags.c_contiguous else arr.copy(order="C")  # keeps 0-d arrays 0-d
+        if arr.dtype not in SUPPORTED:
             raise TypeError(f"tensorfile.save: {name} has unsupported dtype {arr.dtype}")
-        header[name] = {
-            "dtype": _DTYPES[arr.dtype],
-            "shape": list(arr.shape),
-            "data_offsets": [offset, offset + arr.nbytes],
-        }
-        offset += arr.nbytes
-        arrays.append(arr)
-    raw = json.dumps(header, separators=(",", ":")).encode()
-    raw += b" " * (-len(raw) % 8)  # keep the data 8-byte aligned
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(raw)))
-        f.write(raw)
-        for arr in arrays:
-            f.write(arr.astype(arr.dtype.newbyteorder("<"), copy=False).tobytes())
+        arrays[name] = arr
+    save_file(arrays, str(path))
 
 
 def load(path: str | Path) -> dict[str, np.ndarray]:
-    """Read a safetensors file into freshly allocated NumPy arrays (one allocation each)."""
-    with open(path, "rb") as f:
-        (n,) = struct.unpack("<Q", f.read(8))
-        header = json.loads(f.read(n))
-        start = 8 + n
-        out = {}
-        for name, info in header.items():
-            if name == "__metadata__":
-                continue
-            begin, end = info["data_offsets"]
-            dtype = _NUMPY[info["dtype"]]
-            f.seek(start + begin)
-            count = (end - begin) // dtype.itemsize
-            out[name] = np.fromfile(f, dtype=dtype, count=count).reshape(tuple(info["shape"]))
-    return out
+    """Read a safetensors file into writable NumPy arrays, one allocation each (the systems
+    take them over without copying, so no array may be a read-only view of the file)."""
+    with safe_open(str(path), framework="np") as f:
+        return {name: np.array(f.get_tensor(name)) for name in f.keys()}
