@@ -39,9 +39,28 @@ def to_torch(t, requires_grad: bool | None = None):
     return out
 
 
-def assert_close(actual, expected, rtol=1e-5, atol=1e-6, check_dtype=True):
-    """Values (and dtype names) of two tensors agree."""
+def sum_atol(expected, terms: int) -> float:
+    """The absolute tolerance for values that are float sums of `terms` terms.
+
+    Each addition may round by half an ulp of the running sum, and two correct programs may add
+    in different orders (blocked matmuls, chunked batches, SIMD widths differ between CPUs), so
+    two results can differ by about `terms * eps * scale`, where the scale is the largest
+    magnitude in the result: near-zero entries that come from cancelling sums have no
+    relative accuracy at all.
+    """
+    e = to_numpy(expected)
+    if e.size == 0 or e.dtype.kind != "f":
+        return 0.0
+    eps = float(np.finfo(np.float32 if e.dtype.itemsize <= 4 else e.dtype).eps)
+    return terms * eps * float(np.max(np.abs(e[np.isfinite(e)]), initial=0.0))
+
+
+def assert_close(actual, expected, rtol=1e-5, atol=1e-6, check_dtype=True, terms=None):
+    """Values (and dtype names) of two tensors agree. `terms`: the values are sums of that many
+    terms, so the tolerance widens with their magnitude and the summation length."""
     a, e = to_numpy(actual), to_numpy(expected)
+    if terms is not None:
+        atol = max(atol, sum_atol(e, terms))
     if check_dtype and isinstance(actual, gs.Tensor) and hasattr(expected, "dtype"):
         if isinstance(expected, gs.Tensor):
             exp_name = dtype_name(expected.dtype)
