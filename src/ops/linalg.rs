@@ -225,18 +225,25 @@ fn require_rank(op: &str, what: &str, t: &Tensor, rank: usize, kind: &str) -> Re
     Ok(())
 }
 
-/// `mm(a, b)`: (n, k) @ (k, m), no broadcasting.
-pub fn mm(a: &Tensor, b: &Tensor) -> Result<Tensor> {
-    require_rank("mm", "self", a, 2, "matrix")?;
-    require_rank("mm", "mat2", b, 2, "matrix")?;
-    check_dtypes("mm", a, b)?;
+/// Two matrices of one dtype that can be multiplied, `a` (n, k) and `b` (k, m), each named as
+/// the op's signature names it.
+fn check_matrices(op: &str, (an, a): (&str, &Tensor), (bn, b): (&str, &Tensor)) -> Result<()> {
+    require_rank(op, an, a, 2, "matrix")?;
+    require_rank(op, bn, b, 2, "matrix")?;
+    check_dtypes(op, a, b)?;
     let (ad, bd) = (a.dims(), b.dims());
     if ad[1] != bd[0] {
         return Err(Error::shape(format!(
-            "mm: mat1 and mat2 shapes cannot be multiplied ({}x{} and {}x{})",
+            "{op}: mat1 and mat2 shapes cannot be multiplied ({}x{} and {}x{})",
             ad[0], ad[1], bd[0], bd[1]
         )));
     }
+    Ok(())
+}
+
+/// `mm(a, b)`: (n, k) @ (k, m), no broadcasting.
+pub fn mm(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    check_matrices("mm", ("self", a), ("mat2", b))?;
     batched_mm("MmBackward0", a, b)
 }
 
@@ -324,17 +331,9 @@ pub fn outer(a: &Tensor, b: &Tensor) -> Result<Tensor> {
 /// `addmm(input, m1, m2, beta, alpha)`: `beta * input + alpha * (m1 @ m2)`, with `input`
 /// broadcast to the product's shape. With `beta == 0` the input is ignored (NaN too).
 pub fn addmm(input: &Tensor, m1: &Tensor, m2: &Tensor, beta: f64, alpha: f64) -> Result<Tensor> {
-    require_rank("addmm", "mat1", m1, 2, "matrix")?;
-    require_rank("addmm", "mat2", m2, 2, "matrix")?;
-    check_dtypes("addmm", m1, m2)?;
+    check_matrices("addmm", ("mat1", m1), ("mat2", m2))?;
     check_dtypes("addmm", input, m1)?;
     let (d1, d2) = (m1.dims(), m2.dims());
-    if d1[1] != d2[0] {
-        return Err(Error::shape(format!(
-            "addmm: mat1 and mat2 shapes cannot be multiplied ({}x{} and {}x{})",
-            d1[0], d1[1], d2[0], d2[1]
-        )));
-    }
     let out_dims = [d1[0], d2[1]];
     let fits = input.rank() <= 2
         && input
