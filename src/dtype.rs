@@ -202,30 +202,35 @@ mod tests {
         );
         assert_eq!(DType::promote(DType::UInt8, DType::Int64), DType::Int64);
         assert_eq!(DType::promote(DType::Bool, DType::UInt8), DType::UInt8);
-        // float32 tensor / 0-d float64 tensor stays float32
-        assert_eq!(
-            result_type(&[Dim(DType::Float32), ZeroDim(DType::Float64)]),
-            DType::Float32
-        );
-        // int tensor * float scalar -> default float
-        assert_eq!(
-            result_type(&[Dim(DType::Int64), Scalar(Category::Floating)]),
-            DType::Float32
-        );
-        // int32 tensor + int scalar stays int32
-        assert_eq!(
-            result_type(&[Dim(DType::Int32), Scalar(Category::Integral)]),
-            DType::Int32
-        );
-        // int tensor + 0-d float64 tensor -> float64
-        assert_eq!(
-            result_type(&[Dim(DType::Int64), ZeroDim(DType::Float64)]),
-            DType::Float64
-        );
-        // float16 tensor + float scalar stays float16
-        assert_eq!(
-            result_type(&[Dim(DType::Float16), Scalar(Category::Floating)]),
-            DType::Float16
-        );
+        let cases: [(&[PromotionOperand], DType); 5] = [
+            // float32 tensor / 0-d float64 tensor stays float32
+            (
+                &[Dim(DType::Float32), ZeroDim(DType::Float64)],
+                DType::Float32,
+            ),
+            // int tensor * float scalar -> default float
+            (
+                &[Dim(DType::Int64), Scalar(Category::Floating)],
+                DType::Float32,
+            ),
+            // int32 tensor + int scalar stays int32
+            (
+                &[Dim(DType::Int32), Scalar(Category::Integral)],
+                DType::Int32,
+            ),
+            // int tensor + 0-d float64 tensor -> float64
+            (
+                &[Dim(DType::Int64), ZeroDim(DType::Float64)],
+                DType::Float64,
+            ),
+            // float16 tensor + float scalar stays float16
+            (
+                &[Dim(DType::Float16), Scalar(Category::Floating)],
+                DType::Float16,
+            ),
+        ];
+        for (operands, expected) in cases {
+            assert_eq!(result_type(operands), expected, "{operands:?}");
+        }
     }
 }

@@ -43,25 +43,24 @@ pub enum Error {
 
 pub type Result<T> = std::result::Result<T, Error>;
 
-impl Error {
-    pub fn shape(msg: impl Into<String>) -> Self {
-        Error::Shape(msg.into())
-    }
-    pub fn type_(msg: impl Into<String>) -> Self {
-        Error::Type(msg.into())
-    }
-    pub fn dtype(msg: impl Into<String>) -> Self {
-        Error::DType(msg.into())
-    }
-    pub fn index(msg: impl Into<String>) -> Self {
-        Error::Index(msg.into())
-    }
-    pub fn value(msg: impl Into<String>) -> Self {
-        Error::Value(msg.into())
-    }
-    pub fn autograd(msg: impl Into<String>) -> Self {
-        Error::Autograd(msg.into())
-    }
+/// `Error::shape(msg)` and its siblings: one constructor per message-carrying variant.
+macro_rules! constructors {
+    ($($name:ident => $variant:ident),* $(,)?) => {
+        impl Error {
+            $(pub fn $name(msg: impl Into<String>) -> Self {
+                Error::$variant(msg.into())
+            })*
+        }
+    };
+}
+
+constructors! {
+    shape => Shape,
+    type_ => Type,
+    dtype => DType,
+    index => Index,
+    value => Value,
+    autograd => Autograd,
 }
 
 /// Attach the op name to a candle error: `t.exp().op("exp")?`.
