@@ -7,12 +7,14 @@
 //!    in the `GradStore` from its first contribution until the node runs. The node is told
 //!    which of its edges lead to a wanted gradient and computes only those; its saved
 //!    tensors are released right after (unless `retain_graph`).
+//!    Between nodes, a flag set by the SIGINT handler is checked, without the GIL.
 //! 4. A leaf's sink runs as soon as its gradient is final: hooks, `.grad`, consumers.
 
 use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::sync::Arc;
 
 use crate::autograd::grad_mode::GradModeGuard;
+use crate::autograd::interrupt;
 use crate::autograd::node::{node_key, Node};
 use crate::error::{Error, Result};
 use crate::memory;
@@ -29,7 +31,8 @@ pub struct BackwardOptions<'a> {
     pub accumulate: bool,
     pub inputs: Option<&'a [Tensor]>,
     pub grad_consumer: Option<GradConsumer<'a>>,
-    /// Checked between nodes; returns `Err(Interrupted)` on Ctrl-C.
+    /// Asks Python whether Ctrl-C was pressed (`Err(..)` to stop). Called between nodes
+    /// only once the SIGINT flag is set, or every node where the flag cannot be used.
     pub check_interrupt: &'a (dyn Fn() -> Result<()> + Sync),
 }
 
@@ -212,12 +215,15 @@ pub fn run_backward(
 
     let mut results: Vec<Option<Tensor>> = vec![None; opts.inputs.map_or(0, |i| i.len())];
     let mut ran: HashSet<usize> = HashSet::new();
+    let watch = interrupt::watch();
     let _context = ContextGuard;
     while let Some(Ready(_, k)) = heap.pop() {
         if !ran.insert(k) {
             continue;
         }
-        (opts.check_interrupt)()?;
+        if watch.pending() {
+            (opts.check_interrupt)()?;
+        }
         let node = nodes[&k].clone();
         memory::set_context(node.name());
 
