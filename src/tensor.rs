@@ -182,9 +182,13 @@ impl Tensor {
         Arc::downgrade(&self.0)
     }
 
-    /// Whether no other gradstream tensor holds this one's buffer, so it may be written in place.
+    /// Whether no other gradstream tensor holds this one's buffer, so it may be written in
+    /// place: no other handle, no view (views share the version counter; that also covers
+    /// buffers the byte accounting does not see), no other tensor wrapping the buffer.
     pub fn is_uniquely_owned(&self) -> bool {
-        Arc::strong_count(&self.0) == 1 && self.storage_key().is_none_or(memory::is_unique)
+        Arc::strong_count(&self.0) == 1
+            && Arc::strong_count(&self.0.version) == 1
+            && self.storage_key().is_none_or(memory::is_unique)
     }
 
     pub fn set_role(&self, role: Role, on: bool) {
@@ -249,6 +253,15 @@ impl Tensor {
 
     pub fn grad(&self) -> Option<Tensor> {
         self.0.meta.lock().grad.clone()
+    }
+
+    /// Take `.grad` out (the engine sums into it and puts it back).
+    pub fn take_grad(&self) -> Option<Tensor> {
+        let g = self.0.meta.lock().grad.take();
+        if let Some(g) = &g {
+            g.set_role(Role::Gradient, false);
+        }
+        g
     }
 
     pub fn set_grad(&self, grad: Option<Tensor>) -> Result<()> {

@@ -14,6 +14,7 @@ use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::sync::Arc;
 
 use crate::autograd::grad_mode::GradModeGuard;
+use crate::autograd::grad_sum::add_grads;
 use crate::autograd::interrupt;
 use crate::autograd::node::{node_key, Node};
 use crate::error::{Error, Result};
@@ -38,32 +39,22 @@ pub struct BackwardOptions<'a> {
 
 /// Pending gradients, keyed by node. An entry is removed the moment its node runs.
 struct GradStore {
-    pending: HashMap<usize, (Tensor, bool)>,
+    pending: HashMap<usize, Tensor>,
 }
 
 impl GradStore {
-    /// First contribution is moved in; later ones are summed, in place once the store
-    /// owns the buffer (a sum it made itself), since a moved-in gradient may be shared.
+    /// First contribution is moved in; later ones are summed.
     fn add(&mut self, key: usize, grad: Tensor, create_graph: bool) -> Result<()> {
-        match self.pending.remove(&key) {
-            None => {
-                self.pending.insert(key, (grad, false));
-            }
-            Some((acc, owned)) => {
-                let sum = if owned && !create_graph && ops::inplace::can_add_into(&acc, &grad) {
-                    ops::inplace::add_into(&acc, &grad)?;
-                    acc
-                } else {
-                    ops::binary::add(&acc, &grad)?
-                };
-                self.pending.insert(key, (sum, !create_graph));
-            }
-        }
+        let sum = match self.pending.remove(&key) {
+            None => grad,
+            Some(acc) => add_grads(acc, &grad, create_graph)?,
+        };
+        self.pending.insert(key, sum);
         Ok(())
     }
 
     fn take(&mut self, key: usize) -> Option<Tensor> {
-        self.pending.remove(&key).map(|(t, _)| t)
+        self.pending.remove(&key)
     }
 }
 
@@ -233,7 +224,11 @@ pub fn run_backward(
             Some(grad) => {
                 let grad = node.base().run_pre_hooks(grad)?;
                 if let Some(t) = node.base().retained() {
-                    t.set_grad(Some(accumulate(t.grad(), &grad)?))?;
+                    let sum = match t.take_grad() {
+                        None => grad.clone(),
+                        Some(old) => add_grads(old, &grad, opts.create_graph)?,
+                    };
+                    t.set_grad(Some(sum))?;
                 }
                 if let (Some(&i), false) = (captured.get(&k), opts.accumulate) {
                     results[i] = Some(grad.clone());
@@ -300,14 +295,6 @@ impl Drop for ContextGuard {
     }
 }
 
-/// `.grad` of a non-leaf that called `retain_grad()`: summed over backward calls.
-fn accumulate(old: Option<Tensor>, new: &Tensor) -> Result<Tensor> {
-    match old {
-        None => Ok(new.clone()),
-        Some(o) => ops::binary::add(&o, new),
-    }
-}
-
 /// A leaf's gradient is final: pre-hooks, then `.grad` (or the consumer), then
 /// post-accumulate hooks, which may take the gradient away.
 fn run_sink(leaf: &Tensor, grad: Tensor, opts: &BackwardOptions) -> Result<()> {
@@ -328,20 +315,13 @@ fn run_sink(leaf: &Tensor, grad: Tensor, opts: &BackwardOptions) -> Result<()> {
     if let Some(consumer) = opts.grad_consumer {
         return consumer(leaf, &grad);
     }
-    let new_grad = match leaf.grad() {
+    let new_grad = match leaf.take_grad() {
         // Steal the buffer only if nothing else holds it and it is dense; under
         // create_graph the gradient keeps its history.
         None if opts.create_graph => grad,
         None if grad.is_uniquely_owned() && grad.data().is_contiguous() => grad,
         None => ops::convert::clone(&grad)?,
-        Some(old) => {
-            if !opts.create_graph && ops::inplace::can_add_into(&old, &grad) {
-                ops::inplace::add_into(&old, &grad)?;
-                old
-            } else {
-                ops::binary::add(&old, &grad)?
-            }
-        }
+        Some(old) => add_grads(old, &grad, opts.create_graph)?,
     };
     leaf.set_grad(Some(new_grad))?;
     let post: Vec<_> = leaf
