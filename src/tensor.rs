@@ -50,6 +50,8 @@ pub struct AutogradMeta {
     pub requires_grad: bool,
     pub grad: Option<Tensor>,
     pub grad_fn: Option<Arc<dyn Node>>,
+    /// Which output of `grad_fn` this tensor is (0 but for ops with several outputs).
+    pub output_nr: usize,
     pub accumulator: Option<Weak<AccumulateGrad>>,
     pub retains_grad: bool,
     pub is_parameter: bool,
@@ -182,9 +184,13 @@ impl Tensor {
         Arc::downgrade(&self.0)
     }
 
-    /// Whether no other gradstream tensor holds this one's buffer, so it may be written in place.
+    /// Whether no other gradstream tensor holds this one's buffer, so it may be written in
+    /// place: no other handle, no view (views share the version counter; that also covers
+    /// buffers the byte accounting does not see), no other tensor wrapping the buffer.
     pub fn is_uniquely_owned(&self) -> bool {
-        Arc::strong_count(&self.0) == 1 && self.storage_key().is_none_or(memory::is_unique)
+        Arc::strong_count(&self.0) == 1
+            && Arc::strong_count(&self.0.version) == 1
+            && self.storage_key().is_none_or(memory::is_unique)
     }
 
     pub fn set_role(&self, role: Role, on: bool) {
@@ -212,8 +218,18 @@ impl Tensor {
         self.0.meta.lock().grad_fn.clone()
     }
 
+    /// Make this tensor the (only) output of `node`, or a leaf with `None`.
     pub fn set_grad_fn(&self, node: Option<Arc<dyn Node>>) {
-        self.0.meta.lock().grad_fn = node;
+        let mut m = self.0.meta.lock();
+        m.grad_fn = node;
+        m.output_nr = 0;
+    }
+
+    /// Make this tensor output `edge.input_nr` of `edge.node`.
+    pub fn set_gradient_edge(&self, edge: Edge) {
+        let mut m = self.0.meta.lock();
+        m.grad_fn = Some(edge.node);
+        m.output_nr = edge.input_nr;
     }
 
     pub fn set_requires_grad(&self, requires_grad: bool) -> Result<()> {
@@ -251,6 +267,15 @@ impl Tensor {
         self.0.meta.lock().grad.clone()
     }
 
+    /// Take `.grad` out (the engine sums into it and puts it back).
+    pub fn take_grad(&self) -> Option<Tensor> {
+        let g = self.0.meta.lock().grad.take();
+        if let Some(g) = &g {
+            g.set_role(Role::Gradient, false);
+        }
+        g
+    }
+
     pub fn set_grad(&self, grad: Option<Tensor>) -> Result<()> {
         if let Some(g) = &grad {
             if g.dims() != self.dims() {
@@ -280,17 +305,26 @@ impl Tensor {
     pub fn gradient_edge(&self) -> Option<Edge> {
         let mut m = self.0.meta.lock();
         if let Some(f) = &m.grad_fn {
-            return Some(Edge { node: f.clone() });
+            return Some(Edge {
+                node: f.clone(),
+                input_nr: m.output_nr,
+            });
         }
         if !m.requires_grad {
             return None;
         }
         if let Some(acc) = m.accumulator.as_ref().and_then(Weak::upgrade) {
-            return Some(Edge { node: acc });
+            return Some(Edge {
+                node: acc,
+                input_nr: 0,
+            });
         }
         let acc = Arc::new(AccumulateGrad::new(Arc::downgrade(&self.0)));
         m.accumulator = Some(Arc::downgrade(&acc));
-        Some(Edge { node: acc })
+        Some(Edge {
+            node: acc,
+            input_nr: 0,
+        })
     }
 
     /// `detach()`: same buffer and version counter, no history. O(1).
@@ -299,7 +333,7 @@ impl Tensor {
     }
 
     pub fn retain_grad(&self) -> Result<()> {
-        let node = {
+        let (node, output) = {
             let mut m = self.0.meta.lock();
             if m.grad_fn.is_none() {
                 if !m.requires_grad {
@@ -313,25 +347,25 @@ impl Tensor {
                 return Ok(());
             }
             m.retains_grad = true;
-            m.grad_fn.clone().unwrap()
+            (m.grad_fn.clone().unwrap(), m.output_nr)
         };
-        node.base().set_retained(Arc::downgrade(&self.0));
+        node.base().set_retained(output, Arc::downgrade(&self.0));
         Ok(())
     }
 
     pub fn add_grad_hook(&self, hook: GradHook) -> u64 {
         let id = next_hook_id();
-        let node = {
+        let (node, output) = {
             let mut m = self.0.meta.lock();
             match &m.grad_fn {
-                Some(f) => f.clone(),
+                Some(f) => (f.clone(), m.output_nr),
                 None => {
                     m.grad_hooks.push((id, hook));
                     return id;
                 }
             }
         };
-        node.base().pre_hooks.lock().push((id, hook));
+        node.base().add_pre_hook(output, id, hook);
         id
     }
 
@@ -342,7 +376,7 @@ impl Tensor {
             m.grad_fn.clone()
         };
         if let Some(n) = node {
-            n.base().pre_hooks.lock().retain(|(i, _)| *i != id);
+            n.base().remove_pre_hook(id);
         }
     }
 
@@ -366,12 +400,27 @@ impl Tensor {
             .retain(|(i, _)| *i != id);
     }
 
-    /// Check that this tensor may be written in place, and bump its version.
+    /// Check that this tensor may be written in place.
     pub fn check_inplace(&self, op: &str) -> Result<()> {
+        if !crate::autograd::grad_mode::is_enabled() {
+            return Ok(());
+        }
         let m = self.0.meta.lock();
-        if m.grad_fn.is_none() && m.requires_grad && crate::autograd::grad_mode::is_enabled() {
+        if m.grad_fn.is_none() && m.requires_grad {
             return Err(Error::autograd(format!(
                 "{op}: a leaf Variable that requires grad is being used in an in-place operation."
+            )));
+        }
+        // The outputs of split/chunk/unbind, like PyTorch's: one node holds every piece's
+        // history, so the history of one piece cannot be rewritten on its own.
+        if let Some(f) = m.grad_fn.as_ref().filter(|f| f.num_outputs() > 1) {
+            let op_name = f.name().split("Backward").next().unwrap_or_default();
+            return Err(Error::autograd(format!(
+                "Output {} of {op_name} is a view and is being modified inplace. This view is \
+                 the output of a function that returns multiple views. Such functions do not \
+                 allow the output views to be modified inplace. You should replace the inplace \
+                 operation by an out-of-place one.",
+                m.output_nr
             )));
         }
         Ok(())

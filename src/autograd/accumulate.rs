@@ -1,10 +1,15 @@
-//! The sink of a leaf tensor: where its gradient ends up.
+//! The sink of a leaf tensor: where its gradient ends up, the moment it is final.
 
 use std::sync::{Arc, Weak};
 
-use crate::autograd::node::{Node, NodeBase};
+use crate::autograd::grad_sum::add_grads;
+use crate::autograd::node::{run_hooks, Node, NodeBase};
 use crate::error::Result;
+use crate::ops;
 use crate::tensor::{Tensor, TensorImpl};
+
+/// Called for each leaf whose gradient is final, instead of storing `.grad`.
+pub type GradConsumer<'a> = &'a (dyn Fn(&Tensor, &Tensor) -> Result<()> + Sync);
 
 /// Holds its leaf weakly: a graph never keeps a parameter alive, and no cycle forms.
 pub struct AccumulateGrad {
@@ -19,6 +24,50 @@ impl AccumulateGrad {
             leaf,
         }
     }
+
+    /// The leaf's gradient is final: its hooks (`register_hook`), then `.grad` (or the
+    /// consumer, which gets the gradient instead), then the post-accumulate hooks, which
+    /// may take the gradient away (`set_to_none`).
+    pub fn accept(
+        &self,
+        grad: Tensor,
+        consumer: Option<GradConsumer>,
+        create_graph: bool,
+    ) -> Result<()> {
+        let Some(leaf) = self.leaf.upgrade().map(Tensor) else {
+            return Ok(());
+        };
+        let hooks = handles(&leaf.0.meta.lock().grad_hooks);
+        let grad = run_hooks(&hooks, grad)?;
+        if let Some(consumer) = consumer {
+            return consumer(&leaf, &grad);
+        }
+        let new_grad = match leaf.take_grad() {
+            None => first_grad(grad, create_graph)?,
+            Some(old) => add_grads(old, &grad, create_graph)?,
+        };
+        leaf.set_grad(Some(new_grad))?;
+        let post = handles(&leaf.0.meta.lock().post_accumulate_hooks);
+        for h in post {
+            h(&leaf)?;
+        }
+        Ok(())
+    }
+}
+
+/// The hooks of a list of (hook id, hook), taken out so that none runs under the lock.
+fn handles<H: Clone>(hooks: &[(u64, H)]) -> Vec<H> {
+    hooks.iter().map(|(_, h)| h.clone()).collect()
+}
+
+/// The first gradient becomes `.grad` without a copy when nothing else holds it and it is
+/// dense; under `create_graph` it is kept as is, with its history.
+fn first_grad(grad: Tensor, create_graph: bool) -> Result<Tensor> {
+    if create_graph || (grad.is_uniquely_owned() && grad.data().is_contiguous()) {
+        Ok(grad)
+    } else {
+        ops::convert::clone(&grad)
+    }
 }
 
 impl Node for AccumulateGrad {
@@ -31,13 +80,16 @@ impl Node for AccumulateGrad {
     fn apply(
         &self,
         _me: &Arc<dyn Node>,
-        _grad: &Tensor,
+        _grads: &[Option<Tensor>],
         _needs: &[bool],
     ) -> Result<Vec<Option<Tensor>>> {
-        // The engine runs sinks itself (hooks, accumulation, consumers).
+        // A sink has no edges; the engine hands it the gradient through `accept`.
         Ok(Vec::new())
     }
     fn leaf(&self) -> Option<Weak<TensorImpl>> {
         Some(self.leaf.clone())
+    }
+    fn as_accumulate(&self) -> Option<&AccumulateGrad> {
+        Some(self)
     }
 }

@@ -3,24 +3,25 @@
 //! 1. Discover the nodes reachable from the roots; with `inputs`, keep only those that
 //!    lead to one of them (path pruning).
 //! 2. Count, for each node, the gradients it will receive.
-//! 3. Pop ready nodes from a max-heap on sequence number. A node's pending gradient lives
-//!    in the `GradStore` from its first contribution until the node runs. The node is told
-//!    which of its edges lead to a wanted gradient and computes only those; its saved
-//!    tensors are released right after (unless `retain_graph`).
+//! 3. Pop ready nodes from a max-heap on sequence number. A node's pending gradients (one
+//!    per output) live in its state from their first contribution until the node runs.
+//!    The node is told which of its edges lead to a wanted gradient and computes only
+//!    those; its saved tensors are released right after (unless `retain_graph`).
+//!    Between nodes, a flag set by the SIGINT handler is checked, without the GIL.
 //! 4. A leaf's sink runs as soon as its gradient is final: hooks, `.grad`, consumers.
 
-use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
 
+use crate::autograd::accumulate::GradConsumer;
 use crate::autograd::grad_mode::GradModeGuard;
-use crate::autograd::node::{node_key, Node};
+use crate::autograd::grad_sum::add_grads;
+use crate::autograd::interrupt;
+use crate::autograd::node::{node_key, Edge, Node};
 use crate::error::{Error, Result};
 use crate::memory;
 use crate::ops;
 use crate::tensor::{shape_str, Tensor};
-
-/// Called for each leaf whose gradient is final, instead of storing `.grad`.
-pub type GradConsumer<'a> = &'a (dyn Fn(&Tensor, &Tensor) -> Result<()> + Sync);
 
 pub struct BackwardOptions<'a> {
     pub retain_graph: bool,
@@ -29,43 +30,193 @@ pub struct BackwardOptions<'a> {
     pub accumulate: bool,
     pub inputs: Option<&'a [Tensor]>,
     pub grad_consumer: Option<GradConsumer<'a>>,
-    /// Checked between nodes; returns `Err(Interrupted)` on Ctrl-C.
+    /// Asks Python whether Ctrl-C was pressed (`Err(..)` to stop). Called between nodes
+    /// only once the SIGINT flag is set, or every node where the flag cannot be used.
     pub check_interrupt: &'a (dyn Fn() -> Result<()> + Sync),
 }
 
-/// Pending gradients, keyed by node. An entry is removed the moment its node runs.
-struct GradStore {
-    pending: HashMap<usize, (Tensor, bool)>,
+/// What the engine knows about one node during one backward.
+struct NodeState {
+    node: Arc<dyn Node>,
+    /// A gradient is wanted for one of its outputs: every node, unless `inputs` is given.
+    is_target: bool,
+    /// It is a target or leads to one, so it runs.
+    needed: bool,
+    /// Gradients still to come from needed nodes; it is ready at zero.
+    dependencies: usize,
+    /// Each output's gradient, from its first contribution until the node runs.
+    pending: Vec<Option<Tensor>>,
+    /// `autograd.grad`: (output, index in `inputs`) of each input whose gradient this is.
+    captures: Vec<(usize, usize)>,
+    /// Pushed on the ready queue (a node runs once).
+    scheduled: bool,
 }
 
-impl GradStore {
-    /// First contribution is moved in; later ones are summed, in place once the store
-    /// owns the buffer (a sum it made itself), since a moved-in gradient may be shared.
-    fn add(&mut self, key: usize, grad: Tensor, create_graph: bool) -> Result<()> {
-        match self.pending.remove(&key) {
-            None => {
-                self.pending.insert(key, (grad, false));
-            }
-            Some((acc, owned)) => {
-                let sum = if owned && !create_graph && ops::inplace::can_add_into(&acc, &grad) {
-                    ops::inplace::add_into(&acc, &grad)?;
-                    acc
-                } else {
-                    ops::binary::add(&acc, &grad)?
+impl NodeState {
+    fn new(node: Arc<dyn Node>) -> Self {
+        let outputs = node.num_outputs();
+        NodeState {
+            node,
+            is_target: false,
+            needed: false,
+            dependencies: 0,
+            pending: vec![None; outputs],
+            captures: Vec::new(),
+            scheduled: false,
+        }
+    }
+
+    /// A contribution to output `input_nr`'s gradient: the first is moved in, later ones
+    /// are summed.
+    fn add(&mut self, input_nr: usize, grad: Tensor, create_graph: bool) -> Result<()> {
+        let name = self.node.name();
+        let slot = self.pending.get_mut(input_nr).ok_or_else(|| {
+            Error::autograd(format!(
+                "internal: a gradient for output {input_nr} of {name}"
+            ))
+        })?;
+        *slot = Some(match slot.take() {
+            None => grad,
+            Some(acc) => add_grads(acc, &grad, create_graph)?,
+        });
+        Ok(())
+    }
+
+    /// The node is about to run: its pending gradients leave the state (moved on, never
+    /// copied), through the hooks of each output, into `.grad` of an output that retains
+    /// it, and into `results` where `autograd.grad` asked for them.
+    fn receive(
+        &mut self,
+        opts: &BackwardOptions,
+        results: &mut [Option<Tensor>],
+    ) -> Result<Vec<Option<Tensor>>> {
+        let base = self.node.base();
+        let mut grads = Vec::with_capacity(self.pending.len());
+        for (output, pending) in self.pending.iter_mut().enumerate() {
+            let Some(g) = pending.take() else {
+                grads.push(None);
+                continue;
+            };
+            let g = base.run_pre_hooks(output, g)?;
+            if let Some(t) = base.retained(output) {
+                let sum = match t.take_grad() {
+                    None => g.clone(),
+                    Some(old) => add_grads(old, &g, opts.create_graph)?,
                 };
-                self.pending.insert(key, (sum, !create_graph));
+                t.set_grad(Some(sum))?;
             }
+            for &(_, i) in self.captures.iter().filter(|(o, _)| *o == output) {
+                if !opts.accumulate {
+                    results[i] = Some(g.clone());
+                }
+            }
+            grads.push(Some(g));
+        }
+        Ok(grads)
+    }
+}
+
+/// The nodes of one backward, keyed by node address, and their discovery order.
+struct Graph {
+    states: HashMap<usize, NodeState>,
+    /// Post-order: every node after the nodes its edges lead to.
+    order: Vec<usize>,
+}
+
+impl Graph {
+    fn discover(roots: &[Edge]) -> Graph {
+        let mut states: HashMap<usize, NodeState> = HashMap::new();
+        let mut order = Vec::new();
+        let mut stack: Vec<(Arc<dyn Node>, bool)> =
+            roots.iter().map(|e| (e.node.clone(), false)).collect();
+        while let Some((n, expanded)) = stack.pop() {
+            let k = node_key(&n);
+            if expanded {
+                order.push(k);
+                continue;
+            }
+            if states.contains_key(&k) {
+                continue;
+            }
+            states.insert(k, NodeState::new(n.clone()));
+            stack.push((n.clone(), true));
+            for e in n.base().edges.iter().flatten() {
+                if !states.contains_key(&e.key()) {
+                    stack.push((e.node.clone(), false));
+                }
+            }
+        }
+        Graph { states, order }
+    }
+
+    /// The nodes whose gradient is wanted (all, without `inputs`), and which input each
+    /// captured gradient answers.
+    fn mark_targets(&mut self, inputs: Option<&[Tensor]>) -> Result<()> {
+        let Some(inputs) = inputs else {
+            self.states.values_mut().for_each(|s| s.is_target = true);
+            return Ok(());
+        };
+        for (i, input) in inputs.iter().enumerate() {
+            let edge = input.gradient_edge().ok_or_else(|| {
+                Error::autograd(format!(
+                    "One of the differentiated Tensors (input {i}) does not require grad"
+                ))
+            })?;
+            // An input that no root leads to is kept too: its sink stays alive (and its
+            // address unused) for the duration.
+            let state = self
+                .states
+                .entry(edge.key())
+                .or_insert_with(|| NodeState::new(edge.node.clone()));
+            state.is_target = true;
+            state.captures.push((edge.input_nr, i));
         }
         Ok(())
     }
 
-    fn take(&mut self, key: usize) -> Option<Tensor> {
-        self.pending.remove(&key).map(|(t, _)| t)
+    /// Path pruning: a node runs when it is a target or one of its edges leads to a node
+    /// that runs; then each running node counts the gradients it will receive.
+    fn count_dependencies(&mut self) {
+        for &k in &self.order {
+            let node = self.states[&k].node.clone();
+            let leads = node.base().edges.iter().flatten().any(|e| self.needed(e));
+            let s = self.states.get_mut(&k).expect("discovered");
+            s.needed = s.is_target || leads;
+        }
+        for &k in &self.order {
+            if !self.states[&k].needed {
+                continue;
+            }
+            let node = self.states[&k].node.clone();
+            for e in node.base().edges.iter().flatten() {
+                if let Some(s) = self.states.get_mut(&e.key()).filter(|s| s.needed) {
+                    s.dependencies += 1;
+                }
+            }
+        }
+    }
+
+    fn needed(&self, e: &Edge) -> bool {
+        self.states.get(&e.key()).is_some_and(|s| s.needed)
     }
 }
 
 #[derive(PartialEq, Eq, PartialOrd, Ord)]
 struct Ready(u64, usize);
+
+/// The ready queue: latest-created first.
+#[derive(Default)]
+struct ReadyQueue(BinaryHeap<Ready>);
+
+impl ReadyQueue {
+    /// Queue a node whose gradients are all in, once.
+    fn push_if_ready(&mut self, key: usize, s: &mut NodeState) {
+        if s.dependencies == 0 && !s.scheduled {
+            s.scheduled = true;
+            self.0.push(Ready(s.node.base().sequence_nr, key));
+        }
+    }
+}
 
 fn validate_root(i: usize, root: &Tensor, grad: Option<&Tensor>) -> Result<Tensor> {
     if !root.requires_grad() {
@@ -114,173 +265,77 @@ pub fn run_backward(
         let edge = r
             .gradient_edge()
             .expect("a tensor that requires grad has an edge");
-        root_grads.push((edge.node, g));
+        root_grads.push((edge, g));
     }
+    let root_edges: Vec<Edge> = root_grads.iter().map(|(e, _)| e.clone()).collect();
+    let mut graph = Graph::discover(&root_edges);
+    graph.mark_targets(opts.inputs)?;
+    graph.count_dependencies();
 
-    // Discover the graph.
-    let mut nodes: HashMap<usize, Arc<dyn Node>> = HashMap::new();
-    let mut order: Vec<usize> = Vec::new(); // post-order, children first
-    {
-        let mut stack: Vec<(Arc<dyn Node>, bool)> =
-            root_grads.iter().map(|(n, _)| (n.clone(), false)).collect();
-        let mut seen: HashSet<usize> = HashSet::new();
-        while let Some((n, expanded)) = stack.pop() {
-            let k = node_key(&n);
-            if expanded {
-                order.push(k);
-                continue;
-            }
-            if !seen.insert(k) {
-                continue;
-            }
-            stack.push((n.clone(), true));
-            for e in n.base().edges.iter().flatten() {
-                if !seen.contains(&e.key()) {
-                    stack.push((e.node.clone(), false));
-                }
-            }
-            nodes.insert(k, n);
-        }
-    }
-
-    // Targets: the nodes whose incoming gradient is wanted.
-    let mut captured: HashMap<usize, usize> = HashMap::new(); // node -> index in inputs
-    let targets: Option<HashSet<usize>> = match opts.inputs {
-        None => None,
-        Some(inputs) => {
-            let mut t = HashSet::new();
-            for (i, inp) in inputs.iter().enumerate() {
-                let edge = inp.gradient_edge().ok_or_else(|| {
-                    Error::autograd(format!(
-                        "One of the differentiated Tensors (input {i}) does not require grad"
-                    ))
-                })?;
-                t.insert(edge.key());
-                captured.entry(edge.key()).or_insert(i);
-                // keep the sink alive for the duration
-                nodes.entry(edge.key()).or_insert(edge.node);
-            }
-            Some(t)
-        }
-    };
-
-    // needed: the node leads to a target (or is one). Post-order visits children first.
-    let mut needed: HashSet<usize> = HashSet::new();
-    for &k in &order {
-        let n = &nodes[&k];
-        let is_target = targets.as_ref().is_none_or(|t| t.contains(&k));
-        let child_needed = n
-            .base()
-            .edges
-            .iter()
-            .flatten()
-            .any(|e| needed.contains(&e.key()));
-        if is_target || child_needed {
-            needed.insert(k);
-        }
-    }
-
-    // Dependencies along edges out of nodes that will run.
-    let mut deps: HashMap<usize, usize> = HashMap::new();
-    for &k in &order {
-        if !needed.contains(&k) {
-            continue;
-        }
-        for e in nodes[&k].base().edges.iter().flatten() {
-            if needed.contains(&e.key()) {
-                *deps.entry(e.key()).or_default() += 1;
-            }
-        }
-    }
-
-    let mut store = GradStore {
-        pending: HashMap::new(),
-    };
-    let mut heap = BinaryHeap::new();
-    let mut scheduled: HashSet<usize> = HashSet::new();
-    for (n, g) in root_grads {
-        let k = node_key(&n);
-        if !needed.contains(&k) {
-            continue;
-        }
-        store.add(k, g, opts.create_graph)?;
-        // A root that another root leads to waits for its dependencies like any node.
-        if deps.get(&k).copied().unwrap_or(0) == 0 && scheduled.insert(k) {
-            heap.push(Ready(n.base().sequence_nr, k));
+    let mut ready = ReadyQueue::default();
+    for (e, g) in root_grads {
+        let s = graph.states.get_mut(&e.key()).expect("discovered");
+        if s.needed {
+            s.add(e.input_nr, g, opts.create_graph)?;
+            // A root that another root leads to waits for its dependencies like any node.
+            ready.push_if_ready(e.key(), s);
         }
     }
 
     let mut results: Vec<Option<Tensor>> = vec![None; opts.inputs.map_or(0, |i| i.len())];
-    let mut ran: HashSet<usize> = HashSet::new();
+    let watch = interrupt::watch();
     let _context = ContextGuard;
-    while let Some(Ready(_, k)) = heap.pop() {
-        if !ran.insert(k) {
-            continue;
+    while let Some(Ready(_, k)) = ready.0.pop() {
+        if watch.pending() {
+            (opts.check_interrupt)()?;
         }
-        (opts.check_interrupt)()?;
-        let node = nodes[&k].clone();
+        let s = graph.states.get_mut(&k).expect("discovered");
+        let node = s.node.clone();
         memory::set_context(node.name());
+        let is_target = s.is_target;
+        let grads = s.receive(opts, &mut results)?;
 
-        // The pending gradient leaves the store now; it is moved on, never copied.
-        let outputs = match store.take(k) {
-            None => Vec::new(),
-            Some(grad) => {
-                let grad = node.base().run_pre_hooks(grad)?;
-                if let Some(t) = node.base().retained() {
-                    t.set_grad(Some(accumulate(t.grad(), &grad)?))?;
-                }
-                if let (Some(&i), false) = (captured.get(&k), opts.accumulate) {
-                    results[i] = Some(grad.clone());
-                }
-                let is_target = targets.as_ref().is_none_or(|t| t.contains(&k));
-                if let Some(leaf) = node.leaf() {
-                    if opts.accumulate && is_target {
-                        if let Some(leaf) = leaf.upgrade().map(Tensor) {
-                            run_sink(&leaf, grad, opts)?;
-                        }
-                    }
-                    Vec::new()
-                } else if let Some(needs) = edge_needs(&node, &needed) {
-                    let out = node.apply(&node, &grad, &needs)?;
-                    drop(grad);
-                    if !opts.retain_graph {
-                        node.release_saved();
-                    }
-                    out
-                } else {
-                    Vec::new()
-                }
+        let mut outputs = Vec::new();
+        if let Some(sink) = node.as_accumulate() {
+            let grad = grads.into_iter().next().flatten();
+            if let (Some(g), true) = (grad, opts.accumulate && is_target) {
+                sink.accept(g, opts.grad_consumer, opts.create_graph)?;
             }
-        };
+        } else if let Some(needs) = edge_needs(&node, &graph) {
+            if grads.iter().any(Option::is_some) {
+                outputs = node.apply(&node, &grads, &needs)?;
+            }
+            drop(grads);
+            if !opts.retain_graph {
+                node.release_saved();
+            }
+        }
 
+        // Pass the gradients on; a node whose last gradient came is ready.
         let mut outputs = outputs.into_iter();
         for e in node.base().edges.iter() {
             let g = outputs.next().flatten();
             let Some(e) = e else { continue };
-            let ck = e.key();
-            if !needed.contains(&ck) {
+            let Some(child) = graph.states.get_mut(&e.key()).filter(|c| c.needed) else {
                 continue;
-            }
+            };
             if let Some(g) = g {
-                store.add(ck, g, opts.create_graph)?;
+                child.add(e.input_nr, g, opts.create_graph)?;
             }
-            let d = deps.get_mut(&ck).expect("dependency counted");
-            *d -= 1;
-            if *d == 0 {
-                heap.push(Ready(e.node.base().sequence_nr, ck));
-            }
+            child.dependencies = child.dependencies.saturating_sub(1);
+            ready.push_if_ready(e.key(), child);
         }
     }
     Ok(results)
 }
 
 /// Which of a node's edges lead to a wanted gradient; `None` when none does.
-fn edge_needs(node: &Arc<dyn Node>, needed: &HashSet<usize>) -> Option<Vec<bool>> {
+fn edge_needs(node: &Arc<dyn Node>, graph: &Graph) -> Option<Vec<bool>> {
     let needs: Vec<bool> = node
         .base()
         .edges
         .iter()
-        .map(|e| e.as_ref().is_some_and(|e| needed.contains(&e.key())))
+        .map(|e| e.as_ref().is_some_and(|e| graph.needed(e)))
         .collect();
     needs.iter().any(|&n| n).then_some(needs)
 }
@@ -292,62 +347,4 @@ impl Drop for ContextGuard {
     fn drop(&mut self) {
         memory::set_context("");
     }
-}
-
-/// `.grad` of a non-leaf that called `retain_grad()`: summed over backward calls.
-fn accumulate(old: Option<Tensor>, new: &Tensor) -> Result<Tensor> {
-    match old {
-        None => Ok(new.clone()),
-        Some(o) => ops::binary::add(&o, new),
-    }
-}
-
-/// A leaf's gradient is final: pre-hooks, then `.grad` (or the consumer), then
-/// post-accumulate hooks, which may take the gradient away.
-fn run_sink(leaf: &Tensor, grad: Tensor, opts: &BackwardOptions) -> Result<()> {
-    let hooks: Vec<_> = leaf
-        .0
-        .meta
-        .lock()
-        .grad_hooks
-        .iter()
-        .map(|(_, h)| h.clone())
-        .collect();
-    let mut grad = grad;
-    for h in hooks {
-        if let Some(g) = h(&grad)? {
-            grad = g;
-        }
-    }
-    if let Some(consumer) = opts.grad_consumer {
-        return consumer(leaf, &grad);
-    }
-    let new_grad = match leaf.grad() {
-        // Steal the buffer only if nothing else holds it and it is dense; under
-        // create_graph the gradient keeps its history.
-        None if opts.create_graph => grad,
-        None if grad.is_uniquely_owned() && grad.data().is_contiguous() => grad,
-        None => ops::convert::clone(&grad)?,
-        Some(old) => {
-            if !opts.create_graph && ops::inplace::can_add_into(&old, &grad) {
-                ops::inplace::add_into(&old, &grad)?;
-                old
-            } else {
-                ops::binary::add(&old, &grad)?
-            }
-        }
-    };
-    leaf.set_grad(Some(new_grad))?;
-    let post: Vec<_> = leaf
-        .0
-        .meta
-        .lock()
-        .post_accumulate_hooks
-        .iter()
-        .map(|(_, h)| h.clone())
-        .collect();
-    for h in post {
-        h(leaf)?;
-    }
-    Ok(())
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use crate::autograd::grad_mode;
-use crate::autograd::node::{Node, NodeBase};
+use crate::autograd::node::{Edge, Node, NodeBase};
 use crate::autograd::saved::SavedTensor;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
@@ -28,13 +28,22 @@ impl Ctx<'_> {
 }
 
 pub type BackwardFn = Box<dyn Fn(&Ctx, &Tensor) -> Result<Vec<Option<Tensor>>> + Send + Sync>;
+/// The backward of an op with several outputs: `grads[i]` is output i's gradient, `None`
+/// where none came.
+pub type OutputsBackwardFn =
+    Box<dyn Fn(&Ctx, &[Option<Tensor>]) -> Result<Vec<Option<Tensor>>> + Send + Sync>;
+
+enum Rule {
+    One(BackwardFn),
+    Outputs(usize, OutputsBackwardFn),
+}
 
 pub struct FnNode {
     name: &'static str,
     base: NodeBase,
     saved: Mutex<Option<Vec<SavedTensor>>>,
     saved_count: usize,
-    backward: BackwardFn,
+    rule: Rule,
 }
 
 static BACKWARD_CALLS: AtomicU64 = AtomicU64::new(0);
@@ -54,8 +63,33 @@ impl Node for FnNode {
     fn apply(
         &self,
         me: &Arc<dyn Node>,
-        grad: &Tensor,
+        grads: &[Option<Tensor>],
         needs: &[bool],
+    ) -> Result<Vec<Option<Tensor>>> {
+        match (&self.rule, grads) {
+            (Rule::One(backward), [Some(grad)]) => self.run(me, needs, |ctx| backward(ctx, grad)),
+            (Rule::Outputs(_, backward), _) => self.run(me, needs, |ctx| backward(ctx, grads)),
+            (Rule::One(_), _) => Ok(vec![None; self.base.edges.len()]),
+        }
+    }
+    fn num_outputs(&self) -> usize {
+        match &self.rule {
+            Rule::One(_) => 1,
+            Rule::Outputs(n, _) => *n,
+        }
+    }
+    fn release_saved(&self) {
+        self.saved.lock().take();
+    }
+}
+
+impl FnNode {
+    /// Unpack the saved tensors and run the backward rule.
+    fn run(
+        &self,
+        me: &Arc<dyn Node>,
+        needs: &[bool],
+        rule: impl FnOnce(&Ctx) -> Result<Vec<Option<Tensor>>>,
     ) -> Result<Vec<Option<Tensor>>> {
         let saved = {
             let guard = self.saved.lock();
@@ -81,14 +115,11 @@ impl Node for FnNode {
             node: me,
         };
         BACKWARD_CALLS.fetch_add(1, Ordering::Relaxed);
-        let grads = (self.backward)(&ctx, grad)?;
+        let grads = rule(&ctx)?;
         // A pack hook that failed while this backward was recorded (create_graph).
         crate::autograd::saved_hooks::check()?;
         debug_assert_eq!(grads.len(), self.base.edges.len(), "{}", self.name);
         Ok(grads)
-    }
-    fn release_saved(&self) {
-        self.saved.lock().take();
     }
 }
 
@@ -116,13 +147,37 @@ pub fn record(
     save: impl FnOnce() -> Vec<SavedTensor>,
     backward: impl Fn(&Ctx, &Tensor) -> Result<Vec<Option<Tensor>>> + Send + Sync + 'static,
 ) {
-    if !should_record(inputs) {
-        return;
+    if should_record(inputs) {
+        let node = new_node(name, inputs, save, Rule::One(Box::new(backward)));
+        attach(&node, std::slice::from_ref(out), inputs);
     }
+}
+
+/// `record` for an op with several outputs (`split`): one node, output i of which is
+/// `outs[i]`, with its own gradient. Saves nothing.
+pub fn record_outputs(
+    name: &'static str,
+    outs: &[Tensor],
+    inputs: &[&Tensor],
+    backward: impl Fn(&Ctx, &[Option<Tensor>]) -> Result<Vec<Option<Tensor>>> + Send + Sync + 'static,
+) {
+    if should_record(inputs) {
+        let rule = Rule::Outputs(outs.len(), Box::new(backward));
+        let node = new_node(name, inputs, Vec::new, rule);
+        attach(&node, outs, inputs);
+    }
+}
+
+fn new_node(
+    name: &'static str,
+    inputs: &[&Tensor],
+    save: impl FnOnce() -> Vec<SavedTensor>,
+    rule: Rule,
+) -> Arc<dyn Node> {
     let edges = inputs.iter().map(|t| t.gradient_edge()).collect();
     let structure_only = STRUCTURE_ONLY.with(|s| s.get());
     let saved = if structure_only { Vec::new() } else { save() };
-    let node: Arc<dyn Node> = Arc::new(FnNode {
+    Arc::new(FnNode {
         name,
         base: NodeBase::new(edges),
         saved_count: if structure_only {
@@ -131,11 +186,20 @@ pub fn record(
             saved.len()
         },
         saved: Mutex::new((!structure_only).then_some(saved)),
-        backward: Box::new(backward),
-    });
-    out.set_grad_fn(Some(node));
-    if crate::memory::is_recording() {
-        let keys: Vec<_> = inputs.iter().map(|t| t.storage_key()).collect();
-        crate::memory::label_output(out.storage_key(), &keys, name);
+        rule,
+    })
+}
+
+/// Make `outs` the outputs of `node`, and label their buffers in the memory history.
+fn attach(node: &Arc<dyn Node>, outs: &[Tensor], inputs: &[&Tensor]) {
+    for (i, out) in outs.iter().enumerate() {
+        out.set_gradient_edge(Edge {
+            node: node.clone(),
+            input_nr: i,
+        });
+        if crate::memory::is_recording() {
+            let keys: Vec<_> = inputs.iter().map(|t| t.storage_key()).collect();
+            crate::memory::label_output(out.storage_key(), &keys, node.name());
+        }
     }
 }

@@ -4,6 +4,8 @@ pub mod accumulate;
 pub mod engine;
 pub mod function;
 pub mod grad_mode;
+pub mod grad_sum;
+pub mod interrupt;
 pub mod node;
 pub mod saved;
 pub mod saved_hooks;

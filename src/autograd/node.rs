@@ -6,14 +6,16 @@ use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
 
+use crate::autograd::accumulate::AccumulateGrad;
 use crate::error::Result;
 use crate::tensor::{GradHook, Tensor, TensorImpl};
 
-/// Where a gradient goes: the node that produced a tensor, or a leaf's sink.
-/// Every gradstream op has one output, so a node is its own input slot.
+/// Where a gradient goes: output `input_nr` of the node that produced a tensor (0 but for
+/// ops with several outputs, like `split`), or a leaf's sink.
 #[derive(Clone)]
 pub struct Edge {
     pub node: Arc<dyn Node>,
+    pub input_nr: usize,
 }
 
 impl Edge {
@@ -28,81 +30,106 @@ pub fn node_key(node: &Arc<dyn Node>) -> usize {
 
 static SEQUENCE: AtomicU64 = AtomicU64::new(0);
 
-/// What every node has: its creation order, its edges, and the hooks on its output.
+/// What every node has: its creation order, its edges, and the hooks on its outputs.
 pub struct NodeBase {
     pub sequence_nr: u64,
     pub edges: Vec<Option<Edge>>,
-    /// `register_hook` on the node's output tensor.
-    pub pre_hooks: Mutex<Vec<(u64, GradHook)>>,
-    /// The output tensor, when it called `retain_grad()`.
-    retained: Mutex<Option<Weak<TensorImpl>>>,
+    /// `register_hook` on an output tensor: (hook id, output, hook).
+    pre_hooks: Mutex<Vec<(u64, usize, GradHook)>>,
+    /// The outputs that called `retain_grad()`.
+    retained: Mutex<Vec<(usize, Weak<TensorImpl>)>>,
 }
 
 impl NodeBase {
     pub fn new(edges: Vec<Option<Edge>>) -> Self {
-        NodeBase {
-            sequence_nr: SEQUENCE.fetch_add(1, Ordering::Relaxed),
-            edges,
-            pre_hooks: Mutex::new(Vec::new()),
-            retained: Mutex::new(None),
-        }
+        NodeBase::numbered(SEQUENCE.fetch_add(1, Ordering::Relaxed), edges)
     }
 
     /// Leaf sinks run the moment they are ready: highest priority.
     pub fn sink() -> Self {
+        NodeBase::numbered(u64::MAX, Vec::new())
+    }
+
+    fn numbered(sequence_nr: u64, edges: Vec<Option<Edge>>) -> Self {
         NodeBase {
-            sequence_nr: u64::MAX,
-            edges: Vec::new(),
+            sequence_nr,
+            edges,
             pre_hooks: Mutex::new(Vec::new()),
-            retained: Mutex::new(None),
+            retained: Mutex::new(Vec::new()),
         }
     }
 
-    pub fn set_retained(&self, t: Weak<TensorImpl>) {
-        *self.retained.lock() = Some(t);
+    pub fn set_retained(&self, output: usize, t: Weak<TensorImpl>) {
+        self.retained.lock().push((output, t));
     }
 
-    pub fn retained(&self) -> Option<Tensor> {
+    /// The tensor of `output`, when it called `retain_grad()` and is alive.
+    pub fn retained(&self, output: usize) -> Option<Tensor> {
         self.retained
             .lock()
-            .as_ref()
-            .and_then(Weak::upgrade)
+            .iter()
+            .find(|(o, _)| *o == output)
+            .and_then(|(_, t)| t.upgrade())
             .map(Tensor)
     }
 
-    pub fn run_pre_hooks(&self, mut grad: Tensor) -> Result<Tensor> {
+    pub fn add_pre_hook(&self, output: usize, id: u64, hook: GradHook) {
+        self.pre_hooks.lock().push((id, output, hook));
+    }
+
+    pub fn remove_pre_hook(&self, id: u64) {
+        self.pre_hooks.lock().retain(|(i, _, _)| *i != id);
+    }
+
+    /// The hooks of `output`, in registration order; each may replace the gradient.
+    pub fn run_pre_hooks(&self, output: usize, grad: Tensor) -> Result<Tensor> {
         let hooks: Vec<GradHook> = self
             .pre_hooks
             .lock()
             .iter()
-            .map(|(_, h)| h.clone())
+            .filter(|(_, o, _)| *o == output)
+            .map(|(_, _, h)| h.clone())
             .collect();
-        for h in hooks {
-            if let Some(g) = h(&grad)? {
-                grad = g;
-            }
-        }
-        Ok(grad)
+        run_hooks(&hooks, grad)
     }
+}
+
+/// Run gradient hooks in order; a hook that returns a tensor replaces the gradient.
+pub fn run_hooks(hooks: &[GradHook], mut grad: Tensor) -> Result<Tensor> {
+    for h in hooks {
+        if let Some(g) = h(&grad)? {
+            grad = g;
+        }
+    }
+    Ok(grad)
 }
 
 pub trait Node: Send + Sync {
     /// PyTorch-style name, e.g. `MulBackward0`.
     fn name(&self) -> &str;
     fn base(&self) -> &NodeBase;
-    /// Gradients for each edge from the gradient of the node's output. `needs[i]`: the
-    /// engine will use edge i's gradient in this backward (it leads to a wanted input);
-    /// the others are not computed.
+    /// Gradients for each edge from the gradients of the node's outputs: `grads[i]` for
+    /// output i, `None` where none came (a node runs when at least one came). `needs[i]`:
+    /// the engine will use edge i's gradient in this backward (it leads to a wanted
+    /// input); the others are not computed.
     fn apply(
         &self,
         me: &Arc<dyn Node>,
-        grad: &Tensor,
+        grads: &[Option<Tensor>],
         needs: &[bool],
     ) -> Result<Vec<Option<Tensor>>>;
+    /// How many outputs the op has, each with its own gradient (`split`: one per piece).
+    fn num_outputs(&self) -> usize {
+        1
+    }
     /// Drop saved tensors (after the node ran, unless the graph is retained).
     fn release_saved(&self) {}
     /// The leaf this node accumulates into, for leaf sinks.
     fn leaf(&self) -> Option<Weak<TensorImpl>> {
+        None
+    }
+    /// The sink itself, for the engine to hand it a leaf's final gradient.
+    fn as_accumulate(&self) -> Option<&AccumulateGrad> {
         None
     }
 }

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use crate::autograd::grad_mode;
-use crate::autograd::node::Node;
+use crate::autograd::node::{Edge, Node};
 use crate::autograd::saved_hooks::{self, Packed};
 use crate::dtype::DType;
 use crate::error::{CandleContext, Error, Result};
@@ -35,7 +35,7 @@ enum Store {
         witness: Tensor,
         dims: Vec<usize>,
         dtype: DType,
-        edge: Option<Arc<dyn Node>>,
+        edge: Option<Edge>,
     },
 }
 
@@ -75,7 +75,7 @@ impl SavedTensor {
                         dims: t.dims(),
                         dtype: t.dtype(),
                         edge: if wants_original {
-                            t.gradient_edge().map(|e| e.node)
+                            t.gradient_edge()
                         } else {
                             None
                         },
@@ -176,12 +176,15 @@ impl SavedTensor {
                 if grad_mode::is_enabled() {
                     let reconnect = match self.kind {
                         Kind::Input => edge.clone(),
-                        Kind::Output => node.cloned(),
+                        Kind::Output => node.map(|n| Edge {
+                            node: n.clone(),
+                            input_nr: 0,
+                        }),
                         Kind::Internal => None,
                     };
-                    if let Some(n) = reconnect {
+                    if let Some(e) = reconnect {
                         let t = t.detach();
-                        t.set_grad_fn(Some(n));
+                        t.set_gradient_edge(e);
                         return Ok(t);
                     }
                 }

@@ -39,11 +39,12 @@ impl PyNode {
                 let n: Option<PyNode> = e.as_ref().map(|e| PyNode {
                     node: e.node.clone(),
                 });
+                let input_nr = e.as_ref().map_or(0, |e| e.input_nr);
                 PyTuple::new(
                     py,
                     [
                         n.into_pyobject(py)?.into_any(),
-                        0i64.into_pyobject(py)?.into_any(),
+                        input_nr.into_pyobject(py)?.into_any(),
                     ],
                 )
             })

@@ -32,9 +32,12 @@ impl Node for PyFunctionNode {
     fn apply(
         &self,
         _me: &std::sync::Arc<dyn Node>,
-        grad: &Tensor,
+        grads: &[Option<Tensor>],
         needs: &[bool],
     ) -> Result<Vec<Option<Tensor>>> {
+        let [Some(grad)] = grads else {
+            return Ok(vec![None; self.base.edges.len()]);
+        };
         Python::attach(|py| {
             let out = self.backward.call1(py, (grad.clone(),))?;
             let out = out.bind(py);

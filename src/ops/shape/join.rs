@@ -1,9 +1,12 @@
 //! Joining and splitting: `cat`, `stack`, `split`, `chunk`, `unbind`.
 
-use crate::autograd::function::record;
+use crate::autograd::function::{record, record_outputs};
+use crate::autograd::grad_mode::GradModeGuard;
+use crate::dtype::DType;
 use crate::error::{CandleContext, Error, Result};
 use crate::ops::index::{narrow, select};
-use crate::ops::{convert, result_dtype, wrap_dim, Operand};
+use crate::ops::inplace::{update_data, Update};
+use crate::ops::{convert, creation, result_dtype, wrap_dim, Operand};
 use crate::tensor::{shape_str, Tensor};
 
 /// `cat(tensors, dim)`: tensors promoted to their common dtype, as in PyTorch. 1-d empty
@@ -126,15 +129,7 @@ pub fn split_with_sizes(x: &Tensor, sizes: &[usize], dim: usize) -> Result<Vec<T
              dimension {dim}), but got split_sizes={sizes:?}"
         )));
     }
-    let mut off = 0;
-    sizes
-        .iter()
-        .map(|&s| {
-            let part = narrow(x, dim, off, s);
-            off += s;
-            part
-        })
-        .collect()
+    split_into("SplitWithSizesBackward0", x, Pieces::along(dim, sizes))
 }
 
 /// `split(x, size, dim)`: pieces of `size` along `dim`, the last one shorter.
@@ -145,13 +140,14 @@ pub fn split(x: &Tensor, size: usize, dim: usize) -> Result<Vec<Tensor>> {
             "split_size can only be 0 if dimension size is 0, but got dimension size of {n}"
         )));
     }
-    if n == 0 {
-        return Ok(vec![narrow(x, dim, 0, 0)?]);
-    }
-    let sizes: Vec<usize> = (0..n.div_ceil(size))
-        .map(|k| size.min(n - k * size))
-        .collect();
-    split_with_sizes(x, &sizes, dim)
+    let sizes: Vec<usize> = if n == 0 {
+        vec![0]
+    } else {
+        (0..n.div_ceil(size))
+            .map(|k| size.min(n - k * size))
+            .collect()
+    };
+    split_into("SplitBackward0", x, Pieces::along(dim, &sizes))
 }
 
 /// `chunk(x, chunks, dim)`: `split` into pieces of `ceil(size / chunks)`.
@@ -163,14 +159,100 @@ pub fn chunk(x: &Tensor, chunks: i64, dim: usize) -> Result<Vec<Tensor>> {
     }
     let n = x.dims()[dim];
     if n == 0 {
-        return (0..chunks).map(|_| narrow(x, dim, 0, 0)).collect();
+        let sizes = vec![0; chunks as usize];
+        return split_into("SplitBackward0", x, Pieces::along(dim, &sizes));
     }
     split(x, n.div_ceil(chunks as usize), dim)
 }
 
 /// `unbind(x, dim)`: every slice along `dim`, that dim removed. Views.
 pub fn unbind(x: &Tensor, dim: usize) -> Result<Vec<Tensor>> {
-    (0..x.dims()[dim])
-        .map(|i| select(x, dim, i as i64))
-        .collect()
+    let pieces = Pieces {
+        dim,
+        spans: (0..x.dims()[dim]).map(|i| (i, 1)).collect(),
+        squeeze: true,
+    };
+    split_into("UnbindBackward0", x, pieces)
+}
+
+/// Where the pieces of a split lie along `dim`: (start, length) each; `squeeze`: a piece
+/// drops the dim (`unbind`).
+#[derive(Clone)]
+struct Pieces {
+    dim: usize,
+    spans: Vec<(usize, usize)>,
+    squeeze: bool,
+}
+
+impl Pieces {
+    fn along(dim: usize, sizes: &[usize]) -> Pieces {
+        let starts = sizes.iter().scan(0, |off, &s| {
+            *off += s;
+            Some(*off - s)
+        });
+        Pieces {
+            dim,
+            spans: starts.zip(sizes.iter().copied()).collect(),
+            squeeze: false,
+        }
+    }
+
+    /// Piece `i` of `t`: a view.
+    fn piece(&self, t: &Tensor, i: usize) -> Result<Tensor> {
+        let (start, len) = self.spans[i];
+        if self.squeeze {
+            select(t, self.dim, start as i64)
+        } else {
+            narrow(t, self.dim, start, len)
+        }
+    }
+
+    /// The split tensor's gradient: one buffer, each piece's gradient written into its
+    /// place, zeros only where no gradient came. Under `create_graph` it is differentiable
+    /// (its backward splits again).
+    fn join(&self, grads: &[Option<Tensor>], dims: &[usize], dtype: DType) -> Result<Tensor> {
+        let received: Vec<(usize, &Tensor)> = grads
+            .iter()
+            .enumerate()
+            .filter_map(|(i, g)| g.as_ref().map(|g| (i, g)))
+            .collect();
+        let joined = creation::zeros(dims, dtype)?;
+        {
+            let _raw = GradModeGuard::new(false);
+            for &(i, g) in &received {
+                let place = self.piece(&joined, i)?;
+                update_data("split_backward", &place, &g.detach(), Update::Assign)?;
+            }
+        }
+        let inputs: Vec<&Tensor> = received.iter().map(|&(_, g)| g).collect();
+        let which: Vec<usize> = received.iter().map(|&(i, _)| i).collect();
+        let pieces = self.clone();
+        let name = if self.squeeze {
+            "StackBackward0"
+        } else {
+            "CatBackward0"
+        };
+        record(name, &joined, &inputs, Vec::new, move |ctx, g| {
+            (which.iter().enumerate())
+                .map(|(j, &i)| ctx.needs(j).then(|| pieces.piece(g, i)).transpose())
+                .collect()
+        });
+        Ok(joined)
+    }
+}
+
+/// The pieces of `x` as views, with one node for all of them: its backward writes the
+/// gradients of the pieces into one buffer of `x`'s shape.
+fn split_into(name: &'static str, x: &Tensor, pieces: Pieces) -> Result<Vec<Tensor>> {
+    let outs = {
+        let _views_only = GradModeGuard::new(false);
+        (0..pieces.spans.len())
+            .map(|i| pieces.piece(x, i))
+            .collect::<Result<Vec<_>>>()?
+    };
+    let (dims, dtype) = (x.dims(), x.dtype());
+    record_outputs(name, &outs, &[x], move |_, grads| {
+        Ok(vec![Some(pieces.join(grads, &dims, dtype)?)])
+    });
+    Ok(outs)
 }
