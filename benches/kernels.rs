@@ -124,7 +124,7 @@ fn main() {
         row(
             "Adam step (in place)",
             &size,
-            || cpu.adam(&p, &y, &m, &v, None, &s, &prep).unwrap(),
+            || cpu.adam(&p, &y, ((&m, &v), None), &s, &prep).unwrap(),
             || adam_candle(&p, &y, &m, &v).unwrap(),
         );
     }

@@ -7,6 +7,13 @@ use candle_core::Tensor;
 use super::not_implemented;
 use crate::error::{CandleContext, Result};
 
+/// The class of each row under nll_loss (already checked), and the ignored class.
+#[derive(Clone, Copy, Debug)]
+pub struct Targets<'a> {
+    pub classes: &'a [i64],
+    pub ignore: i64,
+}
+
 pub trait NnOps {
     /// Rows of `n` elements of `x`, normalised: `(x - mean) * rstd` in x's shape, and
     /// per row `mean` and `rstd = 1 / sqrt(var + eps)` (biased variance), flat.
@@ -33,14 +40,8 @@ pub trait NnOps {
         .op(name)
     }
 
-    /// `out[i] = x[i, t[i]]` for `x` (N, C), 0 where `t[i] == ignore`.
-    fn gather_rows(
-        &self,
-        name: &'static str,
-        x: &Tensor,
-        _t: &[i64],
-        _ignore: i64,
-    ) -> Result<Tensor> {
+    /// `out[i] = x[i, t[i]]` for `x` (N, C), 0 where `t[i]` is the ignored class.
+    fn gather_rows(&self, name: &'static str, x: &Tensor, _t: Targets<'_>) -> Result<Tensor> {
         Err(not_implemented(name, x.device()))
     }
 
@@ -49,9 +50,8 @@ pub trait NnOps {
         &self,
         name: &'static str,
         g: &Tensor,
-        _t: &[i64],
+        _t: Targets,
         _c: usize,
-        _ignore: i64,
     ) -> Result<Tensor> {
         Err(not_implemented(name, g.device()))
     }

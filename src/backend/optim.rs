@@ -42,6 +42,10 @@ pub struct AdamStep {
     pub bias_correction2_sqrt: f64,
 }
 
+/// Adam's per-parameter state: the moments (`exp_avg`, `exp_avg_sq`) and, with
+/// amsgrad, `max_exp_avg_sq`.
+pub type AdamState<'a> = ((&'a Tensor, &'a Tensor), Option<&'a Tensor>);
+
 pub trait OptimOps {
     /// `param -= lr * (momentum-smoothed, decayed) grad`, in place; `buf` the momentum.
     fn sgd(
@@ -56,14 +60,11 @@ pub trait OptimOps {
     }
 
     /// One Adam/AdamW step, in place on the parameter and its moments.
-    #[allow(clippy::too_many_arguments)]
     fn adam(
         &self,
         param: &Tensor,
         _grad: &Tensor,
-        _exp_avg: &Tensor,
-        _exp_avg_sq: &Tensor,
-        _max_exp_avg_sq: Option<&Tensor>,
+        _state: AdamState<'_>,
         _s: &AdamStep,
         _prep: &GradPrep,
     ) -> Result<()> {

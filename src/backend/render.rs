@@ -9,11 +9,12 @@ use crate::error::Result;
 /// The channels of an output row before the weights: rgb (3), depth, acc.
 pub const HEAD: usize = 5;
 
-/// R rays of S samples each.
+/// R rays of S samples each, and whether the background is white.
 #[derive(Clone, Copy, Debug)]
 pub struct RenderShape {
     pub rays: usize,
     pub samples: usize,
+    pub white: bool,
 }
 
 /// The inputs of a render, dense, in one compute dtype (f32 or f64): raw (R, S, 4),
@@ -36,7 +37,6 @@ pub trait RenderOps {
         name: &'static str,
         ins: RenderInputs<'_>,
         _s: RenderShape,
-        _white: bool,
     ) -> Result<Tensor> {
         Err(not_implemented(name, ins.raw.device()))
     }
@@ -48,7 +48,6 @@ pub trait RenderOps {
         ins: RenderInputs<'_>,
         _g: &Tensor,
         _s: RenderShape,
-        _white: bool,
         _want: (bool, bool),
     ) -> Result<RenderGrads> {
         Err(not_implemented(name, ins.raw.device()))

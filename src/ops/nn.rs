@@ -11,6 +11,7 @@ use crate::autograd::function::record;
 use crate::autograd::grad_mode;
 use crate::autograd::saved::SavedTensor;
 use crate::backend;
+use crate::backend::nn::Targets;
 use crate::dtype::DType;
 use crate::error::{CandleContext, Error, Result};
 use crate::ops::binary::{add, add_scalar, mul, mul_scalar, sub};
@@ -157,6 +158,10 @@ fn index_data(op: &'static str, idx: &Tensor) -> Result<Vec<i64>> {
         .op(op)
 }
 
+fn targets(classes: &[i64], ignore: i64) -> Targets<'_> {
+    Targets { classes, ignore }
+}
+
 /// `out[i] = x[i, target[i]]` for a 2-d `x` (0 where `target[i] == ignore_index`).
 pub fn gather_rows(x: &Tensor, target: &Tensor, ignore_index: i64) -> Result<Tensor> {
     let dims = x.dims();
@@ -178,7 +183,7 @@ pub fn gather_rows(x: &Tensor, target: &Tensor, ignore_index: i64) -> Result<Ten
         }
     }
     let (xd, _) = compute_data("nll_loss", x)?;
-    let data = backend::on(&xd).gather_rows("nll_loss", &xd, &t, ignore_index)?;
+    let data = backend::on(&xd).gather_rows("nll_loss", &xd, targets(&t, ignore_index))?;
     let out = finish(data, x.dtype())?;
     record(
         "NllGatherBackward0",
@@ -194,7 +199,7 @@ pub fn gather_rows(x: &Tensor, target: &Tensor, ignore_index: i64) -> Result<Ten
 pub fn scatter_rows(g: &Tensor, target: &Tensor, c: usize, ignore_index: i64) -> Result<Tensor> {
     let t = index_data("nll_loss", target)?;
     let (gd, _) = compute_data("nll_loss", g)?;
-    let data = backend::on(&gd).scatter_rows("nll_loss", &gd, &t, c, ignore_index)?;
+    let data = backend::on(&gd).scatter_rows("nll_loss", &gd, targets(&t, ignore_index), c)?;
     let out = finish(data, g.dtype())?;
     record(
         "NllScatterBackward0",

@@ -34,10 +34,11 @@ struct Shapes {
 }
 
 impl Shapes {
-    fn render_shape(&self) -> RenderShape {
+    fn render_shape(&self, white: bool) -> RenderShape {
         RenderShape {
             rays: self.rays,
             samples: self.samples,
+            white,
         }
     }
 }
@@ -170,11 +171,9 @@ struct Dense {
 impl Dense {
     fn new(
         s: &Shapes,
-        raw: &Tensor,
-        z: &Tensor,
-        rays_d: Option<&Tensor>,
-        noise: Option<&Tensor>,
         cdt: DType,
+        (raw, z): (&Tensor, &Tensor),
+        (rays_d, noise): (Option<&Tensor>, Option<&Tensor>),
     ) -> Result<Dense> {
         let (r, n) = (s.rays, s.samples);
         let flat = |t: &Tensor, dims: &[usize]| dense(t, cdt)?.reshape(dims).op(OP);
@@ -209,10 +208,10 @@ pub fn volume_render(
     let s = check(raw, z, rays_d, noise)?;
     let dt = raw.dtype();
     let cdt = compute_dtype(dt);
-    let shape = s.render_shape();
-    let ins = Dense::new(&s, raw, z, rays_d, noise, cdt)?;
+    let shape = s.render_shape(white);
+    let ins = Dense::new(&s, cdt, (raw, z), (rays_d, noise))?;
     let out_dims: Vec<usize> = s.lead.iter().copied().chain([HEAD + s.samples]).collect();
-    let out = backend::on(&ins.raw).volume_render(OP, ins.inputs(), shape, white)?;
+    let out = backend::on(&ins.raw).volume_render(OP, ins.inputs(), shape)?;
     let out = to_tensor(out, &out_dims, dt)?;
     drop(ins);
 
@@ -240,15 +239,14 @@ pub fn volume_render(
                     shape_str(&g.dims())
                 )));
             }
-            let ins = Dense::new(&s, raw, z, dir, noise, cdt)?;
+            let ins = Dense::new(&s, cdt, (raw, z), (dir, noise))?;
             let gd = dense(g, cdt)?;
             let want = (ctx.needs(1), has_dir && ctx.needs(2));
             let (a, b, c) = backend::on(&gd).volume_render_backward(
                 OP,
                 ins.inputs(),
                 &gd,
-                s.render_shape(),
-                white,
+                s.render_shape(white),
                 want,
             )?;
             drop(ins);

@@ -228,7 +228,8 @@ pub fn step(
             } else {
                 None
             };
-            backend::on(&pdata).adam(&pdata, &gdata, &m, &v, x.as_ref(), &s, &prep)?;
+            let state = ((&m, &v), x.as_ref());
+            backend::on(&pdata).adam(&pdata, &gdata, state, &s, &prep)?;
             for t in [&st.exp_avg, &st.exp_avg_sq, &st.max_exp_avg_sq]
                 .into_iter()
                 .flatten()

@@ -10,7 +10,7 @@ use rayon::prelude::*;
 use super::dense::{by_float, from_vec, with_slice};
 use super::scalar::Real;
 use super::{Cpu, PAR_MIN};
-use crate::backend::NnOps;
+use crate::backend::nn::{NnOps, Targets};
 use crate::error::Result;
 
 /// One row of a row-wise kernel: (output, input), (mean, rstd).
@@ -78,13 +78,8 @@ impl NnOps for Cpu {
     }
 
     /// See `NnOps::gather_rows`.
-    fn gather_rows(
-        &self,
-        _name: &'static str,
-        x: &Tensor,
-        t: &[i64],
-        ignore: i64,
-    ) -> Result<Tensor> {
+    fn gather_rows(&self, _name: &'static str, x: &Tensor, t: Targets<'_>) -> Result<Tensor> {
+        let Targets { classes: t, ignore } = t;
         let (nr, c) = (t.len(), x.dims().last().copied().unwrap_or(1));
         Ok(by_float!(x.dtype(), |T| {
             let v = with_slice::<T, _>(x, |s| {
@@ -108,10 +103,10 @@ impl NnOps for Cpu {
         &self,
         _name: &'static str,
         g: &Tensor,
-        t: &[i64],
+        t: Targets,
         c: usize,
-        ignore: i64,
     ) -> Result<Tensor> {
+        let Targets { classes: t, ignore } = t;
         let nr = t.len();
         Ok(by_float!(g.dtype(), |T| {
             let v = with_slice::<T, _>(g, |s| {

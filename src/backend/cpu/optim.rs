@@ -18,6 +18,7 @@ use rayon::prelude::*;
 use super::scalar::Real;
 use super::Cpu;
 use super::PAR_MIN;
+use crate::backend::optim::AdamState;
 use crate::backend::{AdamStep, GradPrep, OptimOps, SgdStep};
 use crate::error::{CandleContext, Error, Result};
 
@@ -458,12 +459,11 @@ impl OptimOps for Cpu {
         &self,
         param: &candle_core::Tensor,
         grad: &candle_core::Tensor,
-        exp_avg: &candle_core::Tensor,
-        exp_avg_sq: &candle_core::Tensor,
-        max_exp_avg_sq: Option<&candle_core::Tensor>,
+        state: AdamState<'_>,
         s: &AdamStep,
         prep: &GradPrep,
     ) -> Result<()> {
+        let ((exp_avg, exp_avg_sq), max_exp_avg_sq) = state;
         with_mut(param, |ps, pl| {
             let pr = range(pl)?;
             with_mut(exp_avg, |ms, ml| {

@@ -230,16 +230,12 @@ fn over_rays<U: Send>(out: &mut [U], row: usize, min: usize, f: impl Fn(usize, &
 }
 
 /// The forward kernel on dense inputs in the compute dtype: an (R, 5 + S) row per ray.
-fn forward_typed<T: Real>(
-    ins: &[Option<&candle_core::Tensor>],
-    s: RenderShape,
-    white: bool,
-) -> Result<Vec<T>> {
+fn forward_typed<T: Real>(ins: &[Option<&candle_core::Tensor>], s: RenderShape) -> Result<Vec<T>> {
     let width = HEAD + s.samples;
     with_slices::<T, _>(ins, |sl| {
         let mut out = vec![T::of(0.0); s.rays * width];
         over_rays(&mut out, width, min_rays(s.samples), |r, o| {
-            forward_ray(ray(sl, r, s.samples), white, o)
+            forward_ray(ray(sl, r, s.samples), s.white, o)
         });
         Ok(out)
     })
@@ -263,7 +259,6 @@ fn backward_typed<T: Real>(
     ins: &[Option<&candle_core::Tensor>],
     g: &candle_core::Tensor,
     s: RenderShape,
-    white: bool,
     (want_z, want_dir): (bool, bool),
 ) -> Result<(Vec<T>, Vec<T>, Vec<T>)> {
     let n = s.samples;
@@ -290,7 +285,7 @@ fn backward_typed<T: Real>(
             .zip(rows(&mut gdir, 3, s.rays));
         let body = |(r, ((a, b), c)): (usize, RayGrads<'_, T>)| {
             let g = &gs[r * width..(r + 1) * width];
-            backward_ray(ray(sl, r, n), white, g, a, b, c)
+            backward_ray(ray(sl, r, n), s.white, g, a, b, c)
         };
         if s.rays * n * 4 >= PAR_MIN {
             work.collect::<Vec<_>>()
@@ -320,11 +315,10 @@ impl RenderOps for Cpu {
         _name: &'static str,
         ins: RenderInputs<'_>,
         s: RenderShape,
-        white: bool,
     ) -> Result<Tensor> {
         let dims = [s.rays, HEAD + s.samples];
         by_float!(ins.raw.dtype(), |T| tensor(
-            forward_typed::<T>(&inputs(ins), s, white)?,
+            forward_typed::<T>(&inputs(ins), s)?,
             &dims
         ))
     }
@@ -336,12 +330,11 @@ impl RenderOps for Cpu {
         ins: RenderInputs<'_>,
         g: &Tensor,
         s: RenderShape,
-        white: bool,
         want: (bool, bool),
     ) -> Result<RenderGrads> {
         let (r, n) = (s.rays, s.samples);
         by_float!(ins.raw.dtype(), |T| {
-            let (a, b, c) = backward_typed::<T>(&inputs(ins), g, s, white, want)?;
+            let (a, b, c) = backward_typed::<T>(&inputs(ins), g, s, want)?;
             Ok((
                 tensor(a, &[r, n, 4])?,
                 (!b.is_empty()).then(|| tensor(b, &[r, n])).transpose()?,

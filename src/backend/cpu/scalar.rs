@@ -20,27 +20,23 @@ pub trait Real: Float + WithDType {
     fn round_even(self) -> Self;
 }
 
-impl Real for f32 {
-    #[inline(always)]
-    fn erf(self) -> Self {
-        candle_core::cpu::erf::erf_f32(self)
-    }
-    #[inline(always)]
-    fn round_even(self) -> Self {
-        self.round_ties_even()
-    }
+macro_rules! real {
+    ($t:ty, $erf:path) => {
+        impl Real for $t {
+            #[inline(always)]
+            fn erf(self) -> Self {
+                $erf(self)
+            }
+            #[inline(always)]
+            fn round_even(self) -> Self {
+                self.round_ties_even()
+            }
+        }
+    };
 }
 
-impl Real for f64 {
-    #[inline(always)]
-    fn erf(self) -> Self {
-        candle_core::cpu::erf::erf_f64(self)
-    }
-    #[inline(always)]
-    fn round_even(self) -> Self {
-        self.round_ties_even()
-    }
-}
+real!(f32, candle_core::cpu::erf::erf_f32);
+real!(f64, candle_core::cpu::erf::erf_f64);
 
 /// u8, i32, i64: num-traits' primitive integers with wrapping arithmetic, like PyTorch's
 /// integer kernels.
