@@ -2,6 +2,7 @@
 //! memory accounting, and the Python bindings (`gradstream._core`).
 
 pub mod autograd;
+pub mod backend;
 pub mod bindings;
 pub mod dtype;
 pub mod error;

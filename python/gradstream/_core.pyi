@@ -702,17 +702,17 @@ def _nn_normal_(t: Any, mean: Any, std: Any) -> Any:
 
 def _nn_sigmoid(x: Any) -> Any:
     """
-    `sigmoid(x)`: fused, saves its output.
+    `sigmoid(x)` (the same op as `gradstream.sigmoid`).
     """
 
 def _nn_silu(x: Any) -> Any:
     """
-    `silu(x) = x * sigmoid(x)`: fused, saves its input.
+    `silu(x) = x * sigmoid(x)`.
     """
 
 def _nn_softplus(x: Any, beta: Any = ..., threshold: Any = ...) -> Any:
     """
-    `softplus(x, beta, threshold)`: fused, saves its input.
+    `softplus(x, beta, threshold)`.
     """
 
 def _nn_uniform_(t: Any, a: Any, b: Any) -> Any:

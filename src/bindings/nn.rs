@@ -11,7 +11,7 @@ use crate::bindings::creation::with_rng;
 use crate::dtype::DType;
 use crate::error::{CandleContext, Error};
 use crate::ops::inplace::{update_data, Update};
-use crate::ops::nn::{self, Pointwise};
+use crate::ops::{nn, unary};
 use crate::tensor::Tensor;
 
 fn opt_tensor(op: &str, name: &str, obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Tensor>> {
@@ -21,48 +21,34 @@ fn opt_tensor(op: &str, name: &str, obj: Option<&Bound<'_, PyAny>>) -> PyResult<
     }
 }
 
-/// `sigmoid(x)`: fused, saves its output.
+/// `sigmoid(x)` (the same op as `gradstream.sigmoid`).
 #[pyfunction]
 fn _nn_sigmoid(x: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-    Ok(nn::pointwise(
-        Pointwise::Sigmoid,
-        &extract_tensor("sigmoid", "input", x)?,
-    )?)
+    Ok(unary::sigmoid(&extract_tensor("sigmoid", "input", x)?)?)
 }
 
-/// `silu(x) = x * sigmoid(x)`: fused, saves its input.
+/// `silu(x) = x * sigmoid(x)`.
 #[pyfunction]
 fn _nn_silu(x: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-    Ok(nn::pointwise(
-        Pointwise::Silu,
-        &extract_tensor("silu", "input", x)?,
-    )?)
+    Ok(unary::silu(&extract_tensor("silu", "input", x)?)?)
 }
 
-/// `softplus(x, beta, threshold)`: fused, saves its input.
+/// `softplus(x, beta, threshold)`.
 #[pyfunction]
 #[pyo3(signature = (x, beta=1.0, threshold=20.0))]
 fn _nn_softplus(x: &Bound<'_, PyAny>, beta: f64, threshold: f64) -> PyResult<Tensor> {
-    Ok(nn::pointwise(
-        Pointwise::Softplus { beta, threshold },
-        &extract_tensor("softplus", "input", x)?,
-    )?)
+    let x = extract_tensor("softplus", "input", x)?;
+    Ok(unary::softplus(&x, beta, threshold)?)
 }
 
 /// `gelu(x, approximate='none'|'tanh')`.
 #[pyfunction]
 #[pyo3(signature = (x, approximate="none"))]
 fn _nn_gelu(x: &Bound<'_, PyAny>, approximate: &str) -> PyResult<Tensor> {
-    let op = match approximate {
-        "none" => Pointwise::Gelu,
-        "tanh" => Pointwise::GeluTanh,
-        other => {
-            return Err(PyValueError::new_err(format!(
-                "gelu: approximate must be 'none' or 'tanh', got '{other}'"
-            )))
-        }
-    };
-    Ok(nn::pointwise(op, &extract_tensor("gelu", "input", x)?)?)
+    Ok(unary::gelu(
+        &extract_tensor("gelu", "input", x)?,
+        approximate,
+    )?)
 }
 
 /// `layer_norm` over the last `k` dims.

@@ -4,10 +4,10 @@
 
 use crate::autograd::function::{record, should_record};
 use crate::autograd::saved::SavedTensor;
+use crate::backend::{self, Bin};
 use crate::dtype::{Category, DType, DEFAULT_FLOAT};
 use crate::error::{CandleContext, Error, Result};
 use crate::ops::convert::{cast_data, to_dtype};
-use crate::ops::elementwise_kernels::{has_zero, Bin, BinaryKernel};
 use crate::ops::inplace::{update_data, Update};
 use crate::ops::{broadcast_shape, promote, result_dtype, sum_to, unary, Operand, Scalar};
 use crate::tensor::{shape_str, Tensor};
@@ -272,7 +272,16 @@ fn kernel2(name: &'static str, k: Bin, a: &Tensor, b: &Tensor) -> Result<candle_
     let shape = broadcast_shape(name, &a.dims(), &b.dims())?;
     let x = a.data().broadcast_as(shape.clone()).op(name)?;
     let y = b.data().broadcast_as(shape).op(name)?;
-    x.apply_op2_no_bwd(&y, &BinaryKernel(k)).op(name)
+    backend::on(&x).binary(name, k, &x, &y)
+}
+
+/// Whether any element of an integer tensor is zero (integer division by zero is an error).
+pub fn has_zero(t: &candle_core::Tensor) -> candle_core::Result<bool> {
+    if t.elem_count() == 0 {
+        return Ok(false);
+    }
+    let z = t.eq(0f64)?.to_dtype(candle_core::DType::U32)?;
+    Ok(z.flatten_all()?.max(0)?.to_scalar::<u32>()? > 0)
 }
 
 /// `op(a, b)` on tensors or numbers.

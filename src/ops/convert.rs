@@ -1,9 +1,9 @@
 //! Dtype casts, copies and contiguity.
 
 use crate::autograd::function::record;
+use crate::backend;
 use crate::dtype::DType;
 use crate::error::{CandleContext, Result};
-use crate::ops::inplace::DenseCopy;
 use crate::tensor::Tensor;
 
 /// Cast raw data between gradstream dtypes (bool is `x != 0` stored as u8).
@@ -54,11 +54,7 @@ pub fn to_dtype(t: &Tensor, dtype: DType) -> Result<Tensor> {
 
 /// A dense copy of the data, whatever its layout.
 pub fn dense_copy(t: &candle_core::Tensor) -> Result<candle_core::Tensor> {
-    if t.is_contiguous() {
-        t.copy().op("clone")
-    } else {
-        t.apply_op1_no_bwd(&DenseCopy).op("clone")
-    }
+    backend::on(t).dense_copy("clone", t)
 }
 
 /// `clone()`: a new buffer, gradient passes through.

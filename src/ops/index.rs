@@ -7,13 +7,13 @@
 //! into them in place; each is the other's backward.
 
 mod family;
-mod kernel;
 pub mod plan;
 
 use std::sync::Arc;
 
 use crate::autograd::function::{record, should_record};
 use crate::autograd::grad_mode::{self, GradModeGuard};
+use crate::backend;
 use crate::dtype::DType;
 use crate::error::{CandleContext, Error, Result};
 use crate::ops::inplace::{fill_data, update_data, Update};
@@ -266,7 +266,7 @@ fn resolve(x_dims: &[usize], items: &[IndexItem]) -> Result<Resolved> {
                     // x[True] adds a dim of size 1, x[False] one of size 0.
                     steps.push(Step::NewAxis(vd));
                     view_dims.insert(vd, 1);
-                    let (count, _) = kernel::nonzero_coords(&t.data())?;
+                    let (count, _) = nonzero_coords(&t.data())?;
                     adv.push((vd, IndexArray::from_coords(vec![0; count])));
                     vd += 1;
                     continue;
@@ -283,7 +283,7 @@ fn resolve(x_dims: &[usize], items: &[IndexItem]) -> Result<Resolved> {
                         )));
                     }
                 }
-                let (_, coords) = kernel::nonzero_coords(&t.data())?;
+                let (_, coords) = nonzero_coords(&t.data())?;
                 for (j, c) in coords.into_iter().enumerate() {
                     adv.push((vd + j, IndexArray::from_coords(c)));
                 }
@@ -474,10 +474,8 @@ pub fn assign(dst: &Tensor, region: Option<ViewFn>, src: &Tensor) -> Result<()> 
 
 /// The elements `plan` names, as a new dense tensor. Backward: accumulate into zeros.
 pub fn take(x: &Tensor, plan: Arc<IndexPlan>, name: &'static str) -> Result<Tensor> {
-    let data = x
-        .data()
-        .apply_op1_no_bwd(&kernel::Take(plan.clone()))
-        .op("index")?;
+    let xd = x.data();
+    let data = backend::on(&xd).take("index", &xd, &plan)?;
     let out = Tensor::new(data, x.dtype());
     let in_dims = x.dims();
     record(name, &out, &[x], Vec::new, move |_, g| {
@@ -523,14 +521,7 @@ fn put_raw(
     {
         vd = convert::dense_copy(&vd)?;
     }
-    td.inplace_op2(
-        &vd,
-        &kernel::Put {
-            plan: plan.clone(),
-            accumulate,
-        },
-    )
-    .op("index_put_")?;
+    backend::on(&td).put("index_put_", &td, &vd, plan, accumulate)?;
     target.bump_version();
     Ok(())
 }
@@ -618,4 +609,37 @@ pub fn index_put_indices(
         .plan
         .ok_or_else(|| Error::index("index_put_: expected at least one index tensor"))?;
     index_put_(x, None, plan, values, accumulate, "IndexPutBackward0")
+}
+
+/// The coordinates of every true element of a mask (any layout), row-major:
+/// `coords[d][k]` is the d-th coordinate of the k-th true element. Also returns the count
+/// (a 0-d mask has no coordinates but may hold one true element).
+pub(crate) fn nonzero_coords(mask: &candle_core::Tensor) -> Result<(usize, Vec<Vec<usize>>)> {
+    let dims = mask.dims().to_vec();
+    let flat: Vec<u8> = mask
+        .ne(0f64)
+        .op("nonzero")?
+        .flatten_all()
+        .op("nonzero")?
+        .to_vec1()
+        .op("nonzero")?;
+    let mut coords = vec![Vec::new(); dims.len()];
+    let mut idx = vec![0usize; dims.len()];
+    let mut count = 0;
+    for &v in &flat {
+        if v != 0 {
+            count += 1;
+            for (c, &i) in coords.iter_mut().zip(&idx) {
+                c.push(i);
+            }
+        }
+        for d in (0..dims.len()).rev() {
+            idx[d] += 1;
+            if idx[d] < dims[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+    Ok((count, coords))
 }

@@ -6,8 +6,6 @@
 pub mod binary;
 pub mod convert;
 pub mod creation;
-pub mod dense;
-pub mod elementwise_kernels;
 pub mod index;
 pub mod inplace;
 pub mod linalg;
@@ -15,7 +13,6 @@ pub mod nn;
 pub mod reduce;
 pub mod scan;
 pub mod shape;
-pub mod strided;
 pub mod threshold;
 pub mod unary;
 pub mod volume_render;

@@ -1,72 +1,24 @@
-//! Fused neural-network functionals: one kernel forward, a minimal set of saved tensors,
-//! and a backward written with gradstream ops (so `create_graph=True` works through them).
+//! Fused neural-network functionals: one kernel forward (through the device's backend),
+//! a minimal set of saved tensors, and a backward written with gradstream ops (so
+//! `create_graph=True` works through them).
 //!
-//! sigmoid, silu, gelu; softmax / log_softmax; layer_norm; the row gather/scatter pair
-//! under nll_loss; embedding and its backward; dropout. Each computes in f32 or f64
-//! (half types go through f32).
-
-use candle_core::WithDType;
-use rayon::prelude::*;
+//! layer_norm; the row gather/scatter pair under nll_loss; embedding and its backward;
+//! dropout. Each computes in f32 or f64 (half types go through f32). The pointwise
+//! activations (sigmoid, silu, gelu, softplus) are unary ops (`ops::unary`); softmax is
+//! in `ops::reduce::softmax`.
 
 use crate::autograd::function::record;
 use crate::autograd::grad_mode;
 use crate::autograd::saved::SavedTensor;
+use crate::backend;
+use crate::backend::nn::Targets;
 use crate::dtype::DType;
 use crate::error::{CandleContext, Error, Result};
 use crate::ops::binary::{add, add_scalar, mul, mul_scalar, sub};
 use crate::ops::convert::to_dtype;
-use crate::ops::dense::{by_float, from_vec, with_slice};
-use crate::ops::inplace::PAR_MIN;
 use crate::ops::reduce::{mean, sum};
 use crate::ops::shape as shp;
-use crate::ops::unary::neg;
-use crate::optim::kernels::Real;
 use crate::tensor::{shape_str, Tensor};
-
-/// The float math the kernels here need.
-pub trait Float: Real + WithDType {
-    fn exp(self) -> Self;
-    fn ln(self) -> Self;
-    fn tanh(self) -> Self;
-    fn erf(self) -> Self;
-    fn ln_1p(self) -> Self;
-}
-
-impl Float for f32 {
-    fn exp(self) -> Self {
-        f32::exp(self)
-    }
-    fn ln(self) -> Self {
-        f32::ln(self)
-    }
-    fn tanh(self) -> Self {
-        f32::tanh(self)
-    }
-    fn erf(self) -> Self {
-        candle_core::cpu::erf::erf_f32(self)
-    }
-    fn ln_1p(self) -> Self {
-        f32::ln_1p(self)
-    }
-}
-
-impl Float for f64 {
-    fn exp(self) -> Self {
-        f64::exp(self)
-    }
-    fn ln(self) -> Self {
-        f64::ln(self)
-    }
-    fn tanh(self) -> Self {
-        f64::tanh(self)
-    }
-    fn erf(self) -> Self {
-        candle_core::cpu::erf::erf_f64(self)
-    }
-    fn ln_1p(self) -> Self {
-        f64::ln_1p(self)
-    }
-}
 
 /// The data of a floating point tensor in its compute dtype (f32 for half types).
 fn compute_data(op: &str, x: &Tensor) -> Result<(candle_core::Tensor, DType)> {
@@ -93,151 +45,6 @@ fn finish(data: candle_core::Tensor, dtype: DType) -> Result<Tensor> {
         data
     };
     Ok(Tensor::new(data, dtype))
-}
-
-/// One row of a row-wise kernel: (output, input), (mean, rstd).
-type RowChunk<'a, T> = ((&'a mut [T], &'a [T]), (&'a mut T, &'a mut T));
-
-fn map_elems<T: Float>(x: &[T], f: impl Fn(T) -> T + Sync + Send) -> Vec<T> {
-    if x.len() >= PAR_MIN {
-        x.par_iter().map(|&v| f(v)).collect()
-    } else {
-        x.iter().map(|&v| f(v)).collect()
-    }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Pointwise {
-    Sigmoid,
-    /// `log(1 + exp(beta x)) / beta`, linear where `beta x > threshold`.
-    Softplus {
-        beta: f64,
-        threshold: f64,
-    },
-    Silu,
-    Gelu,
-    GeluTanh,
-    /// d gelu / dx (used by gelu's backward; not differentiable itself).
-    GeluGrad,
-    GeluTanhGrad,
-}
-
-impl Pointwise {
-    fn name(self) -> &'static str {
-        match self {
-            Pointwise::Sigmoid => "sigmoid",
-            Pointwise::Softplus { .. } => "softplus",
-            Pointwise::Silu => "silu",
-            Pointwise::Gelu | Pointwise::GeluTanh => "gelu",
-            Pointwise::GeluGrad | Pointwise::GeluTanhGrad => "gelu_backward",
-        }
-    }
-
-    fn f<T: Float>(self, x: T) -> T {
-        let one = T::of(1.0);
-        let half = T::of(0.5);
-        let sig = |v: T| one / (one + (-v).exp());
-        let k = T::of(0.797_884_560_802_865_4); // sqrt(2/pi)
-        let c = T::of(0.044715);
-        match self {
-            Pointwise::Sigmoid => sig(x),
-            Pointwise::Softplus { beta, threshold } => {
-                let z = x * T::of(beta);
-                if Real::to_f64(z) > threshold {
-                    x
-                } else {
-                    z.exp().ln_1p() / T::of(beta)
-                }
-            }
-            Pointwise::Silu => x * sig(x),
-            Pointwise::Gelu => {
-                half * x * (one + (x * T::of(std::f64::consts::FRAC_1_SQRT_2)).erf())
-            }
-            Pointwise::GeluTanh => half * x * (one + (k * (x + c * x * x * x)).tanh()),
-            Pointwise::GeluGrad => {
-                let cdf = half * (one + (x * T::of(std::f64::consts::FRAC_1_SQRT_2)).erf());
-                let pdf = T::of(0.398_942_280_401_432_7) * (-half * x * x).exp();
-                cdf + x * pdf
-            }
-            Pointwise::GeluTanhGrad => {
-                let inner = k * (x + c * x * x * x);
-                let t = inner.tanh();
-                let dinner = k * (one + T::of(3.0) * c * x * x);
-                half * (one + t) + half * x * (one - t * t) * dinner
-            }
-        }
-    }
-}
-
-/// An element-wise fused op: `sigmoid`, `silu`, `gelu` (exact or tanh).
-pub fn pointwise(op: Pointwise, x: &Tensor) -> Result<Tensor> {
-    let (xd, cdt) = compute_data(op.name(), x)?;
-    let dims = x.dims();
-    let data = by_float!(cdt, |T| {
-        let v = with_slice::<T, _>(&xd, |s| map_elems(s, |e| op.f(e)))?;
-        from_vec(v, &dims)?
-    });
-    let out = finish(data, x.dtype())?;
-    match op {
-        Pointwise::Sigmoid => record(
-            "SigmoidBackward0",
-            &out,
-            &[x],
-            || vec![SavedTensor::output(&out)],
-            |ctx, g| {
-                // g * y * (1 - y)
-                let y = &ctx.saved[0];
-                let one_minus = add_scalar(&neg(y)?, 1.0)?;
-                Ok(vec![Some(mul(&mul(g, y)?, &one_minus)?)])
-            },
-        ),
-        Pointwise::Softplus { beta, .. } => record(
-            "SoftplusBackward0",
-            &out,
-            &[x],
-            || vec![SavedTensor::input(x)],
-            move |ctx, g| {
-                // sigmoid(beta x); it rounds to 1 in the linear region.
-                let s = pointwise(Pointwise::Sigmoid, &mul_scalar(&ctx.saved[0], beta)?)?;
-                Ok(vec![Some(mul(g, &s)?)])
-            },
-        ),
-        Pointwise::Silu => record(
-            "SiluBackward0",
-            &out,
-            &[x],
-            || vec![SavedTensor::input(x)],
-            |ctx, g| {
-                // s * (1 + x * (1 - s))
-                let x = &ctx.saved[0];
-                let s = pointwise(Pointwise::Sigmoid, x)?;
-                let d = mul(
-                    &s,
-                    &add_scalar(&mul(x, &add_scalar(&neg(&s)?, 1.0)?)?, 1.0)?,
-                )?;
-                Ok(vec![Some(mul(g, &d)?)])
-            },
-        ),
-        Pointwise::Gelu | Pointwise::GeluTanh => {
-            let grad_op = if op == Pointwise::Gelu {
-                Pointwise::GeluGrad
-            } else {
-                Pointwise::GeluTanhGrad
-            };
-            record(
-                "GeluBackward0",
-                &out,
-                &[x],
-                || vec![SavedTensor::input(x)],
-                move |ctx, g| {
-                    let d = pointwise(grad_op, &ctx.saved[0].detach())?;
-                    Ok(vec![Some(mul(g, &d)?)])
-                },
-            )
-        }
-        Pointwise::GeluGrad | Pointwise::GeluTanhGrad => {}
-    }
-    Ok(out)
 }
 
 /// `layer_norm` over the last `k` dims, with optional elementwise affine weight and bias.
@@ -268,59 +75,17 @@ pub fn layer_norm(
         }
     }
     let n: usize = norm_dims.iter().product();
-    let (xd, cdt) = compute_data("layer_norm", x)?;
+    let (xd, _) = compute_data("layer_norm", x)?;
     let lead: Vec<usize> = dims[..dims.len() - k].to_vec();
     let stat_dims: Vec<usize> = lead
         .iter()
         .copied()
         .chain(std::iter::repeat_n(1, k))
         .collect();
-    let (xhat_data, mean_data, rstd_data) = by_float!(cdt, |T| {
-        let (xh, mu, rs) = with_slice::<T, _>(&xd, |s| {
-            let rows = s.len().checked_div(n).unwrap_or(0);
-            let mut xh = vec![T::of(0.0); s.len()];
-            let mut mu = vec![T::of(0.0); rows];
-            let mut rs = vec![T::of(0.0); rows];
-            let row = |((o, r), (m, q)): RowChunk<'_, T>| {
-                let mut acc = 0.0f64;
-                for &e in r {
-                    acc += Real::to_f64(e);
-                }
-                let mean = acc / n as f64;
-                let mut var = 0.0f64;
-                for &e in r {
-                    let c = Real::to_f64(e) - mean;
-                    var += c * c;
-                }
-                let rstd = 1.0 / (var / n as f64 + eps).sqrt();
-                let (mt, rt) = (T::of(mean), T::of(rstd));
-                for (oi, &e) in o.iter_mut().zip(r) {
-                    *oi = (e - mt) * rt;
-                }
-                *m = mt;
-                *q = rt;
-            };
-            if n > 0 {
-                if s.len() >= PAR_MIN {
-                    xh.par_chunks_mut(n)
-                        .zip(s.par_chunks(n))
-                        .zip(mu.par_iter_mut().zip(rs.par_iter_mut()))
-                        .for_each(row);
-                } else {
-                    xh.chunks_mut(n)
-                        .zip(s.chunks(n))
-                        .zip(mu.iter_mut().zip(rs.iter_mut()))
-                        .for_each(row);
-                }
-            }
-            (xh, mu, rs)
-        })?;
-        (
-            from_vec(xh, &dims)?,
-            from_vec(mu, &stat_dims)?,
-            from_vec(rs, &stat_dims)?,
-        )
-    });
+    let (xhat_data, mean_data, rstd_data) =
+        backend::on(&xd).layer_norm("layer_norm", &xd.contiguous().op("layer_norm")?, n, eps)?;
+    let mean_data = mean_data.reshape(stat_dims.as_slice()).op("layer_norm")?;
+    let rstd_data = rstd_data.reshape(stat_dims.as_slice()).op("layer_norm")?;
     let xhat = finish(xhat_data, x.dtype())?;
     let mean_t = finish(mean_data, x.dtype())?;
     let rstd_t = finish(rstd_data, x.dtype())?;
@@ -386,8 +151,15 @@ fn index_data(op: &'static str, idx: &Tensor) -> Result<Vec<i64>> {
             )))
         }
     }
-    let d = idx.data().to_dtype(candle_core::DType::I64).op(op)?;
-    with_slice::<i64, _>(&d, |s| s.to_vec())
+    idx.data()
+        .to_dtype(candle_core::DType::I64)
+        .and_then(|d| d.flatten_all())
+        .and_then(|d| d.to_vec1::<i64>())
+        .op(op)
+}
+
+fn targets(classes: &[i64], ignore: i64) -> Targets<'_> {
+    Targets { classes, ignore }
 }
 
 /// `out[i] = x[i, target[i]]` for a 2-d `x` (0 where `target[i] == ignore_index`).
@@ -401,7 +173,7 @@ pub fn gather_rows(x: &Tensor, target: &Tensor, ignore_index: i64) -> Result<Ten
             shape_str(&target.dims())
         )));
     }
-    let (nr, c) = (dims[0], dims[1]);
+    let c = dims[1];
     let t = index_data("nll_loss", target)?;
     for &ti in &t {
         if ti != ignore_index && (ti < 0 || ti as usize >= c) {
@@ -410,21 +182,8 @@ pub fn gather_rows(x: &Tensor, target: &Tensor, ignore_index: i64) -> Result<Ten
             )));
         }
     }
-    let (xd, cdt) = compute_data("nll_loss", x)?;
-    let data = by_float!(cdt, |T| {
-        let v = with_slice::<T, _>(&xd, |s| {
-            (0..nr)
-                .map(|i| {
-                    if t[i] == ignore_index {
-                        T::of(0.0)
-                    } else {
-                        s[i * c + t[i] as usize]
-                    }
-                })
-                .collect::<Vec<T>>()
-        })?;
-        from_vec(v, &[nr])?
-    });
+    let (xd, _) = compute_data("nll_loss", x)?;
+    let data = backend::on(&xd).gather_rows("nll_loss", &xd, targets(&t, ignore_index))?;
     let out = finish(data, x.dtype())?;
     record(
         "NllGatherBackward0",
@@ -438,21 +197,9 @@ pub fn gather_rows(x: &Tensor, target: &Tensor, ignore_index: i64) -> Result<Ten
 
 /// The adjoint of `gather_rows`: `out[i, target[i]] = g[i]`, zeros elsewhere.
 pub fn scatter_rows(g: &Tensor, target: &Tensor, c: usize, ignore_index: i64) -> Result<Tensor> {
-    let nr = g.numel();
     let t = index_data("nll_loss", target)?;
-    let (gd, cdt) = compute_data("nll_loss", g)?;
-    let data = by_float!(cdt, |T| {
-        let v = with_slice::<T, _>(&gd, |s| {
-            let mut out = vec![T::of(0.0); nr * c];
-            for i in 0..nr {
-                if t[i] != ignore_index {
-                    out[i * c + t[i] as usize] = s[i];
-                }
-            }
-            out
-        })?;
-        from_vec(v, &[nr, c])?
-    });
+    let (gd, _) = compute_data("nll_loss", g)?;
+    let data = backend::on(&gd).scatter_rows("nll_loss", &gd, targets(&t, ignore_index), c)?;
     let out = finish(data, g.dtype())?;
     record(
         "NllScatterBackward0",
@@ -492,22 +239,11 @@ pub fn embedding(
     }
     let mut out_dims = idx.dims();
     out_dims.push(dim);
-    let (w, cdt) = compute_data("embedding", weight)?;
-    let data = by_float!(cdt, |T| {
-        let o = with_slice::<T, _>(&w, |s| {
-            let mut out = Vec::with_capacity(ids.len() * dim);
-            for &i in &ids {
-                if Some(i) == zero_index {
-                    out.extend(std::iter::repeat_n(T::of(0.0), dim));
-                } else {
-                    let r = i as usize * dim;
-                    out.extend_from_slice(&s[r..r + dim]);
-                }
-            }
-            out
-        })?;
-        from_vec(o, &out_dims)?
-    });
+    let (w, _) = compute_data("embedding", weight)?;
+    let data = backend::on(&w)
+        .embedding("embedding", &w, &ids, zero_index)?
+        .reshape(out_dims)
+        .op("embedding")?;
     let out = finish(data, weight.dtype())?;
     record(
         "EmbeddingBackward0",
@@ -536,23 +272,10 @@ pub fn embedding_backward(
     let ids = index_data("embedding_backward", idx)?;
     let gdims = g.dims();
     let dim = gdims.last().copied().unwrap_or(1);
-    let (gd, cdt) = compute_data("embedding_backward", g)?;
-    let data = by_float!(cdt, |T| {
-        let o = with_slice::<T, _>(&gd, |s| {
-            let mut out = vec![T::of(0.0); v * dim];
-            for (k, &i) in ids.iter().enumerate() {
-                if Some(i) == padding_idx {
-                    continue;
-                }
-                let r = i as usize * dim;
-                for (o, &e) in out[r..r + dim].iter_mut().zip(&s[k * dim..(k + 1) * dim]) {
-                    *o += e;
-                }
-            }
-            out
-        })?;
-        from_vec(o, &[v, dim])?
-    });
+    let (gd, _) = compute_data("embedding_backward", g)?;
+    let rows = gd.reshape((ids.len(), dim)).op("embedding_backward")?;
+    let data =
+        backend::on(&gd).embedding_backward("embedding_backward", &rows, &ids, v, padding_idx)?;
     let out = finish(data, g.dtype())?;
     record(
         "EmbeddingBackwardBackward0",
@@ -577,7 +300,8 @@ pub fn dropout(x: &Tensor, p: f64, draw: impl FnOnce(usize) -> Vec<u8>) -> Resul
     }
     let dims = x.dims();
     let keep = draw(x.numel());
-    let mask = Tensor::new(from_vec(keep, &dims)?, DType::Bool);
+    let keep = candle_core::Tensor::from_vec(keep, dims, x.data().device()).op("dropout")?;
+    let mask = Tensor::new(keep, DType::Bool);
     let scale = if p >= 1.0 { 0.0 } else { 1.0 / (1.0 - p) };
     let m = to_dtype(&mask, x.dtype())?;
     let out = {

@@ -3,15 +3,13 @@
 //!
 //! Dims arrive normalised (`ops::wrap_dims`); `None` means every dim.
 
-pub mod block_sum;
 pub mod lines;
 pub mod minmax;
 pub mod softmax;
 
-use candle_core::Device;
-
 use crate::autograd::function::record;
 use crate::autograd::saved::SavedTensor;
+use crate::backend;
 use crate::dtype::{DType, DEFAULT_FLOAT};
 use crate::error::{CandleContext, Error, Result};
 use crate::ops::binary::{add, compare, div, mul, mul_scalar, sub, CompareOp};
@@ -88,12 +86,12 @@ fn require_float(op: &str, x: &Tensor, what: &str) -> Result<()> {
 fn sum_data(x: &candle_core::Tensor, reduced: &[usize]) -> Result<candle_core::Tensor> {
     let kd = keepdim_shape(x.dims(), reduced);
     if x.elem_count() == 0 {
-        return candle_core::Tensor::zeros(kd, x.dtype(), &Device::Cpu).op("sum");
+        return candle_core::Tensor::zeros(kd, x.dtype(), x.device()).op("sum");
     }
     if reduced.is_empty() {
         return Ok(x.clone());
     }
-    if let Some(fast) = block_sum::block_sum(x, reduced)? {
+    if let Some(fast) = backend::on(x).block_sum(x, reduced)? {
         return Ok(fast);
     }
     let dt = x.dtype();
@@ -267,7 +265,7 @@ pub fn logsumexp(x: &Tensor, dims: Option<&[usize]>, keepdim: bool) -> Result<Te
     let d = x.data();
     let op = "logsumexp";
     let m = if d.elem_count() == 0 || reduced.is_empty() {
-        candle_core::Tensor::zeros(kd.clone(), d.dtype(), &Device::Cpu).op(op)?
+        candle_core::Tensor::zeros(kd.clone(), d.dtype(), d.device()).op(op)?
     } else {
         // An infinite max (all -inf, or a +inf) shifts by 0 instead of making NaN.
         let m = extreme_data(&d, &reduced, true)?;

@@ -7,8 +7,6 @@
 //!   a linear recurrence run back to front. No division, so zeros in `x` are exact.
 //! - the linear recurrence `h[i] = a[i] h[i-1] + b[i]` is its own adjoint, reversed.
 
-use candle_core::Device;
-
 use crate::autograd::function::record;
 use crate::autograd::saved::SavedTensor;
 use crate::dtype::DType;
@@ -138,9 +136,9 @@ pub fn shift(x: &Tensor, dim: usize, step: i64, fill_one: bool) -> Result<Tensor
         let mut end = d.dims().to_vec();
         end[dim] = 1;
         let end = if fill_one {
-            candle_core::Tensor::ones(end, d.dtype(), &Device::Cpu)
+            candle_core::Tensor::ones(end, d.dtype(), d.device())
         } else {
-            candle_core::Tensor::zeros(end, d.dtype(), &Device::Cpu)
+            candle_core::Tensor::zeros(end, d.dtype(), d.device())
         }
         .op("shift")?;
         if n == 1 {

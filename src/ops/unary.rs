@@ -1,8 +1,15 @@
-//! Element-wise unary ops. One table: forward, what is saved, backward.
-//! Also the non-differentiable predicates (`isnan`...) and logical/bitwise not.
+//! Element-wise unary ops, the pointwise activations (sigmoid, silu, gelu, softplus)
+//! among them. One table: forward, what is saved, backward. Also the non-differentiable
+//! predicates (`isnan`...) and logical/bitwise not.
+//!
+//! The activations' backward is one fused pass `g * f'(s)` (`Bin::Grad`); when the
+//! backward is itself recorded (`create_graph=True`) it is the composite of gradstream
+//! ops below instead, so it can be differentiated again.
 
 use crate::autograd::function::record;
+use crate::autograd::grad_mode;
 use crate::autograd::saved::SavedTensor;
+use crate::backend::{self, Bin, Pred, Un};
 use crate::dtype::{DType, DEFAULT_FLOAT};
 use crate::error::{CandleContext, Error, Result};
 use crate::ops::binary::{
@@ -10,8 +17,6 @@ use crate::ops::binary::{
 };
 use crate::ops::convert::to_dtype;
 use crate::ops::creation;
-use crate::ops::elementwise_kernels::{Pred, PredKernel, Un, UnaryKernel};
-use crate::ops::{Operand, Scalar};
 use crate::tensor::Tensor;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -234,12 +239,18 @@ impl UnaryOp {
             UnaryOp::Tan => mul(g, &add_scalar(&square(s())?, 1.0)?),
             // 1 - y^2
             UnaryOp::Tanh => mul(g, &rsub_scalar(1.0, &square(s())?)?),
+            // One fused pass unless the backward is itself recorded.
+            UnaryOp::Sigmoid
+            | UnaryOp::Silu
+            | UnaryOp::Gelu
+            | UnaryOp::GeluTanh
+            | UnaryOp::Softplus { .. }
+                if !grad_mode::is_enabled() =>
+            {
+                fused_grad(self, g, s())
+            }
             // y (1 - y)
             UnaryOp::Sigmoid => mul(g, &mul(s(), &rsub_scalar(1.0, s())?)?),
-            UnaryOp::Relu => {
-                let mask = compare(CompareOp::Gt, &s().into(), &0.0.into())?;
-                where_(&mask, &g.into(), &Operand::Scalar(Scalar::Int(0)))
-            }
             UnaryOp::Softplus { beta, threshold } => {
                 // sigmoid(beta x) below the threshold, 1 above it (where the forward is x)
                 let bx = mul_scalar(s(), beta)?;
@@ -290,8 +301,18 @@ impl UnaryOp {
                 )?;
                 mul(g, &d)
             }
+            UnaryOp::Relu => Err(Error::autograd(
+                "relu: recorded by ops::threshold, which has its own backward",
+            )),
         }
     }
+}
+
+/// `g * f'(s)` for a pointwise activation, in one fused kernel pass (records nothing).
+fn fused_grad(op: UnaryOp, g: &Tensor, s: &Tensor) -> Result<Tensor> {
+    let (gd, sd) = (g.data(), s.data());
+    let data = backend::on(&gd).binary(op.name(), Bin::Grad(op.kernel()), &gd, &sd)?;
+    Ok(Tensor::new(data, g.dtype()))
 }
 
 /// The input converted as the op wants it, or PyTorch's error.
@@ -330,15 +351,16 @@ fn prepare(op: UnaryOp, x: &Tensor) -> Result<Tensor> {
 
 /// Run a kernel on a tensor's data (no autograd).
 pub fn apply_kernel(name: &'static str, x: &Tensor, k: Un) -> Result<candle_core::Tensor> {
-    x.data().apply_op1_no_bwd(&UnaryKernel(k)).op(name)
+    let d = x.data();
+    backend::on(&d).unary(name, k, &d)
 }
 
 pub fn unary(op: UnaryOp, x: &Tensor) -> Result<Tensor> {
-    let x = prepare(op, x)?;
-    if op == UnaryOp::Relu && x.dtype().is_floating_point() {
+    if op == UnaryOp::Relu {
         // One pass that also writes the 1-bit mask its backward needs (ops/threshold.rs).
-        return crate::ops::threshold::relu(&x);
+        return crate::ops::threshold::relu(x);
     }
+    let x = prepare(op, x)?;
     let data = if !x.dtype().is_floating_point() && op.int_inputs() == IntInputs::Identity {
         crate::ops::convert::dense_copy(&x.data())?
     } else {
@@ -417,12 +439,13 @@ pub fn predicate(p: Predicate, x: &Tensor) -> Result<Tensor> {
         let v = matches!(p, Predicate::IsFinite) as i64;
         return creation::full(&x.dims(), v as f64, DType::Bool);
     }
-    let k = match p {
-        Predicate::IsNan => Pred::IsNan,
-        Predicate::IsInf => Pred::IsInf,
-        Predicate::IsFinite => Pred::IsFinite,
+    let (k, name) = match p {
+        Predicate::IsNan => (Pred::IsNan, "isnan"),
+        Predicate::IsInf => (Pred::IsInf, "isinf"),
+        Predicate::IsFinite => (Pred::IsFinite, "isfinite"),
     };
-    let data = x.data().apply_op1_no_bwd(&PredKernel(k)).op("isnan")?;
+    let d = x.data();
+    let data = backend::on(&d).predicate(name, k, &d)?;
     Ok(Tensor::new(data, DType::Bool))
 }
 

@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
 
+use crate::backend;
 use crate::error::{Error, Result};
 use crate::memory::Role;
 use crate::ops;
@@ -191,7 +192,7 @@ pub fn step(
             } else {
                 None
             };
-            kernels::sgd(&pdata, &gdata, buf.as_ref(), &s, &prep)?;
+            backend::on(&pdata).sgd(&pdata, &gdata, buf.as_ref(), &s, &prep)?;
             if let Some(b) = &st.momentum_buffer {
                 b.bump_version();
             }
@@ -227,7 +228,8 @@ pub fn step(
             } else {
                 None
             };
-            kernels::adam(&pdata, &gdata, &m, &v, x.as_ref(), &s, &prep)?;
+            let state = ((&m, &v), x.as_ref());
+            backend::on(&pdata).adam(&pdata, &gdata, state, &s, &prep)?;
             for t in [&st.exp_avg, &st.exp_avg_sq, &st.max_exp_avg_sq]
                 .into_iter()
                 .flatten()

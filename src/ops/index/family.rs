@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::{index_put_, kernel, narrow, take, IndexArray, IndexPlan};
+use super::{index_put_, narrow, nonzero_coords, take, IndexArray, IndexPlan};
 use crate::dtype::DType;
 use crate::error::{CandleContext, Error, Result};
 use crate::ops::shape::{expand, reshape};
@@ -274,9 +274,9 @@ pub fn masked_select(x: &Tensor, mask: &Tensor) -> Result<Tensor> {
 /// `nonzero(x)`: the coordinates of the non-zero elements, `[count, rank]` int64; with
 /// `as_tuple`, one 1-d tensor per dim (a 0-d input counts as 1-d).
 pub fn nonzero(x: &Tensor, as_tuple: bool) -> Result<Vec<Tensor>> {
-    let (count, coords) = kernel::nonzero_coords(&x.data())?;
+    let (count, coords) = nonzero_coords(&x.data())?;
     let long = |v: Vec<i64>, dims: &[usize]| -> Result<Tensor> {
-        let t = candle_core::Tensor::from_vec(v, dims, &candle_core::Device::Cpu).op("nonzero")?;
+        let t = candle_core::Tensor::from_vec(v, dims, x.data().device()).op("nonzero")?;
         Ok(Tensor::new(t, DType::Int64))
     };
     if as_tuple {

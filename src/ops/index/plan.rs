@@ -225,7 +225,7 @@ impl IndexPlan {
 
     /// Every true element of a bool mask shaped like the source, as a 1-d result.
     pub fn mask(src_dims: &[usize], mask: &candle_core::Tensor) -> Result<IndexPlan> {
-        let (count, coords) = super::kernel::nonzero_coords(mask)?;
+        let (count, coords) = super::nonzero_coords(mask)?;
         Ok(IndexPlan {
             adv_dims: (0..src_dims.len()).collect(),
             coords,

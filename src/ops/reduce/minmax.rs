@@ -1,7 +1,5 @@
 //! `amax`/`amin`, `max`/`min` (of everything, or along a dim with indices), `argmax`/`argmin`.
 
-use candle_core::Device;
-
 use crate::autograd::function::record;
 use crate::autograd::saved::SavedTensor;
 use crate::dtype::DType;
@@ -135,7 +133,7 @@ pub fn max_dim(x: &Tensor, dim: usize, keepdim: bool, max: bool) -> Result<(Tens
 fn one_hot_along(idx: &Tensor, n: usize, dim: usize, rank: usize, dtype: DType) -> Result<Tensor> {
     let mut shape = vec![1; rank];
     shape[dim] = n;
-    let pos = candle_core::Tensor::arange(0i64, n as i64, &Device::Cpu)
+    let pos = candle_core::Tensor::arange(0i64, n as i64, idx.data().device())
         .op("max")?
         .reshape(shape)
         .op("max")?;
@@ -167,7 +165,7 @@ pub fn argmax(x: &Tensor, dim: Option<usize>, keepdim: bool, max: bool) -> Resul
             i.reshape(out).op(op)?
         }
         Some(_) if in_dims.is_empty() => {
-            candle_core::Tensor::zeros((), candle_core::DType::I64, &Device::Cpu).op(op)?
+            candle_core::Tensor::zeros((), candle_core::DType::I64, d.device()).op(op)?
         }
         Some(dim) => {
             if in_dims[dim] == 0 {

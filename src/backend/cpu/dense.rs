@@ -1,5 +1,5 @@
 //! The elements of a dense CPU tensor as a slice, and a `Vec` back as a tensor: what the
-//! hand-written kernels (nn, threshold, volume rendering) read and write.
+//! hand-written kernels (nn, masks, volume rendering) read and write.
 
 use candle_core::{Device, Storage, WithDType};
 
@@ -29,11 +29,11 @@ pub fn from_vec<T: WithDType>(v: Vec<T>, dims: &[usize]) -> Result<candle_core::
     candle_core::Tensor::from_vec(v, dims, &Device::Cpu).op("kernel")
 }
 
-/// Run `$body` with `$T` the Rust float type of a float32/float64 compute dtype.
+/// Run `$body` with `$T` the Rust float type of an f32/f64 candle dtype.
 macro_rules! by_float {
     ($cdt:expr, |$T:ident| $body:expr) => {
         match $cdt {
-            DType::Float64 => {
+            candle_core::DType::F64 => {
                 type $T = f64;
                 $body
             }

@@ -2,17 +2,22 @@
 //! binary ops (operands already broadcast to the output shape), each specialised per
 //! dtype and per op so the inner loop is a plain closure the compiler can vectorise.
 //!
-//! candle's own element-wise CPU ops run on one thread and lack sigmoid, softplus,
-//! Python-style floor division and remainder, and integer powers; these fill the gaps.
+//! Why not candle's: its element-wise CPU ops run on one thread, and it lacks sigmoid,
+//! softplus, Python-style floor division and remainder, integer powers, and the fused
+//! one-pass backward of the pointwise activations.
 
+use std::f64::consts::{FRAC_1_SQRT_2, PI};
 use std::mem::MaybeUninit;
 
 use candle_core::backend::BackendStorage;
-use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Shape};
+use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Shape, Tensor};
 use half::{bf16, f16};
 use rayon::prelude::*;
 
-use crate::ops::inplace::PAR_MIN;
+use super::scalar::{signed, Int, Real};
+use super::{Cpu, PAR_MIN};
+use crate::backend::{Bin, ElementwiseOps, Pred, Un};
+use crate::error::{CandleContext, Result};
 
 // ---------------------------------------------------------------- traversal
 
@@ -180,291 +185,17 @@ pub fn map2<T: Copy + Send + Sync, U: Send>(
     })
 }
 
-// ---------------------------------------------------------------- element types
-
-/// Floating-point element math (f32, f64).
-pub trait Real:
-    Copy
-    + Send
-    + Sync
-    + PartialOrd
-    + std::ops::Add<Output = Self>
-    + std::ops::Sub<Output = Self>
-    + std::ops::Mul<Output = Self>
-    + std::ops::Div<Output = Self>
-    + std::ops::Rem<Output = Self>
-    + std::ops::Neg<Output = Self>
-{
-    fn c(v: f64) -> Self;
-    fn exp(self) -> Self;
-    fn ln(self) -> Self;
-    fn log2(self) -> Self;
-    fn log10(self) -> Self;
-    fn ln_1p(self) -> Self;
-    fn exp_m1(self) -> Self;
-    fn sqrt(self) -> Self;
-    fn sin(self) -> Self;
-    fn cos(self) -> Self;
-    fn tan(self) -> Self;
-    fn tanh(self) -> Self;
-    fn erf(self) -> Self;
-    fn floor(self) -> Self;
-    fn ceil(self) -> Self;
-    fn round_even(self) -> Self;
-    fn trunc(self) -> Self;
-    fn abs(self) -> Self;
-    fn powf(self, e: Self) -> Self;
-    fn is_nan(self) -> bool;
-    fn is_infinite(self) -> bool;
-    fn is_finite(self) -> bool;
-    fn copysign(self, s: Self) -> Self;
-}
-
-macro_rules! impl_real {
-    ($t:ty, $erf:path) => {
-        impl Real for $t {
-            #[inline(always)]
-            fn c(v: f64) -> Self {
-                v as $t
-            }
-            #[inline(always)]
-            fn exp(self) -> Self {
-                <$t>::exp(self)
-            }
-            #[inline(always)]
-            fn ln(self) -> Self {
-                <$t>::ln(self)
-            }
-            #[inline(always)]
-            fn log2(self) -> Self {
-                <$t>::log2(self)
-            }
-            #[inline(always)]
-            fn log10(self) -> Self {
-                <$t>::log10(self)
-            }
-            #[inline(always)]
-            fn ln_1p(self) -> Self {
-                <$t>::ln_1p(self)
-            }
-            #[inline(always)]
-            fn exp_m1(self) -> Self {
-                <$t>::exp_m1(self)
-            }
-            #[inline(always)]
-            fn sqrt(self) -> Self {
-                <$t>::sqrt(self)
-            }
-            #[inline(always)]
-            fn sin(self) -> Self {
-                <$t>::sin(self)
-            }
-            #[inline(always)]
-            fn cos(self) -> Self {
-                <$t>::cos(self)
-            }
-            #[inline(always)]
-            fn tan(self) -> Self {
-                <$t>::tan(self)
-            }
-            #[inline(always)]
-            fn tanh(self) -> Self {
-                <$t>::tanh(self)
-            }
-            #[inline(always)]
-            fn erf(self) -> Self {
-                $erf(self)
-            }
-            #[inline(always)]
-            fn floor(self) -> Self {
-                <$t>::floor(self)
-            }
-            #[inline(always)]
-            fn ceil(self) -> Self {
-                <$t>::ceil(self)
-            }
-            #[inline(always)]
-            fn round_even(self) -> Self {
-                <$t>::round_ties_even(self)
-            }
-            #[inline(always)]
-            fn trunc(self) -> Self {
-                <$t>::trunc(self)
-            }
-            #[inline(always)]
-            fn abs(self) -> Self {
-                <$t>::abs(self)
-            }
-            #[inline(always)]
-            fn powf(self, e: Self) -> Self {
-                <$t>::powf(self, e)
-            }
-            #[inline(always)]
-            fn is_nan(self) -> bool {
-                <$t>::is_nan(self)
-            }
-            #[inline(always)]
-            fn is_infinite(self) -> bool {
-                <$t>::is_infinite(self)
-            }
-            #[inline(always)]
-            fn is_finite(self) -> bool {
-                <$t>::is_finite(self)
-            }
-            #[inline(always)]
-            fn copysign(self, s: Self) -> Self {
-                <$t>::copysign(self, s)
-            }
-        }
-    };
-}
-
-impl_real!(f32, candle_core::cpu::erf::erf_f32);
-impl_real!(f64, candle_core::cpu::erf::erf_f64);
-
-/// Integer element math (u8, i32, i64): wrapping like PyTorch's integer kernels.
-pub trait Int: Copy + Send + Sync + PartialOrd + Eq {
-    const ZERO: Self;
-    const ONE: Self;
-    const SIGNED: bool;
-    fn wadd(self, o: Self) -> Self;
-    fn wsub(self, o: Self) -> Self;
-    fn wmul(self, o: Self) -> Self;
-    fn wneg(self) -> Self;
-    fn trunc_div(self, o: Self) -> Self;
-    fn trunc_rem(self, o: Self) -> Self;
-    fn and(self, o: Self) -> Self;
-    fn or(self, o: Self) -> Self;
-    fn xor(self, o: Self) -> Self;
-    fn not(self) -> Self;
-    fn to_i64(self) -> i64;
-    fn from_i64(v: i64) -> Self;
-}
-
-macro_rules! impl_int {
-    ($t:ty, $signed:expr) => {
-        impl Int for $t {
-            const ZERO: Self = 0;
-            const ONE: Self = 1;
-            const SIGNED: bool = $signed;
-            #[inline(always)]
-            fn wadd(self, o: Self) -> Self {
-                self.wrapping_add(o)
-            }
-            #[inline(always)]
-            fn wsub(self, o: Self) -> Self {
-                self.wrapping_sub(o)
-            }
-            #[inline(always)]
-            fn wmul(self, o: Self) -> Self {
-                self.wrapping_mul(o)
-            }
-            #[inline(always)]
-            fn wneg(self) -> Self {
-                self.wrapping_neg()
-            }
-            #[inline(always)]
-            fn trunc_div(self, o: Self) -> Self {
-                if o == 0 {
-                    0
-                } else {
-                    self.wrapping_div(o)
-                }
-            }
-            #[inline(always)]
-            fn trunc_rem(self, o: Self) -> Self {
-                if o == 0 {
-                    0
-                } else {
-                    self.wrapping_rem(o)
-                }
-            }
-            #[inline(always)]
-            fn and(self, o: Self) -> Self {
-                self & o
-            }
-            #[inline(always)]
-            fn or(self, o: Self) -> Self {
-                self | o
-            }
-            #[inline(always)]
-            fn xor(self, o: Self) -> Self {
-                self ^ o
-            }
-            #[inline(always)]
-            fn not(self) -> Self {
-                !self
-            }
-            #[inline(always)]
-            fn to_i64(self) -> i64 {
-                self as i64
-            }
-            #[inline(always)]
-            fn from_i64(v: i64) -> Self {
-                v as $t
-            }
-        }
-    };
-}
-
-impl_int!(u8, false);
-impl_int!(i32, true);
-impl_int!(i64, true);
-
 // ---------------------------------------------------------------- unary ops
 
-/// A unary element-wise function.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Un {
-    Neg,
-    Abs,
-    Sign,
-    Square,
-    Reciprocal,
-    Exp,
-    Log,
-    Log2,
-    Log10,
-    Log1p,
-    Expm1,
-    Sqrt,
-    Rsqrt,
-    Sin,
-    Cos,
-    Tan,
-    Tanh,
-    Sigmoid,
-    Relu,
-    Softplus {
-        beta: f64,
-        threshold: f64,
-    },
-    Gelu,
-    GeluTanh,
-    Silu,
-    Erf,
-    Floor,
-    Ceil,
-    Round,
-    Trunc,
-    Frac,
-    /// `x ** e` for a scalar exponent.
-    PowScalar(f64),
-    /// `b ** x` for a scalar base.
-    ScalarPow(f64),
-    /// Bitwise not (logical not on bool data 0/1 is handled by the caller).
-    BitNot,
-}
-
 #[inline(always)]
-fn sigmoid<F: Real>(x: F) -> F {
-    F::c(1.0) / (F::c(1.0) + (-x).exp())
+pub(crate) fn sigmoid<F: Real>(x: F) -> F {
+    F::of(1.0) / (F::of(1.0) + (-x).exp())
 }
 
-fn float_un<F: Real>(op: Un, v: &[F], l: &Layout) -> Vec<F> {
-    let one = F::c(1.0);
-    let zero = F::c(0.0);
-    match op {
+fn float_un<F: Real>(op: Un, v: &[F], l: &Layout) -> candle_core::Result<Vec<F>> {
+    let one = F::of(1.0);
+    let zero = F::of(0.0);
+    Ok(match op {
         Un::Neg => map1(v, l, |x| -x),
         Un::Abs => map1(v, l, |x| x.abs()),
         // sign(NaN) is 0, as PyTorch's kernel gives
@@ -495,7 +226,7 @@ fn float_un<F: Real>(op: Un, v: &[F], l: &Layout) -> Vec<F> {
         // NaN propagates (a comparison with NaN is false).
         Un::Relu => map1(v, l, |x| if x < zero { zero } else { x }),
         Un::Softplus { beta, threshold } => {
-            let (b, t) = (F::c(beta), F::c(threshold));
+            let (b, t) = (F::of(beta), F::of(threshold));
             map1(v, l, move |x| {
                 let bx = x * b;
                 if bx > t {
@@ -506,14 +237,14 @@ fn float_un<F: Real>(op: Un, v: &[F], l: &Layout) -> Vec<F> {
             })
         }
         Un::Gelu => {
-            let r = F::c(std::f64::consts::FRAC_1_SQRT_2);
-            map1(v, l, move |x| F::c(0.5) * x * (one + (x * r).erf()))
+            let r = F::of(std::f64::consts::FRAC_1_SQRT_2);
+            map1(v, l, move |x| F::of(0.5) * x * (one + (x * r).erf()))
         }
         Un::GeluTanh => {
-            let k = F::c((2.0 / std::f64::consts::PI).sqrt());
-            let c = F::c(0.044715);
+            let k = F::of((2.0 / std::f64::consts::PI).sqrt());
+            let c = F::of(0.044715);
             map1(v, l, move |x| {
-                F::c(0.5) * x * (one + (k * (x + c * x * x * x)).tanh())
+                F::of(0.5) * x * (one + (k * (x + c * x * x * x)).tanh())
             })
         }
         Un::Silu => map1(v, l, |x| x * sigmoid(x)),
@@ -531,67 +262,72 @@ fn float_un<F: Real>(op: Un, v: &[F], l: &Layout) -> Vec<F> {
             } else if e == 0.5 {
                 map1(v, l, |x| x.sqrt())
             } else {
-                let e = F::c(e);
+                let e = F::of(e);
                 map1(v, l, move |x| x.powf(e))
             }
         }
         Un::ScalarPow(b) => {
-            let b = F::c(b);
+            let b = F::of(b);
             map1(v, l, move |x| b.powf(x))
         }
-        Un::BitNot => unreachable!("bitwise not on floats is rejected by the op"),
-    }
+        Un::BitNot => candle_core::bail!("bitwise not is not implemented for floating point"),
+    })
 }
 
 /// `b ** e` on integers; a negative exponent gives 1/b**|e| truncated, as PyTorch's kernel.
 #[inline]
-fn int_pow<I: Int>(b: I, e: I) -> I {
-    let ei = e.to_i64();
+fn int_pow<I: Int>(b: I, ei: i64) -> I {
     if ei < 0 {
-        let bi = b.to_i64();
+        let bi: i64 = b.as_();
         return if bi == 1 {
-            I::ONE
+            I::one()
         } else if bi == -1 {
             if ei % 2 == 0 {
-                I::ONE
+                I::one()
             } else {
                 b
             }
         } else {
-            I::ZERO
+            I::zero()
         };
     }
-    let (mut base, mut exp, mut acc) = (b, ei as u64, I::ONE);
+    let (mut base, mut exp, mut acc) = (b, ei as u64, I::one());
     while exp > 0 {
         if exp & 1 == 1 {
-            acc = acc.wmul(base);
+            acc = acc.wrapping_mul(&base);
         }
-        base = base.wmul(base);
+        base = base.wrapping_mul(&base);
         exp >>= 1;
     }
     acc
 }
 
 fn int_un<I: Int>(op: Un, v: &[I], l: &Layout) -> candle_core::Result<Vec<I>> {
-    let zero = I::ZERO;
+    let zero = I::zero();
     Ok(match op {
-        Un::Neg => map1(v, l, |x| x.wneg()),
-        Un::Abs => map1(v, l, |x| if I::SIGNED && x < zero { x.wneg() } else { x }),
+        Un::Neg => map1(v, l, |x| x.wrapping_neg()),
+        Un::Abs => map1(v, l, |x| {
+            if signed::<I>() && x < zero {
+                x.wrapping_neg()
+            } else {
+                x
+            }
+        }),
         Un::Sign => map1(v, l, |x| {
             if x > zero {
-                I::ONE
+                I::one()
             } else if x < zero {
-                I::ONE.wneg()
+                I::one().wrapping_neg()
             } else {
                 zero
             }
         }),
-        Un::Square => map1(v, l, |x| x.wmul(x)),
+        Un::Square => map1(v, l, |x| x.wrapping_mul(&x)),
         Un::Relu => map1(v, l, |x| if x < zero { zero } else { x }),
         Un::Floor | Un::Ceil | Un::Round | Un::Trunc => map1(v, l, |x| x),
-        Un::BitNot => map1(v, l, |x| x.not()),
+        Un::BitNot => map1(v, l, |x| !x),
         Un::PowScalar(e) => {
-            let e = I::from_i64(e as i64);
+            let e = e as i64;
             map1(v, l, move |x| int_pow(x, e))
         }
         other => candle_core::bail!("{other:?} is not implemented for integer tensors"),
@@ -613,14 +349,14 @@ impl CustomOp1 for UnaryKernel {
         let op = self.0;
         let dense = Layout::contiguous(l.shape());
         let out = match s {
-            CpuStorage::F32(v) => CpuStorage::F32(float_un(op, v, l)),
-            CpuStorage::F64(v) => CpuStorage::F64(float_un(op, v, l)),
+            CpuStorage::F32(v) => CpuStorage::F32(float_un(op, v, l)?),
+            CpuStorage::F64(v) => CpuStorage::F64(float_un(op, v, l)?),
             CpuStorage::F16(v) => {
-                let r = float_un(op, &to_f32(v, l, f16::to_f32), &dense);
+                let r = float_un(op, &to_f32(v, l, f16::to_f32), &dense)?;
                 CpuStorage::F16(map1(&r, &dense, f16::from_f32))
             }
             CpuStorage::BF16(v) => {
-                let r = float_un(op, &to_f32(v, l, bf16::to_f32), &dense);
+                let r = float_un(op, &to_f32(v, l, bf16::to_f32), &dense)?;
                 CpuStorage::BF16(map1(&r, &dense, bf16::from_f32))
             }
             CpuStorage::U8(v) => CpuStorage::U8(int_un(op, v, l)?),
@@ -630,14 +366,6 @@ impl CustomOp1 for UnaryKernel {
         };
         Ok((out, l.shape().clone()))
     }
-}
-
-/// A float predicate (`isnan`...) giving 0/1 bytes.
-#[derive(Clone, Copy, Debug)]
-pub enum Pred {
-    IsNan,
-    IsInf,
-    IsFinite,
 }
 
 pub struct PredKernel(pub Pred);
@@ -669,28 +397,6 @@ impl CustomOp1 for PredKernel {
 
 // ---------------------------------------------------------------- binary ops
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Bin {
-    Add,
-    Sub,
-    Mul,
-    Div,
-    Pow,
-    /// Python's `//`: rounds toward negative infinity.
-    FloorDiv,
-    /// Division rounded toward zero (`div(rounding_mode='trunc')`).
-    TruncDiv,
-    /// Python's `%`: the result has the divisor's sign.
-    Rem,
-    /// C's `fmod`: the result has the dividend's sign.
-    Fmod,
-    Max,
-    Min,
-    And,
-    Or,
-    Xor,
-}
-
 #[inline(always)]
 fn nan_max<T: PartialOrd + Copy>(a: T, b: T) -> T {
     #[allow(clippy::eq_op)]
@@ -713,19 +419,19 @@ fn nan_min<T: PartialOrd + Copy>(a: T, b: T) -> T {
 
 #[inline(always)]
 fn float_floor_div<F: Real>(a: F, b: F) -> F {
-    let zero = F::c(0.0);
+    let zero = F::of(0.0);
     if b == zero {
         return a / b;
     }
     let m = a % b;
     let mut div = (a - m) / b;
     if m != zero && ((b < zero) != (m < zero)) {
-        div = div - F::c(1.0);
+        div -= F::of(1.0);
     }
     if div != zero {
         let f = div.floor();
-        if div - f > F::c(0.5) {
-            f + F::c(1.0)
+        if div - f > F::of(0.5) {
+            f + F::of(1.0)
         } else {
             f
         }
@@ -736,7 +442,7 @@ fn float_floor_div<F: Real>(a: F, b: F) -> F {
 
 #[inline(always)]
 fn float_rem<F: Real>(a: F, b: F) -> F {
-    let zero = F::c(0.0);
+    let zero = F::of(0.0);
     let m = a % b;
     if m != zero && ((b < zero) != (m < zero)) {
         m + b
@@ -764,17 +470,86 @@ fn float_bin<F: Real>(
         Bin::Fmod => map2(a, la, b, lb, |x, y| x % y),
         Bin::Max => map2(a, la, b, lb, nan_max),
         Bin::Min => map2(a, la, b, lb, nan_min),
+        Bin::Grad(f) => float_grad(f, a, la, b, lb)?,
         Bin::And | Bin::Or | Bin::Xor => {
             candle_core::bail!("bitwise {op:?} is not implemented for floating point tensors")
         }
     })
 }
 
+/// `g * f'(s)` in one pass (`s` is sigmoid's output, the other functions' input).
+fn float_grad<F: Real>(
+    f: Un,
+    g: &[F],
+    lg: &Layout,
+    s: &[F],
+    ls: &Layout,
+) -> candle_core::Result<Vec<F>> {
+    let (one, half) = (F::of(1.0), F::of(0.5));
+    Ok(match f {
+        Un::Sigmoid => map2(g, lg, s, ls, move |g, y| g * y * (one - y)),
+        Un::Silu => map2(g, lg, s, ls, move |g, x| {
+            let sg = sigmoid(x);
+            g * sg * (one + x * (one - sg))
+        }),
+        Un::Gelu => {
+            let (r, k) = (F::of(FRAC_1_SQRT_2), F::of(1.0 / (2.0 * PI).sqrt()));
+            map2(g, lg, s, ls, move |g, x| {
+                g * (half * (one + (x * r).erf()) + x * k * (-half * x * x).exp())
+            })
+        }
+        Un::GeluTanh => {
+            let (k, c) = (F::of((2.0 / PI).sqrt()), F::of(0.044715));
+            let c3 = F::of(3.0 * 0.044715);
+            map2(g, lg, s, ls, move |g, x| {
+                let x2 = x * x;
+                let t = (k * (x + c * x * x2)).tanh();
+                g * (half * (one + t) + half * x * (one - t * t) * k * (one + c3 * x2))
+            })
+        }
+        Un::Softplus { beta, threshold } => {
+            let (b, th) = (F::of(beta), F::of(threshold));
+            map2(g, lg, s, ls, move |g, x| {
+                let bx = x * b;
+                if bx > th {
+                    g
+                } else {
+                    g * sigmoid(bx)
+                }
+            })
+        }
+        other => candle_core::bail!("{other:?} has no fused backward kernel"),
+    })
+}
+
+/// `a / b` rounded toward zero, wrapping (`MIN / -1 == MIN`); 0 for a zero divisor (the
+/// op refuses those first).
+#[inline(always)]
+fn trunc_div<I: Int>(a: I, b: I) -> I {
+    if b == I::zero() {
+        I::zero()
+    } else if signed::<I>() && b == I::one().wrapping_neg() {
+        a.wrapping_neg()
+    } else {
+        a / b
+    }
+}
+
+/// The remainder of `trunc_div`, with the dividend's sign.
+#[inline(always)]
+fn trunc_rem<I: Int>(a: I, b: I) -> I {
+    if b == I::zero() || (signed::<I>() && b == I::one().wrapping_neg()) {
+        I::zero()
+    } else {
+        a % b
+    }
+}
+
 #[inline(always)]
 fn int_floor_div<I: Int>(a: I, b: I) -> I {
-    let q = a.trunc_div(b);
-    if I::SIGNED && a.trunc_rem(b) != I::ZERO && ((a < I::ZERO) != (b < I::ZERO)) {
-        q.wsub(I::ONE)
+    let q = trunc_div(a, b);
+    if signed::<I>() && trunc_rem(a, b) != I::zero() && ((a < I::zero()) != (b < I::zero())) {
+        q.wrapping_sub(&I::one())
     } else {
         q
     }
@@ -782,9 +557,9 @@ fn int_floor_div<I: Int>(a: I, b: I) -> I {
 
 #[inline(always)]
 fn int_rem<I: Int>(a: I, b: I) -> I {
-    let r = a.trunc_rem(b);
-    if I::SIGNED && r != I::ZERO && ((r < I::ZERO) != (b < I::ZERO)) {
-        r.wadd(b)
+    let r = trunc_rem(a, b);
+    if signed::<I>() && r != I::zero() && ((r < I::zero()) != (b < I::zero())) {
+        r.wrapping_add(&b)
     } else {
         r
     }
@@ -798,20 +573,21 @@ fn int_bin<I: Int>(
     lb: &Layout,
 ) -> candle_core::Result<Vec<I>> {
     Ok(match op {
-        Bin::Add => map2(a, la, b, lb, |x, y| x.wadd(y)),
-        Bin::Sub => map2(a, la, b, lb, |x, y| x.wsub(y)),
-        Bin::Mul => map2(a, la, b, lb, |x, y| x.wmul(y)),
-        Bin::Pow => map2(a, la, b, lb, int_pow),
+        Bin::Add => map2(a, la, b, lb, |x, y| x.wrapping_add(&y)),
+        Bin::Sub => map2(a, la, b, lb, |x, y| x.wrapping_sub(&y)),
+        Bin::Mul => map2(a, la, b, lb, |x, y| x.wrapping_mul(&y)),
+        Bin::Pow => map2(a, la, b, lb, |x, y| int_pow(x, y.as_())),
         Bin::FloorDiv => map2(a, la, b, lb, int_floor_div),
-        Bin::TruncDiv => map2(a, la, b, lb, |x, y| x.trunc_div(y)),
+        Bin::TruncDiv => map2(a, la, b, lb, |x, y| trunc_div(x, y)),
         Bin::Rem => map2(a, la, b, lb, int_rem),
-        Bin::Fmod => map2(a, la, b, lb, |x, y| x.trunc_rem(y)),
+        Bin::Fmod => map2(a, la, b, lb, |x, y| trunc_rem(x, y)),
         Bin::Max => map2(a, la, b, lb, nan_max),
         Bin::Min => map2(a, la, b, lb, nan_min),
-        Bin::And => map2(a, la, b, lb, |x, y| x.and(y)),
-        Bin::Or => map2(a, la, b, lb, |x, y| x.or(y)),
-        Bin::Xor => map2(a, la, b, lb, |x, y| x.xor(y)),
+        Bin::And => map2(a, la, b, lb, |x, y| x & y),
+        Bin::Or => map2(a, la, b, lb, |x, y| x | y),
+        Bin::Xor => map2(a, la, b, lb, |x, y| x ^ y),
         Bin::Div => candle_core::bail!("true division of integers is done in floating point"),
+        Bin::Grad(f) => candle_core::bail!("{f:?} backward is for floating point tensors"),
     })
 }
 
@@ -868,13 +644,16 @@ impl CustomOp2 for BinaryKernel {
     }
 }
 
-/// Whether any element of an integer tensor is zero (integer division by zero is an error).
-pub fn has_zero(t: &candle_core::Tensor) -> candle_core::Result<bool> {
-    if t.elem_count() == 0 {
-        return Ok(false);
+impl ElementwiseOps for Cpu {
+    fn unary(&self, name: &'static str, op: Un, x: &Tensor) -> Result<Tensor> {
+        x.apply_op1_no_bwd(&UnaryKernel(op)).op(name)
     }
-    let z = t.eq(0f64)?.to_dtype(candle_core::DType::U32)?;
-    Ok(z.flatten_all()?.max(0)?.to_scalar::<u32>()? > 0)
+    fn binary(&self, name: &'static str, op: Bin, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+        a.apply_op2_no_bwd(b, &BinaryKernel(op)).op(name)
+    }
+    fn predicate(&self, name: &'static str, p: Pred, x: &Tensor) -> Result<Tensor> {
+        x.apply_op1_no_bwd(&PredKernel(p)).op(name)
+    }
 }
 
 #[cfg(test)]

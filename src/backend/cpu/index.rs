@@ -1,15 +1,19 @@
 //! CPU kernels of advanced indexing: read the elements an `IndexPlan` names out of any
 //! strided layout (`Take`), or write/accumulate values into them in place (`Put`).
+//! Why not candle's: `index_select`/`index_add` take one index tensor on one dim of a
+//! contiguous tensor; these take several index arrays on any view, in place.
 
 use std::sync::Arc;
 
 use candle_core::backend::BackendStorage;
-use candle_core::{CpuStorage, CustomOp1, InplaceOp2, Layout, Shape, WithDType};
+use candle_core::{CpuStorage, CustomOp1, InplaceOp2, Layout, Shape, Tensor, WithDType};
 use rayon::prelude::*;
 
-use crate::ops::index::plan::IndexPlan;
-use crate::ops::inplace::PAR_MIN;
-use crate::ops::strided::StridedOffsets;
+use super::strided::StridedOffsets;
+use super::{Cpu, PAR_MIN};
+use crate::backend::IndexOps;
+use crate::error::{CandleContext, Result};
+use crate::ops::index::IndexPlan;
 
 /// The offsets an indexing result reads from a source layout, factored as
 /// `outer[o] + adv[b] + inner[i]` for output element `(o, b, i)` in row-major order.
@@ -166,38 +170,19 @@ impl InplaceOp2 for Put {
     }
 }
 
-/// The coordinates of every true element of a mask (any layout), row-major:
-/// `coords[d][k]` is the d-th coordinate of the k-th true element. Also returns the count
-/// (a 0-d mask has no coordinates but may hold one true element).
-pub fn nonzero_coords(
-    mask: &candle_core::Tensor,
-) -> crate::error::Result<(usize, Vec<Vec<usize>>)> {
-    use crate::error::CandleContext;
-    let dims = mask.dims().to_vec();
-    let flat: Vec<u8> = mask
-        .ne(0f64)
-        .op("nonzero")?
-        .flatten_all()
-        .op("nonzero")?
-        .to_vec1()
-        .op("nonzero")?;
-    let mut coords = vec![Vec::new(); dims.len()];
-    let mut idx = vec![0usize; dims.len()];
-    let mut count = 0;
-    for &v in &flat {
-        if v != 0 {
-            count += 1;
-            for (c, &i) in coords.iter_mut().zip(&idx) {
-                c.push(i);
-            }
-        }
-        for d in (0..dims.len()).rev() {
-            idx[d] += 1;
-            if idx[d] < dims[d] {
-                break;
-            }
-            idx[d] = 0;
-        }
+impl IndexOps for Cpu {
+    fn take(&self, name: &'static str, x: &Tensor, plan: &Arc<IndexPlan>) -> Result<Tensor> {
+        x.apply_op1_no_bwd(&Take(plan.clone())).op(name)
     }
-    Ok((count, coords))
+    fn put(
+        &self,
+        name: &'static str,
+        dst: &Tensor,
+        src: &Tensor,
+        plan: &Arc<IndexPlan>,
+        accumulate: bool,
+    ) -> Result<()> {
+        let plan = plan.clone();
+        dst.inplace_op2(src, &Put { plan, accumulate }).op(name)
+    }
 }

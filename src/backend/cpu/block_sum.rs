@@ -1,45 +1,24 @@
 //! Sum over a contiguous block of dims of a dense float tensor, in parallel.
 //!
 //! The common reductions are of this shape: a bias gradient sums the leading dims, a mean
-//! over features the trailing ones. candle's own sum walks these on one thread; here the
+//! over features the trailing ones. Why not candle's: its sum walks these on one thread
+//! and accumulates float32 in float32; here the
 //! tensor is seen as (outer, mid, inner) and `mid` is summed, float32 accumulating in f64.
 
 use candle_core::{CpuStorage, Device, Storage};
 use rayon::prelude::*;
 
+use super::scalar::Real;
+use super::PAR_MIN;
 use crate::error::{CandleContext, Result};
-use crate::ops::inplace::PAR_MIN;
 
-trait Acc: Copy + Send + Sync {
-    fn widen(self) -> f64;
-    fn narrow(v: f64) -> Self;
-}
-
-impl Acc for f32 {
-    fn widen(self) -> f64 {
-        self as f64
-    }
-    fn narrow(v: f64) -> Self {
-        v as f32
-    }
-}
-
-impl Acc for f64 {
-    fn widen(self) -> f64 {
-        self
-    }
-    fn narrow(v: f64) -> Self {
-        v
-    }
-}
-
-fn sum_mid<T: Acc>(s: &[T], outer: usize, mid: usize, inner: usize) -> Vec<T> {
+fn sum_mid<T: Real>(s: &[T], outer: usize, mid: usize, inner: usize) -> Vec<T> {
     if inner == 1 {
         // Allocated exactly: `collect` reserves with amortised growth (at least 4 elements).
-        let mut out = vec![T::narrow(0.0); outer];
+        let mut out = vec![T::of(0.0); outer];
         out.par_iter_mut()
             .zip(s.par_chunks(mid))
-            .for_each(|(o, row)| *o = T::narrow(row.iter().map(|v| v.widen()).sum()));
+            .for_each(|(o, row)| *o = T::of(row.iter().map(|v| v.widen()).sum()));
         return out;
     }
     let mut out = Vec::with_capacity(outer * inner);
@@ -63,7 +42,7 @@ fn sum_mid<T: Acc>(s: &[T], outer: usize, mid: usize, inner: usize) -> Vec<T> {
                     a
                 },
             );
-        out.extend(acc.into_iter().map(T::narrow));
+        out.extend(acc.into_iter().map(T::of));
     }
     out
 }

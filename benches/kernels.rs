@@ -1,0 +1,173 @@
+//! Each of gradstream's own CPU kernels against candle's equivalent, on the sizes the
+//! workloads use: the CPU backend against the candle backend (candle's ops), on the same
+//! CPU tensors. Prints a Markdown table (median of 7 runs after a warm-up).
+//!
+//! cargo run --profile dev-release --example kernels
+
+use std::time::Instant;
+
+use _core::backend::candle::Candle;
+use _core::backend::cpu::Cpu;
+use _core::backend::{
+    AdamStep, Bin, ElementwiseOps, GradPrep, InplaceOps, LineKernel, MaskOps, NnOps, OptimOps,
+    ReduceOps, Un, Update,
+};
+use candle_core::{Device, Tensor};
+
+fn median_ms(mut f: impl FnMut()) -> f64 {
+    f();
+    let mut t: Vec<f64> = (0..7)
+        .map(|_| {
+            let s = Instant::now();
+            f();
+            s.elapsed().as_secs_f64() * 1e3
+        })
+        .collect();
+    t.sort_by(|a, b| a.total_cmp(b));
+    t[3]
+}
+
+fn row(op: &str, size: &str, ours: impl FnMut(), candle: impl FnMut()) {
+    let (a, b) = (median_ms(ours), median_ms(candle));
+    println!("| {op} | {size} | {a:.2} | {b:.2} | {:.1}x |", b / a);
+}
+
+fn randn(dims: &[usize]) -> Tensor {
+    Tensor::randn(0f32, 1f32, dims, &Device::Cpu).unwrap()
+}
+
+fn adam_candle(p: &Tensor, g: &Tensor, m: &Tensor, v: &Tensor) -> candle_core::Result<()> {
+    // The same update from candle's ops: every op a pass and a temporary, then copy back.
+    let m2 = (m.affine(0.9, 0.0)? + g.affine(0.1, 0.0)?)?;
+    let v2 = (v.affine(0.999, 0.0)? + g.sqr()?.affine(0.001, 0.0)?)?;
+    let step = (m2.affine(1e-3, 0.0)? / v2.sqrt()?.affine(1.0, 1e-8)?)?;
+    let p2 = (p - step)?;
+    for (dst, src) in [(p, &p2), (m, &m2), (v, &v2)] {
+        dst.slice_set(src, 0, 0)?;
+    }
+    Ok(())
+}
+
+fn main() {
+    let (cpu, cdl) = (Cpu, Candle);
+    println!("| op | size | ours ms | candle ms | candle / ours |");
+    println!("|---|---|---:|---:|---:|");
+    for n in [1usize << 20, 1 << 24] {
+        let size = format!("{}M", n >> 20);
+        let x = randn(&[n]);
+        let y = randn(&[n]);
+        row(
+            "relu (+1-bit mask)",
+            &size,
+            || drop(cpu.threshold("relu", &x, 0.0, 0.0, true).unwrap()),
+            || drop(cdl.threshold("relu", &x, 0.0, 0.0, true).unwrap()),
+        );
+        let softplus = Un::Softplus {
+            beta: 1.0,
+            threshold: 20.0,
+        };
+        for (name, op) in [
+            ("sigmoid", Un::Sigmoid),
+            ("silu", Un::Silu),
+            ("gelu", Un::Gelu),
+            ("gelu tanh", Un::GeluTanh),
+            ("softplus", softplus),
+            ("exp", Un::Exp),
+        ] {
+            row(
+                name,
+                &size,
+                || drop(cpu.unary("op", op, &x).unwrap()),
+                || drop(cdl.unary("op", op, &x).unwrap()),
+            );
+        }
+        for (name, op) in [
+            ("sigmoid backward", Bin::Grad(Un::Sigmoid)),
+            ("gelu backward", Bin::Grad(Un::Gelu)),
+            ("add", Bin::Add),
+            ("mul", Bin::Mul),
+        ] {
+            row(
+                name,
+                &size,
+                || drop(cpu.binary("op", op, &y, &x).unwrap()),
+                || drop(cdl.binary("op", op, &y, &x).unwrap()),
+            );
+        }
+        let acc = randn(&[n]);
+        row(
+            "add_ (in place)",
+            &size,
+            || cpu.update("add_", &acc, &x, Update::Add).unwrap(),
+            || cdl.update("add_", &acc, &x, Update::Add).unwrap(),
+        );
+        let (p, m, v) = (
+            randn(&[n]),
+            randn(&[n]).abs().unwrap(),
+            randn(&[n]).abs().unwrap(),
+        );
+        let s = AdamStep {
+            lr: 1e-3,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay: 0.0,
+            decoupled: false,
+            step_size: 1e-3,
+            bias_correction2_sqrt: 1.0,
+        };
+        let prep = GradPrep {
+            scale: 1.0,
+            clip_value: None,
+            maximize: false,
+        };
+        row(
+            "Adam step (in place)",
+            &size,
+            || cpu.adam(&p, &y, ((&m, &v), None), &s, &prep).unwrap(),
+            || adam_candle(&p, &y, &m, &v).unwrap(),
+        );
+    }
+    let rows = randn(&[65536, 256]);
+    let size = "65536x256";
+    for (name, k) in [
+        ("softmax", LineKernel::Softmax { log: false }),
+        ("log_softmax", LineKernel::Softmax { log: true }),
+        ("max (dim 1)", LineKernel::Extreme { max: true }),
+        ("argmax (dim 1)", LineKernel::ArgExtreme { max: true }),
+        (
+            "cumsum (dim 1)",
+            LineKernel::Scan {
+                prod: false,
+                reverse: false,
+            },
+        ),
+    ] {
+        row(
+            name,
+            size,
+            || drop(cpu.lines(&rows, 1, k).unwrap()),
+            || drop(cdl.lines(&rows, 1, k).unwrap()),
+        );
+    }
+    row(
+        "layer_norm",
+        size,
+        || drop(cpu.layer_norm("layer_norm", &rows, 256, 1e-5).unwrap()),
+        || drop(cdl.layer_norm("layer_norm", &rows, 256, 1e-5).unwrap()),
+    );
+    row(
+        "sum (dim 0, bias grad)",
+        size,
+        || drop(cpu.block_sum(&rows, &[0]).unwrap().unwrap()),
+        || drop(rows.sum_keepdim(0).unwrap()),
+    );
+    let table = randn(&[4096, 256]);
+    let ids: Vec<i64> = (0..65536).map(|i| (i * 7919) % 4096).collect();
+    row(
+        "embedding",
+        "65536 of 4096x256",
+        || drop(cpu.embedding("embedding", &table, &ids, None).unwrap()),
+        || drop(cdl.embedding("embedding", &table, &ids, None).unwrap()),
+    );
+}

@@ -1,0 +1,22 @@
+//! The CPU backend: gradstream's own kernels, each where candle's CPU op is slow or
+//! misses PyTorch's semantics (each file says why), rayon-parallel above `PAR_MIN`
+//! elements. `benches/kernels.rs` times each against candle's op.
+
+pub mod block_sum;
+pub mod dense;
+pub mod elementwise;
+pub mod index;
+pub mod inplace;
+pub mod lines;
+pub mod mask;
+pub mod nn;
+pub mod optim;
+pub mod render;
+pub mod scalar;
+pub mod strided;
+
+/// Below this many elements a kernel stays on one thread.
+pub const PAR_MIN: usize = 1 << 15;
+
+/// gradstream's CPU kernels: each family's `impl` is in its file.
+pub struct Cpu;

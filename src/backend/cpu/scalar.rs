@@ -1,0 +1,64 @@
+//! The scalar math of the CPU kernels, on `num-traits`: one float trait for every kernel
+//! that computes in f32/f64 (element-wise, nn, reductions, the renderer, optimizers), and
+//! the integer bounds of the wrapping integer kernels.
+
+use candle_core::WithDType;
+use num_traits::{AsPrimitive, Float, PrimInt, WrappingAdd, WrappingMul, WrappingNeg, WrappingSub};
+
+/// f32 or f64: `num_traits::Float` and candle's element trait, plus what they lack.
+pub trait Real: Float + WithDType {
+    #[inline(always)]
+    fn of(v: f64) -> Self {
+        <Self as WithDType>::from_f64(v)
+    }
+    #[inline(always)]
+    fn widen(self) -> f64 {
+        <Self as WithDType>::to_f64(self)
+    }
+    fn erf(self) -> Self;
+    /// Round half to even, as PyTorch's `round`.
+    fn round_even(self) -> Self;
+}
+
+macro_rules! real {
+    ($t:ty, $erf:path) => {
+        impl Real for $t {
+            #[inline(always)]
+            fn erf(self) -> Self {
+                $erf(self)
+            }
+            #[inline(always)]
+            fn round_even(self) -> Self {
+                self.round_ties_even()
+            }
+        }
+    };
+}
+
+real!(f32, candle_core::cpu::erf::erf_f32);
+real!(f64, candle_core::cpu::erf::erf_f64);
+
+/// u8, i32, i64: num-traits' primitive integers with wrapping arithmetic, like PyTorch's
+/// integer kernels.
+pub trait Int:
+    PrimInt + WrappingAdd + WrappingSub + WrappingMul + WrappingNeg + AsPrimitive<i64> + Send + Sync
+{
+}
+
+impl<T> Int for T where
+    T: PrimInt
+        + WrappingAdd
+        + WrappingSub
+        + WrappingMul
+        + WrappingNeg
+        + AsPrimitive<i64>
+        + Send
+        + Sync
+{
+}
+
+/// Whether an integer type is signed.
+#[inline(always)]
+pub fn signed<I: Int>() -> bool {
+    I::min_value() < I::zero()
+}

@@ -1,0 +1,211 @@
+//! Element-wise kernels: unary functions, binary functions of two same-shape operands
+//! (broadcast views allowed), float predicates. The defaults are candle's ops.
+
+use std::f64::consts::{FRAC_1_SQRT_2, LN_10, LN_2, PI};
+
+use candle_core::Tensor;
+
+use super::not_implemented;
+use crate::error::{CandleContext, Result};
+
+/// A unary element-wise function.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Un {
+    Neg,
+    Abs,
+    Sign,
+    Square,
+    Reciprocal,
+    Exp,
+    Log,
+    Log2,
+    Log10,
+    Log1p,
+    Expm1,
+    Sqrt,
+    Rsqrt,
+    Sin,
+    Cos,
+    Tan,
+    Tanh,
+    Sigmoid,
+    Relu,
+    /// `log(1 + exp(beta x)) / beta`, linear where `beta x > threshold`.
+    Softplus {
+        beta: f64,
+        threshold: f64,
+    },
+    Gelu,
+    GeluTanh,
+    Silu,
+    Erf,
+    Floor,
+    Ceil,
+    Round,
+    Trunc,
+    Frac,
+    /// `x ** e` for a scalar exponent.
+    PowScalar(f64),
+    /// `b ** x` for a scalar base.
+    ScalarPow(f64),
+    /// Bitwise not (logical not on bool data 0/1 is handled by the caller).
+    BitNot,
+}
+
+/// A binary element-wise function of two operands of one dtype and one shape.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Bin {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Pow,
+    /// Python's `//`: rounds toward negative infinity.
+    FloorDiv,
+    /// Division rounded toward zero (`div(rounding_mode='trunc')`).
+    TruncDiv,
+    /// Python's `%`: the result has the divisor's sign.
+    Rem,
+    /// C's `fmod`: the result has the dividend's sign.
+    Fmod,
+    Max,
+    Min,
+    And,
+    Or,
+    Xor,
+    /// A fused backward `g * f'(s)` of a pointwise `f`: the first operand is the
+    /// gradient, the second what `f` saved (its output for sigmoid, else its input).
+    Grad(Un),
+}
+
+/// A float predicate (`isnan`...) giving 0/1 bytes.
+#[derive(Clone, Copy, Debug)]
+pub enum Pred {
+    IsNan,
+    IsInf,
+    IsFinite,
+}
+
+pub trait ElementwiseOps {
+    /// `op(x)`, dense, in `x`'s dtype.
+    fn unary(&self, name: &'static str, op: Un, x: &Tensor) -> Result<Tensor> {
+        candle_unary(name, op, x)
+    }
+
+    /// `op(a, b)` for `a` and `b` of one dtype and one shape, dense.
+    fn binary(&self, name: &'static str, op: Bin, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+        candle_binary(name, op, a, b)
+    }
+
+    /// `p(x)` as 0/1 bytes (u8).
+    fn predicate(&self, name: &'static str, p: Pred, x: &Tensor) -> Result<Tensor> {
+        let r = match p {
+            Pred::IsNan => x.ne(x),
+            Pred::IsInf => x.abs().and_then(|a| a.eq(f64::INFINITY)),
+            // x - x is 0 exactly where x is finite (NaN for inf and NaN).
+            Pred::IsFinite => x.sub(x).and_then(|d| d.eq(0f64)),
+        };
+        r.op(name)
+    }
+}
+
+fn sigmoid(x: &Tensor) -> candle_core::Result<Tensor> {
+    x.neg()?.exp()?.affine(1.0, 1.0)?.recip()
+}
+
+/// Unary ops from candle's own; those candle lacks, or computes unlike PyTorch (log1p,
+/// round-half-to-even), are not implemented.
+fn candle_unary(name: &'static str, op: Un, x: &Tensor) -> Result<Tensor> {
+    let r = match op {
+        Un::Neg => x.neg(),
+        Un::Abs => x.abs(),
+        Un::Sign => x.sign(),
+        Un::Square => x.sqr(),
+        Un::Reciprocal => x.recip(),
+        Un::Exp => x.exp(),
+        Un::Log => x.log(),
+        Un::Log2 => x.log().and_then(|l| l.affine(1.0 / LN_2, 0.0)),
+        Un::Log10 => x.log().and_then(|l| l.affine(1.0 / LN_10, 0.0)),
+        Un::Sqrt => x.sqrt(),
+        Un::Rsqrt => x.sqrt().and_then(|s| s.recip()),
+        Un::Sin => x.sin(),
+        Un::Cos => x.cos(),
+        Un::Tan => x.sin().and_then(|s| s.div(&x.cos()?)),
+        Un::Tanh => x.tanh(),
+        Un::Sigmoid => sigmoid(x),
+        Un::Relu => x.relu(),
+        Un::Softplus { beta, threshold } => (|| {
+            let bx = x.affine(beta, 0.0)?;
+            let soft = bx.exp()?.affine(1.0, 1.0)?.log()?.affine(1.0 / beta, 0.0)?;
+            bx.gt(threshold)?.where_cond(x, &soft)
+        })(),
+        Un::Gelu => x.gelu_erf(),
+        Un::GeluTanh => x.gelu(),
+        Un::Silu => x.silu(),
+        Un::Erf => x.erf(),
+        Un::Floor => x.floor(),
+        Un::Ceil => x.ceil(),
+        Un::PowScalar(e) => x.powf(e),
+        Un::ScalarPow(b) => x.affine(b.ln(), 0.0).and_then(|y| y.exp()),
+        Un::Log1p | Un::Expm1 | Un::Round | Un::Trunc | Un::Frac | Un::BitNot => {
+            return Err(not_implemented(name, x.device()))
+        }
+    };
+    r.op(name)
+}
+
+/// `g * f'(s)` with candle's ops.
+fn candle_grad(f: Un, g: &Tensor, s: &Tensor) -> candle_core::Result<Option<Tensor>> {
+    let d = match f {
+        // s is the output y: y (1 - y)
+        Un::Sigmoid => s.mul(&s.affine(-1.0, 1.0)?)?,
+        Un::Silu => {
+            let sg = sigmoid(s)?;
+            sg.mul(&s.mul(&sg.affine(-1.0, 1.0)?)?.affine(1.0, 1.0)?)?
+        }
+        Un::Gelu => {
+            let cdf = s.affine(FRAC_1_SQRT_2, 0.0)?.erf()?.affine(0.5, 0.5)?;
+            let pdf = s.sqr()?.affine(-0.5, 0.0)?.exp()?;
+            cdf.add(&s.mul(&pdf)?.affine(1.0 / (2.0 * PI).sqrt(), 0.0)?)?
+        }
+        Un::GeluTanh => {
+            let (k, c) = ((2.0 / PI).sqrt(), 0.044715);
+            let x2 = s.sqr()?;
+            let t = s.mul(&x2.affine(c, 1.0)?)?.affine(k, 0.0)?.tanh()?;
+            let slope = x2.affine(3.0 * c * k, k)?;
+            let right = s.mul(&t.sqr()?.affine(-1.0, 1.0)?)?.mul(&slope)?;
+            t.affine(0.5, 0.5)?.add(&right.affine(0.5, 0.0)?)?
+        }
+        Un::Softplus { beta, threshold } => {
+            let bx = s.affine(beta, 0.0)?;
+            bx.gt(threshold)?
+                .where_cond(&bx.ones_like()?, &sigmoid(&bx)?)?
+        }
+        _ => return Ok(None),
+    };
+    g.mul(&d).map(Some)
+}
+
+fn candle_binary(name: &'static str, op: Bin, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    let r = match op {
+        Bin::Add => a.add(b),
+        Bin::Sub => a.sub(b),
+        Bin::Mul => a.mul(b),
+        Bin::Div => a.div(b),
+        Bin::Max => a.maximum(b),
+        Bin::Min => a.minimum(b),
+        Bin::Grad(f) => match candle_grad(f, a, b).op(name)? {
+            Some(t) => return Ok(t),
+            None => return Err(not_implemented(name, a.device())),
+        },
+        Bin::Pow
+        | Bin::FloorDiv
+        | Bin::TruncDiv
+        | Bin::Rem
+        | Bin::Fmod
+        | Bin::And
+        | Bin::Or
+        | Bin::Xor => return Err(not_implemented(name, a.device())),
+    };
+    r.op(name)
+}

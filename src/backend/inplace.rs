@@ -1,0 +1,63 @@
+//! In-place writes into a buffer: `dst op= src` on any non-overlapping view, `fill_`,
+//! and a dense copy. The defaults write through candle's `slice_set`, which needs a
+//! contiguous destination.
+
+use candle_core::Tensor;
+
+use super::not_implemented;
+use crate::error::{CandleContext, Result};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Update {
+    Assign,
+    Add,
+    Sub,
+    Mul,
+    Div,
+}
+
+pub trait InplaceOps {
+    /// `dst op= src`, in place; `src` has dst's dtype and broadcasts to its shape and does
+    /// not share dst's buffer.
+    fn update(&self, name: &'static str, dst: &Tensor, src: &Tensor, u: Update) -> Result<()> {
+        if !dst.is_contiguous() {
+            return Err(not_implemented(name, dst.device()));
+        }
+        let src = src.broadcast_as(dst.shape()).op(name)?;
+        let new = match u {
+            Update::Assign => src.contiguous(),
+            Update::Add => dst.add(&src),
+            Update::Sub => dst.sub(&src),
+            Update::Mul => dst.mul(&src),
+            Update::Div => dst.div(&src),
+        }
+        .op(name)?;
+        write_all(name, dst, &new)
+    }
+
+    /// Every element of `dst` set to `v` (already in dst's dtype's range).
+    fn fill(&self, name: &'static str, dst: &Tensor, v: f64) -> Result<()> {
+        if !dst.is_contiguous() {
+            return Err(not_implemented(name, dst.device()));
+        }
+        let new = Tensor::full(v, dst.shape(), dst.device())
+            .and_then(|t| t.to_dtype(dst.dtype()))
+            .op(name)?;
+        write_all(name, dst, &new)
+    }
+
+    /// A new dense tensor holding `x`'s elements (never sharing its buffer).
+    fn dense_copy(&self, name: &'static str, x: &Tensor) -> Result<Tensor> {
+        if x.is_contiguous() {
+            x.copy().op(name)
+        } else {
+            x.contiguous().op(name)
+        }
+    }
+}
+
+/// Overwrite the contiguous `dst` with `src`'s elements.
+pub(crate) fn write_all(name: &'static str, dst: &Tensor, src: &Tensor) -> Result<()> {
+    let (d, s) = (dst.flatten_all().op(name)?, src.flatten_all().op(name)?);
+    d.slice_set(&s.contiguous().op(name)?, 0, 0).op(name)
+}

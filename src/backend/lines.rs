@@ -1,0 +1,114 @@
+//! Kernels that walk a tensor as independent lines along one dim (scans, max/argmax,
+//! prod, softmax), and the sum over a block of dims. The defaults are candle's
+//! reductions; candle's cumsum builds an n×n matrix, so it is for small lines only.
+
+use candle_core::Tensor;
+
+use super::not_implemented;
+use crate::error::{CandleContext, Result};
+
+/// `dims` seen as lines along `dim`: `outer × n × inner`.
+#[derive(Clone, Copy, Debug)]
+pub struct Lines {
+    pub outer: usize,
+    pub n: usize,
+    pub inner: usize,
+}
+
+impl Lines {
+    pub fn new(dims: &[usize], dim: usize) -> Lines {
+        Lines {
+            outer: dims[..dim].iter().product(),
+            n: dims[dim],
+            inner: dims[dim + 1..].iter().product(),
+        }
+    }
+}
+
+/// What a line kernel computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LineKernel {
+    /// Running sum or product, front to back or back to front.
+    Scan { prod: bool, reverse: bool },
+    /// `h[i] = a[i] * h[i-1] + b[i]` (or from the back), `h` before the line is 0.
+    /// Two inputs: a, b.
+    LinearScan { reverse: bool },
+    /// Largest (smallest) value; NaN wins, as in PyTorch.
+    Extreme { max: bool },
+    /// Index of the first largest (smallest) value, or of the first NaN; int64.
+    ArgExtreme { max: bool },
+    /// Product of the line.
+    Prod,
+    /// Softmax or log-softmax of the line, max-subtracted.
+    Softmax { log: bool },
+}
+
+impl LineKernel {
+    pub fn name(self) -> &'static str {
+        match self {
+            LineKernel::Scan { prod: false, .. } => "cumsum",
+            LineKernel::Scan { prod: true, .. } => "cumprod",
+            LineKernel::LinearScan { .. } => "linear_scan",
+            LineKernel::Extreme { max: true } => "amax",
+            LineKernel::Extreme { max: false } => "amin",
+            LineKernel::ArgExtreme { max: true } => "argmax",
+            LineKernel::ArgExtreme { max: false } => "argmin",
+            LineKernel::Prod => "prod",
+            LineKernel::Softmax { log: false } => "softmax",
+            LineKernel::Softmax { log: true } => "log_softmax",
+        }
+    }
+
+    /// Rows each line writes.
+    pub fn out_len(self, n: usize) -> usize {
+        match self {
+            LineKernel::Extreme { .. } | LineKernel::ArgExtreme { .. } | LineKernel::Prod => 1,
+            _ => n,
+        }
+    }
+}
+
+pub trait ReduceOps {
+    /// `k` along `dim` of a non-empty contiguous `x` in its compute dtype (f32, f64 or
+    /// i64): same dtype out (i64 for `ArgExtreme`), the dim of size `k.out_len(n)`.
+    fn lines(&self, x: &Tensor, dim: usize, k: LineKernel) -> Result<Tensor> {
+        let name = k.name();
+        let r = match k {
+            LineKernel::Softmax { log } => (|| {
+                let shifted = x.broadcast_sub(&x.max_keepdim(dim)?)?;
+                let e = shifted.exp()?;
+                let s = e.sum_keepdim(dim)?;
+                if log {
+                    shifted.broadcast_sub(&s.log()?)
+                } else {
+                    e.broadcast_div(&s)
+                }
+            })(),
+            LineKernel::Extreme { max: true } => x.max_keepdim(dim),
+            LineKernel::Extreme { max: false } => x.min_keepdim(dim),
+            LineKernel::ArgExtreme { max } => if max {
+                x.argmax_keepdim(dim)
+            } else {
+                x.argmin_keepdim(dim)
+            }
+            .and_then(|i| i.to_dtype(candle_core::DType::I64)),
+            LineKernel::Scan {
+                prod: false,
+                reverse: false,
+            } => x.cumsum(dim),
+            _ => return Err(not_implemented(name, x.device())),
+        };
+        r.op(name)
+    }
+
+    /// A two-input line kernel (`LinearScan`) on contiguous `a`, `b` of one shape.
+    fn lines2(&self, a: &Tensor, _b: &Tensor, _dim: usize, k: LineKernel) -> Result<Tensor> {
+        Err(not_implemented(k.name(), a.device()))
+    }
+
+    /// The sum of `x` over `reduced` (sorted dims), keepdim shape, when this backend has a
+    /// faster kernel than candle's `sum_keepdim` for that case; `None` otherwise.
+    fn block_sum(&self, _x: &Tensor, _reduced: &[usize]) -> Result<Option<Tensor>> {
+        Ok(None)
+    }
+}

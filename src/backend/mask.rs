@@ -1,0 +1,38 @@
+//! relu/threshold with a 1-bit mask of the elements that passed: bit `i % 8` of byte
+//! `i / 8`, a uint8 tensor of `ceil(n / 8)` bytes. The default computes the output with
+//! candle's compare and select and packs no mask (the op then saves a float tensor).
+
+use candle_core::Tensor;
+
+use super::not_implemented;
+use crate::error::{CandleContext, Result};
+
+pub trait MaskOps {
+    /// `x if x > th else value` (NaN passes) and, when asked and the device packs masks,
+    /// the mask of the elements that passed.
+    fn threshold(
+        &self,
+        name: &'static str,
+        x: &Tensor,
+        th: f64,
+        value: f64,
+        _want_mask: bool,
+    ) -> Result<(Tensor, Option<Tensor>)> {
+        let out = (|| {
+            let value = Tensor::full(value, x.shape(), x.device())?.to_dtype(x.dtype())?;
+            x.le(th)?.where_cond(&value, x)
+        })()
+        .op(name)?;
+        Ok((out, None))
+    }
+
+    /// `g` where the mask's bit is set, else 0; `g` dense, of the masked input's shape.
+    fn select_by_mask(&self, name: &'static str, g: &Tensor, _mask: &Tensor) -> Result<Tensor> {
+        Err(not_implemented(name, g.device()))
+    }
+
+    /// The mask as 0/1 bytes of shape `dims`.
+    fn unpack_mask(&self, name: &'static str, mask: &Tensor, _dims: &[usize]) -> Result<Tensor> {
+        Err(not_implemented(name, mask.device()))
+    }
+}

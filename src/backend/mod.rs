@@ -1,0 +1,95 @@
+//! The device seam: every op reaches its kernels through one [`Backend`] per device.
+//!
+//! An op (in `ops/`) is written once: dtype rule, forward, what it saves, backward. For
+//! the work on a tensor's elements it asks [`on`] for the backend of the tensor's device
+//! and calls one method of a per-family trait, as burn's `Backend` splits its ops into
+//! `FloatTensorOps`, `ActivationOps`... and candle's `BackendStorage` has one impl per
+//! device. Each family trait's default methods are the fallback that any candle device
+//! runs: candle's own op where it has one, else a NotImplementedError that names the op
+//! and the device. A backend overrides what it does better.
+//!
+//! | family (trait)                | CPU (`cpu::Cpu`): ours                             | fallback (`Candle`)                      |
+//! |-------------------------------|----------------------------------------------------|------------------------------------------|
+//! | `ElementwiseOps::unary`       | all of `Un` (rayon, strided, fused gelu/silu/...)  | candle's unary ops; not log1p/expm1/round/trunc/frac/bitwise |
+//! | `ElementwiseOps::binary`      | all of `Bin` (Python `//` and `%`, int pow, fused backward) | add/sub/mul/div/max/min               |
+//! | `ElementwiseOps::predicate`   | isnan/isinf/isfinite                               | candle comparisons                       |
+//! | `InplaceOps`                  | strided `copy_`/`add_`..., `fill_`, dense copy     | contiguous destinations (`slice_set`)    |
+//! | `MaskOps`                     | relu/threshold with a 1-bit mask                   | candle's compare + where, no mask        |
+//! | `ReduceOps::lines`            | scans, max/argmax, prod, softmax per line          | softmax, max/min, argmax/argmin, cumsum (O(n²)) |
+//! | `ReduceOps::block_sum`        | parallel sum over a block of dims                  | none: candle's `sum_keepdim` runs        |
+//! | `NnOps`                       | layer_norm rows, nll gather/scatter, embedding     | layer_norm, embedding (`index_select`)   |
+//! | `IndexOps`                    | advanced-index take/put on any strided layout      | NotImplementedError                      |
+//! | `RenderOps`                   | fused NeRF volume renderer and its backward        | NotImplementedError                      |
+//! | `OptimOps`                    | fused in-place SGD/Adam steps, grad norms          | NotImplementedError                      |
+//!
+//! Everything else is candle's on every device: matmul (`gemm`, rayon), casts, `cat`,
+//! `where_cond`, comparisons, `sum_keepdim`, `index_select`, views.
+//!
+//! Adding a device: a unit struct, an empty `impl XOps for It {}` per family (the
+//! fallback), then override the methods it has kernels for, and one arm in [`on`].
+
+pub mod candle;
+pub mod cpu;
+pub mod elementwise;
+pub mod index;
+pub mod inplace;
+pub mod lines;
+pub mod mask;
+pub mod nn;
+pub mod optim;
+pub mod render;
+
+use candle_core::Device;
+
+use crate::error::Error;
+
+pub use elementwise::{Bin, ElementwiseOps, Pred, Un};
+pub use index::IndexOps;
+pub use inplace::{InplaceOps, Update};
+pub use lines::{LineKernel, Lines, ReduceOps};
+pub use mask::MaskOps;
+pub use nn::NnOps;
+pub use optim::{AdamStep, GradPrep, OptimOps, SgdStep};
+pub use render::{RenderInputs, RenderOps, RenderShape};
+
+/// All the kernel families of one device.
+pub trait Backend:
+    ElementwiseOps + InplaceOps + MaskOps + ReduceOps + NnOps + IndexOps + RenderOps + OptimOps
+{
+}
+
+impl<B> Backend for B where
+    B: ElementwiseOps + InplaceOps + MaskOps + ReduceOps + NnOps + IndexOps + RenderOps + OptimOps
+{
+}
+
+/// The backend of a device: one match, no allocation.
+pub fn of(device: &Device) -> &'static dyn Backend {
+    match device {
+        Device::Cpu => &cpu::Cpu,
+        _ => &candle::Candle,
+    }
+}
+
+/// The backend of the device `t` lives on.
+pub fn on(t: &candle_core::Tensor) -> &'static dyn Backend {
+    of(t.device())
+}
+
+/// The device as PyTorch names it: `cpu`, `cuda:0`, `mps:0`.
+pub fn device_name(device: &Device) -> String {
+    match device.location() {
+        candle_core::DeviceLocation::Cpu => "cpu".into(),
+        candle_core::DeviceLocation::Cuda { gpu_id } => format!("cuda:{gpu_id}"),
+        candle_core::DeviceLocation::Metal { gpu_id } => format!("mps:{gpu_id}"),
+    }
+}
+
+/// The error of an op that has no kernel on a device.
+pub fn not_implemented(op: &str, device: &Device) -> Error {
+    Error::NotImplemented(format!(
+        "{op}: not implemented on device '{}' (gradstream has no kernel for it there, and \
+         candle has no equivalent op)",
+        device_name(device)
+    ))
+}
