@@ -119,9 +119,10 @@ pub fn compute_stride(old: &[usize], old_strides: &[usize], new: &[usize]) -> Op
 /// candle 0.9 has no public `as_strided`, and its view ops (narrow, unfold, permute,
 /// broadcast, contiguous reshape) never reach an element their input does not: two dims
 /// of a non-contiguous tensor cannot be merged starting from the tensor itself. So the
-/// layout is cut from the run: each dim of stride s > 0 is an `unfold` with step s of
-/// the trailing run into windows just long enough for the dims after it, and each dim
-/// of stride 0 a broadcast. Every step shares the buffer.
+/// layout is cut from the run, widest stride first: each dim of stride s > 0 splits the
+/// trailing run into rows s apart, just long enough for the dims after it, and each
+/// dim of stride 0 is a broadcast; a permute restores the order. Every step shares the
+/// buffer.
 pub(super) fn strided_view(
     span: &candle_core::Tensor,
     dims: &[usize],
@@ -129,12 +130,17 @@ pub(super) fn strided_view(
     offset: usize,
 ) -> Result<candle_core::Tensor> {
     const OP: &str = "view";
-    let (start, len) = (span.layout().start_offset(), span.elem_count());
-    // Elements each dim's windows must hold: 1 + the reach of the dims after it.
-    let mut window = vec![1; dims.len() + 1];
-    for d in (0..dims.len()).rev() {
-        window[d] = window[d + 1] + dims[d].saturating_sub(1) * strides[d];
+    let mut order: Vec<usize> = (0..dims.len()).collect();
+    order.sort_by_key(|&d| (strides[d] == 0, std::cmp::Reverse(strides[d])));
+    let cut = order.iter().take_while(|&&d| strides[d] > 0).count();
+    let (n, s): (Vec<usize>, Vec<usize>) =
+        order[..cut].iter().map(|&d| (dims[d], strides[d])).unzip();
+    // Elements each dim's rows must hold: 1 + the reach of the dims after it.
+    let mut window = vec![1; cut + 1];
+    for d in (0..cut).rev() {
+        window[d] = window[d + 1] + n[d].saturating_sub(1) * s[d];
     }
+    let (start, len) = (span.layout().start_offset(), span.elem_count());
     let rel = offset.checked_sub(start).filter(|&r| r + window[0] <= len);
     let Some(rel) = rel else {
         return Err(Error::shape(format!(
@@ -143,34 +149,75 @@ pub(super) fn strided_view(
             start + len
         )));
     };
-    // Trailing slack in the first run makes candle's float window count safer (below).
-    let mut t = span.narrow(0, rel, len - rel).op(OP)?;
-    for (d, (&n, &s)) in dims.iter().zip(strides).enumerate() {
-        let mut shape = t.dims().to_vec();
-        if s == 0 {
-            // A broadcast dim; broadcasting to at least 2 makes the stride 0 even for n == 1.
-            t = t.unsqueeze(d).op(OP)?;
-            shape.insert(d, n.max(2));
-            t = t.broadcast_as(shape).op(OP)?.narrow(d, 0, n).op(OP)?;
-            continue;
-        }
-        // candle counts unfold windows in f32: `(run - window) / step + 1`. Past 2^24
-        // elements that can come out short; check rather than cut a wrong view.
-        let run = shape[d];
-        let count = ((run as f32 - window[d + 1] as f32) / s as f32 + 1.) as usize;
-        if count < n {
-            return Err(Error::shape(format!(
-                "view: cannot form a dim of {n} with stride {s} over {run} elements (candle's \
-                 unfold counts in f32)"
-            )));
-        }
-        t = t
-            .unfold(d, window[d + 1], s)
-            .op(OP)?
-            .narrow(d, 0, n)
-            .op(OP)?;
+    let mut t = match cut {
+        0 => span.narrow(0, rel, 1).op(OP)?,
+        _ => first_rows(span, rel, n[0], s[0], window[1])?,
+    };
+    for d in 1..cut {
+        t = rows(&t, d, n[d], s[d], window[d + 1])?;
     }
-    t.squeeze(dims.len()).op(OP)
+    t = t.squeeze(cut).op(OP)?;
+    for &d in &order[cut..] {
+        // A broadcast dim; broadcasting to at least 2 makes the stride 0 even for size 1.
+        let mut shape = t.dims().to_vec();
+        shape.push(dims[d].max(2));
+        let last = shape.len() - 1;
+        t = t.unsqueeze(last).op(OP)?.broadcast_as(shape).op(OP)?;
+        t = t.narrow(last, 0, dims[d]).op(OP)?;
+    }
+    let mut perm = vec![0; dims.len()];
+    for (i, &d) in order.iter().enumerate() {
+        perm[d] = i;
+    }
+    t.permute(perm).op(OP)
+}
+
+/// `n` rows `s` apart and `window` long, the first at element `rel` of the 1-D `span`.
+/// A contiguous reshape into rows of `s` is exact; when the last full row would pass the
+/// span's end, the rows start earlier where there is room, narrowed to their columns.
+/// Otherwise an unfold, which keeps the span's trailing slack.
+fn first_rows(
+    span: &candle_core::Tensor,
+    rel: usize,
+    n: usize,
+    s: usize,
+    window: usize,
+) -> Result<candle_core::Tensor> {
+    let len = span.elem_count();
+    let over = (rel + n * s).saturating_sub(len);
+    if window <= s && over <= rel && over + window <= s {
+        let r = span.narrow(0, rel - over, n * s).op("view")?;
+        return r
+            .reshape((n, s))
+            .op("view")?
+            .narrow(1, over, window)
+            .op("view");
+    }
+    rows(&span.narrow(0, rel, len - rel).op("view")?, 0, n, s, window)
+}
+
+/// Unfold the trailing run (dim `d`) of `t` into `n` rows `s` apart, `window` long.
+fn rows(
+    t: &candle_core::Tensor,
+    d: usize,
+    n: usize,
+    s: usize,
+    window: usize,
+) -> Result<candle_core::Tensor> {
+    // candle counts unfold windows in f32: `(run - window) / step + 1`. Past 2^24
+    // elements that can come out short; check rather than cut a wrong view.
+    let run = t.dims()[d];
+    let count = ((run as f32 - window as f32) / s as f32 + 1.) as usize;
+    if count < n {
+        return Err(Error::shape(format!(
+            "view: cannot form a dim of {n} with stride {s} over {run} elements (candle's \
+             unfold counts in f32)"
+        )));
+    }
+    t.unfold(d, window, s)
+        .op("view")?
+        .narrow(d, 0, n)
+        .op("view")
 }
 
 #[cfg(test)]
