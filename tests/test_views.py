@@ -158,6 +158,13 @@ def test_0d_empty_size1_and_inference():
         pair(4, 6)[1].t().view(-1, -1)
 
 
+def test_empty_slices_past_the_end_read_back():
+    x = gs.zeros(2, 3, 5)
+    y = x.narrow(2, 5, 0).narrow(1, 3, 0).narrow(0, 1, 1)
+    assert y.numpy().shape == (1, 0, 0)
+    assert x[:, :, 2:2][1:][:, 3:].expand(3, 0, 0).view(0, 7).numpy().shape == (0, 7)
+
+
 def test_base_writes_reach_view_and_view_writes_reach_base():
     t, g = pair(4, 6, 3)
     v = g[:, ::2].view(12, 3)

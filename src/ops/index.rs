@@ -57,7 +57,9 @@ pub fn slice(x: &Tensor, dim: usize, start: usize, len: usize, step: usize) -> R
     }
     let data = x.data();
     let data = if len == 0 {
-        data.narrow(dim, start.min(in_dims[dim]), 0).op("slice")?
+        // At 0, not `start`: an empty slice's offset could otherwise pass the buffer's end,
+        // where reading it back (candle's to_vec) panics.
+        data.narrow(dim, 0, 0).op("slice")?
     } else {
         let span = (len - 1) * step + 1;
         let n = data.narrow(dim, start, span).op("slice")?;
