@@ -139,7 +139,9 @@ impl Tensor {
         let d = self.0.data.read();
         match &d.span {
             Some(s) => Some(s.clone()),
-            None if d.t.is_contiguous() => d.t.flatten_all().ok(),
+            // reshape, not flatten_all: a 1-D tensor's flatten_all keeps its stride,
+            // which for a single element need not be 1.
+            None if d.t.is_contiguous() => d.t.reshape(d.t.elem_count()).ok(),
             None => None,
         }
     }
