@@ -305,10 +305,8 @@ def target_shape(draw, numel):
 def test_property_view_iff_torch_views(base, ops, data):
     t, g = pair(*base)
     tx, gx = apply_layout(t, ops), apply_layout(g, ops)
-    # gradstream's unsqueeze and one-element slices give size-1 dims other strides than
-    # PyTorch's (size-1 strides are arbitrary); they only change a view's size-1 strides.
-    same_layout = gx.stride() == tx.stride()
-    assert wide_strides(gx) == wide_strides(tx)
+    if tx.numel():
+        assert gx.stride() == tx.stride()
     shape = data.draw(target_shape(tx.numel()))
     try:
         expected = tx.view(*shape)
@@ -321,12 +319,5 @@ def test_property_view_iff_torch_views(base, ops, data):
     assert tuple(out.shape) == tuple(expected.shape)
     if expected.numel():
         # PyTorch's strides of an empty view are arbitrary; gradstream's are contiguous.
-        assert wide_strides(out) == wide_strides(expected)
-        if same_layout:
-            assert out.stride() == expected.stride()
+        assert out.stride() == expected.stride()
     np.testing.assert_array_equal(to_numpy(out), expected.numpy())
-
-
-def wide_strides(x):
-    """Strides of the dims with more than one element."""
-    return [s for s, n in zip(x.stride(), x.shape, strict=True) if n > 1]

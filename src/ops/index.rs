@@ -52,7 +52,7 @@ pub fn narrow(x: &Tensor, dim: usize, start: usize, len: usize) -> Result<Tensor
 /// above 1 (a strided layout over the same buffer). The caller checks the bounds.
 pub fn slice(x: &Tensor, dim: usize, start: usize, len: usize, step: usize) -> Result<Tensor> {
     let in_dims = x.dims();
-    if start == 0 && len == in_dims[dim] && (step == 1 || len <= 1) {
+    if start == 0 && len == in_dims[dim] && (step == 1 || len == 0) {
         return Ok(alias(x));
     }
     let data = x.data();
@@ -63,7 +63,7 @@ pub fn slice(x: &Tensor, dim: usize, start: usize, len: usize, step: usize) -> R
     } else {
         let span = (len - 1) * step + 1;
         let n = data.narrow(dim, start, span).op("slice")?;
-        if step == 1 || len == 1 {
+        if step == 1 {
             n.narrow(dim, 0, len).op("slice")?
         } else {
             let rank = n.rank();

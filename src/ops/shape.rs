@@ -124,7 +124,22 @@ pub fn permute(x: &Tensor, perm: &[usize]) -> Result<Tensor> {
 /// `unsqueeze(d)` with `d` in `0..=rank`: a view whatever the layout.
 pub fn unsqueeze(x: &Tensor, d: usize) -> Result<Tensor> {
     let in_dims = x.dims();
-    let out = derived(x, x.data().unsqueeze(d).op("unsqueeze")?);
+    let data = x.data();
+    let data = match in_dims.get(d) {
+        // PyTorch's stride for the new dim steps over dim d whole; candle's unsqueeze
+        // repeats dim d's. A one-window unfold of dim d gives PyTorch's.
+        Some(&n) if n > 0 => {
+            let rank = in_dims.len();
+            let mut perm: Vec<usize> = (0..rank).collect();
+            perm.insert(d + 1, rank);
+            data.unfold(d, n, n)
+                .op("unsqueeze")?
+                .permute(perm)
+                .op("unsqueeze")?
+        }
+        _ => data.unsqueeze(d).op("unsqueeze")?,
+    };
+    let out = derived(x, data);
     record("UnsqueezeBackward0", &out, &[x], Vec::new, move |_, g| {
         Ok(vec![Some(reshape(g, &in_dims)?)])
     });
