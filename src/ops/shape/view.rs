@@ -133,28 +133,30 @@ pub(super) fn strided_view(
     let mut order: Vec<usize> = (0..dims.len()).collect();
     order.sort_by_key(|&d| (strides[d] == 0, std::cmp::Reverse(strides[d])));
     let cut = order.iter().take_while(|&&d| strides[d] > 0).count();
-    let (n, s): (Vec<usize>, Vec<usize>) =
-        order[..cut].iter().map(|&d| (dims[d], strides[d])).unzip();
-    // Elements each dim's rows must hold: 1 + the reach of the dims after it.
-    let mut window = vec![1; cut + 1];
-    for d in (0..cut).rev() {
-        window[d] = window[d + 1] + n[d].saturating_sub(1) * s[d];
+    // Each dim's rows must hold 1 + the reach of the dims after it.
+    let mut rows = Vec::with_capacity(cut);
+    let mut window = 1;
+    for &d in order[..cut].iter().rev() {
+        let (n, step) = (dims[d], strides[d]);
+        rows.push(Rows { n, step, window });
+        window += n.saturating_sub(1) * step;
     }
+    rows.reverse();
     let (start, len) = (span.layout().start_offset(), span.elem_count());
-    let rel = offset.checked_sub(start).filter(|&r| r + window[0] <= len);
+    let rel = offset.checked_sub(start).filter(|&r| r + window <= len);
     let Some(rel) = rel else {
         return Err(Error::shape(format!(
             "view: elements [{offset}, {}) lie outside the buffer run [{start}, {})",
-            offset + window[0],
+            offset + window,
             start + len
         )));
     };
-    let mut t = match cut {
-        0 => span.narrow(0, rel, 1).op(OP)?,
-        _ => first_rows(span, rel, n[0], s[0], window[1])?,
+    let mut t = match rows.first() {
+        None => span.narrow(0, rel, 1).op(OP)?,
+        Some(r) => r.cut_from(span, rel)?,
     };
-    for d in 1..cut {
-        t = rows(&t, d, n[d], s[d], window[d + 1])?;
+    for (d, r) in rows.iter().enumerate().skip(1) {
+        t = r.unfold(&t, d)?;
     }
     t = t.squeeze(cut).op(OP)?;
     for &d in &order[cut..] {
@@ -172,52 +174,47 @@ pub(super) fn strided_view(
     t.permute(perm).op(OP)
 }
 
-/// `n` rows `s` apart and `window` long, the first at element `rel` of the 1-D `span`.
-/// A contiguous reshape into rows of `s` is exact; when the last full row would pass the
-/// span's end, the rows start earlier where there is room, narrowed to their columns.
-/// Otherwise an unfold, which keeps the span's trailing slack.
-fn first_rows(
-    span: &candle_core::Tensor,
-    rel: usize,
+/// One dim of a strided layout as candle builds it: `n` rows `step` elements apart, each
+/// `window` elements long (room for the dims inside it).
+struct Rows {
     n: usize,
-    s: usize,
+    step: usize,
     window: usize,
-) -> Result<candle_core::Tensor> {
-    let len = span.elem_count();
-    let over = (rel + n * s).saturating_sub(len);
-    if window <= s && over <= rel && over + window <= s {
-        let r = span.narrow(0, rel - over, n * s).op("view")?;
-        return r
-            .reshape((n, s))
-            .op("view")?
-            .narrow(1, over, window)
-            .op("view");
-    }
-    rows(&span.narrow(0, rel, len - rel).op("view")?, 0, n, s, window)
 }
 
-/// Unfold the trailing run (dim `d`) of `t` into `n` rows `s` apart, `window` long.
-fn rows(
-    t: &candle_core::Tensor,
-    d: usize,
-    n: usize,
-    s: usize,
-    window: usize,
-) -> Result<candle_core::Tensor> {
-    // candle counts unfold windows in f32: `(run - window) / step + 1`. Past 2^24
-    // elements that can come out short; check rather than cut a wrong view.
-    let run = t.dims()[d];
-    let count = ((run as f32 - window as f32) / s as f32 + 1.) as usize;
-    if count < n {
-        return Err(Error::shape(format!(
-            "view: cannot form a dim of {n} with stride {s} over {run} elements (candle's \
-             unfold counts in f32)"
-        )));
+impl Rows {
+    /// The rows cut from the 1-D `span`, the first at its element `rel`. A contiguous
+    /// reshape into rows of `step` is exact; when the last full row would pass the span's
+    /// end, the rows start earlier where there is room, narrowed to their columns.
+    /// Otherwise an unfold, which keeps the span's trailing slack.
+    fn cut_from(&self, span: &candle_core::Tensor, rel: usize) -> Result<candle_core::Tensor> {
+        let (n, step, window) = (self.n, self.step, self.window);
+        let len = span.elem_count();
+        let over = (rel + n * step).saturating_sub(len);
+        if window <= step && over <= rel && over + window <= step {
+            let r = span.narrow(0, rel - over, n * step).op("view")?;
+            let r = r.reshape((n, step)).op("view")?;
+            return r.narrow(1, over, window).op("view");
+        }
+        self.unfold(&span.narrow(0, rel, len - rel).op("view")?, 0)
     }
-    t.unfold(d, window, s)
-        .op("view")?
-        .narrow(d, 0, n)
-        .op("view")
+
+    /// The rows unfolded from `t`'s trailing run, its dim `d`.
+    fn unfold(&self, t: &candle_core::Tensor, d: usize) -> Result<candle_core::Tensor> {
+        let (n, step, window) = (self.n, self.step, self.window);
+        // candle counts unfold windows in f32: `(run - window) / step + 1`. Past 2^24
+        // elements that can come out short; check rather than cut a wrong view.
+        let run = t.dims()[d];
+        let count = ((run as f32 - window as f32) / step as f32 + 1.) as usize;
+        if count < n {
+            return Err(Error::shape(format!(
+                "view: cannot form a dim of {n} with stride {step} over {run} elements \
+                 (candle's unfold counts in f32)"
+            )));
+        }
+        let t = t.unfold(d, window, step).op("view")?;
+        t.narrow(d, 0, n).op("view")
+    }
 }
 
 #[cfg(test)]
