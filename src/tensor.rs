@@ -25,6 +25,10 @@ pub(crate) struct Data {
     pub dtype: DType,
     /// Registry key of the buffer (`None` for empty tensors).
     pub key: Option<usize>,
+    /// For a non-contiguous view: a 1-D contiguous handle on a run of the buffer that
+    /// holds every element of `t`, from which `view` cuts new layouts
+    /// (`ops::shape::view::strided_view`).
+    pub span: Option<candle_core::Tensor>,
 }
 
 impl Data {
@@ -33,7 +37,12 @@ impl Data {
             memory::register(k, bytes);
             k
         });
-        Data { t, dtype, key }
+        Data {
+            t,
+            dtype,
+            key,
+            span: None,
+        }
     }
 }
 
@@ -111,8 +120,11 @@ impl Tensor {
     /// the result of view ops before their history is attached.
     pub fn view_of(&self, t: candle_core::Tensor) -> Tensor {
         let dtype = self.dtype();
+        let span = if t.is_contiguous() { None } else { self.span() };
+        let mut data = Data::new(t, dtype);
+        data.span = span;
         Tensor(Arc::new(TensorImpl {
-            data: RwLock::new(Data::new(t, dtype)),
+            data: RwLock::new(data),
             version: self.0.version.clone(),
             meta: Mutex::new(AutogradMeta::default()),
         }))
@@ -120,6 +132,20 @@ impl Tensor {
 
     pub fn data(&self) -> candle_core::Tensor {
         self.0.data.read().t.clone()
+    }
+
+    /// A 1-D contiguous handle on a run of the buffer holding every element of this
+    /// tensor: its own data when contiguous, else the span its view chain recorded.
+    /// `None` for a non-contiguous tensor that was not made as a view.
+    pub fn span(&self) -> Option<candle_core::Tensor> {
+        let d = self.0.data.read();
+        match &d.span {
+            Some(s) => Some(s.clone()),
+            // reshape, not flatten_all: a 1-D tensor's flatten_all keeps its stride,
+            // which for a single element need not be 1.
+            None if d.t.is_contiguous() => d.t.reshape(d.t.elem_count()).ok(),
+            None => None,
+        }
     }
 
     pub fn dtype(&self) -> DType {

@@ -226,15 +226,7 @@ impl PyTensor {
 
     #[pyo3(signature = (*shape))]
     fn view(&self, shape: &Bound<'_, PyTuple>) -> PyResult<Tensor> {
-        if !self.t.data().is_contiguous() {
-            return Err(PyRuntimeError::new_err(format!(
-                "view size is not compatible with input tensor's size and stride (at least one \
-                 dimension spans across two contiguous subspaces). Use .reshape(...) instead. \
-                 (input shape {})",
-                crate::tensor::shape_str(&self.t.dims())
-            )));
-        }
-        reshape_impl("view", &self.t, shape)
+        Ok(shape::view(&self.t, &extract_size("view", shape)?)?)
     }
 
     fn view_as(&self, other: &Bound<'_, PyAny>) -> PyResult<Tensor> {

@@ -52,16 +52,18 @@ pub fn narrow(x: &Tensor, dim: usize, start: usize, len: usize) -> Result<Tensor
 /// above 1 (a strided layout over the same buffer). The caller checks the bounds.
 pub fn slice(x: &Tensor, dim: usize, start: usize, len: usize, step: usize) -> Result<Tensor> {
     let in_dims = x.dims();
-    if start == 0 && len == in_dims[dim] && (step == 1 || len <= 1) {
+    if start == 0 && len == in_dims[dim] && (step == 1 || len == 0) {
         return Ok(alias(x));
     }
     let data = x.data();
     let data = if len == 0 {
-        data.narrow(dim, start.min(in_dims[dim]), 0).op("slice")?
+        // At 0, not `start`: an empty slice's offset could otherwise pass the buffer's end,
+        // where reading it back (candle's to_vec) panics.
+        data.narrow(dim, 0, 0).op("slice")?
     } else {
         let span = (len - 1) * step + 1;
         let n = data.narrow(dim, start, span).op("slice")?;
-        if step == 1 || len == 1 {
+        if step == 1 {
             n.narrow(dim, 0, len).op("slice")?
         } else {
             let rank = n.rank();

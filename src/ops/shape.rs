@@ -2,8 +2,10 @@
 //! counter, no new bytes.
 
 mod join;
+mod view;
 
 pub use join::{cat, chunk, split, split_with_sizes, stack, unbind};
+pub use view::{compute_stride, view, view_dims};
 
 use crate::autograd::function::record;
 use crate::error::{CandleContext, Error, Result};
@@ -59,10 +61,10 @@ pub fn infer_shape(op: &str, req: &[i64], numel: usize, from: &[usize]) -> Resul
     Ok(out)
 }
 
-/// `reshape` to a fully known shape: a view when the input is contiguous.
+/// `reshape` to a fully known shape: a view when PyTorch's `view` would give one, else a
+/// contiguous copy.
 pub fn reshape(x: &Tensor, dims: &[usize]) -> Result<Tensor> {
-    let in_dims = x.dims();
-    if in_dims == dims {
+    if x.dims() == dims {
         return Ok(x.clone());
     }
     let n: usize = dims.iter().product();
@@ -73,11 +75,12 @@ pub fn reshape(x: &Tensor, dims: &[usize]) -> Result<Tensor> {
             x.numel()
         )));
     }
-    let out = derived(x, x.data().reshape(dims).op("reshape")?);
-    record("ViewBackward0", &out, &[x], Vec::new, move |_, g| {
-        Ok(vec![Some(reshape(g, &in_dims)?)])
-    });
-    Ok(out)
+    let data = match view::alias(x, dims) {
+        Ok(Some(data)) => data,
+        // No strides for it, or a buffer not reachable as a view: copy.
+        _ => x.data().reshape(dims).op("reshape")?,
+    };
+    Ok(view::view_output(x, data))
 }
 
 /// `transpose(d0, d1)` on normalised dims: always a view.
@@ -121,7 +124,22 @@ pub fn permute(x: &Tensor, perm: &[usize]) -> Result<Tensor> {
 /// `unsqueeze(d)` with `d` in `0..=rank`: a view whatever the layout.
 pub fn unsqueeze(x: &Tensor, d: usize) -> Result<Tensor> {
     let in_dims = x.dims();
-    let out = derived(x, x.data().unsqueeze(d).op("unsqueeze")?);
+    let data = x.data();
+    let data = match in_dims.get(d) {
+        // PyTorch's stride for the new dim steps over dim d whole; candle's unsqueeze
+        // repeats dim d's. A one-window unfold of dim d gives PyTorch's.
+        Some(&n) if n > 0 => {
+            let rank = in_dims.len();
+            let mut perm: Vec<usize> = (0..rank).collect();
+            perm.insert(d + 1, rank);
+            data.unfold(d, n, n)
+                .op("unsqueeze")?
+                .permute(perm)
+                .op("unsqueeze")?
+        }
+        _ => data.unsqueeze(d).op("unsqueeze")?,
+    };
+    let out = derived(x, data);
     record("UnsqueezeBackward0", &out, &[x], Vec::new, move |_, g| {
         Ok(vec![Some(reshape(g, &in_dims)?)])
     });
@@ -181,7 +199,7 @@ pub fn unflatten(x: &Tensor, dim: usize, sizes: &[i64]) -> Result<Tensor> {
     let mut out: Vec<usize> = dims[..dim].to_vec();
     out.extend(inner);
     out.extend_from_slice(&dims[dim + 1..]);
-    reshape(x, &out)
+    view_dims(x, &out)
 }
 
 /// `movedim(source, destination)` on normalised, distinct dims: a permutation.
