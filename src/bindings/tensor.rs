@@ -10,6 +10,7 @@ use crate::bindings::convert::{
     check_device, extract_dtype, extract_operand, opt_dtype, tensor_from_data, tensor_to_numpy,
     PyDType, PyDevice,
 };
+use crate::bindings::Obj;
 use crate::dtype::DType;
 use crate::error::{CandleContext, Error};
 use crate::ops;
@@ -328,8 +329,8 @@ impl PyTensor {
     fn to(
         &self,
         args: &Bound<'_, PyTuple>,
-        dtype: Option<&Bound<'_, PyAny>>,
-        device: Option<&Bound<'_, PyAny>>,
+        dtype: Option<&Obj<'_>>,
+        device: Option<&Obj<'_>>,
         copy: bool,
         non_blocking: bool,
     ) -> PyResult<Tensor> {
@@ -360,13 +361,13 @@ impl PyTensor {
         Ok(out)
     }
 
-    fn type_as(&self, other: &Bound<'_, PyAny>) -> PyResult<Tensor> {
+    fn type_as(&self, other: &Obj<'_>) -> PyResult<Tensor> {
         let o = crate::bindings::convert::extract_tensor("type_as", "other", other)?;
         Ok(ops::convert::to_dtype(&self.t, o.dtype())?)
     }
 
     #[pyo3(signature = (dtype=None))]
-    fn r#type(&self, py: Python<'_>, dtype: Option<&Bound<'_, PyAny>>) -> PyResult<Py<PyAny>> {
+    fn r#type(&self, py: Python<'_>, dtype: Option<&Obj<'_>>) -> PyResult<Py<PyAny>> {
         match dtype {
             None => Ok(format!("gradstream.{}Tensor", self.t.dtype().name())
                 .into_pyobject(py)?
@@ -379,39 +380,14 @@ impl PyTensor {
         }
     }
 
-    fn float(&self) -> PyResult<Tensor> {
-        Ok(ops::convert::to_dtype(&self.t, DType::Float32)?)
-    }
-    fn double(&self) -> PyResult<Tensor> {
-        Ok(ops::convert::to_dtype(&self.t, DType::Float64)?)
-    }
-    fn half(&self) -> PyResult<Tensor> {
-        Ok(ops::convert::to_dtype(&self.t, DType::Float16)?)
-    }
-    fn bfloat16(&self) -> PyResult<Tensor> {
-        Ok(ops::convert::to_dtype(&self.t, DType::BFloat16)?)
-    }
-    fn long(&self) -> PyResult<Tensor> {
-        Ok(ops::convert::to_dtype(&self.t, DType::Int64)?)
-    }
-    fn int(&self) -> PyResult<Tensor> {
-        Ok(ops::convert::to_dtype(&self.t, DType::Int32)?)
-    }
-    fn bool(&self) -> PyResult<Tensor> {
-        Ok(ops::convert::to_dtype(&self.t, DType::Bool)?)
-    }
-    fn byte(&self) -> PyResult<Tensor> {
-        Ok(ops::convert::to_dtype(&self.t, DType::UInt8)?)
-    }
-
     #[pyo3(signature = (memory_format=None))]
-    fn cpu(&self, memory_format: Option<&Bound<'_, PyAny>>) -> Tensor {
+    fn cpu(&self, memory_format: Option<&Obj<'_>>) -> Tensor {
         let _ = memory_format;
         self.t.clone()
     }
 
     #[pyo3(signature = (device=None, non_blocking=false))]
-    fn cuda(&self, device: Option<&Bound<'_, PyAny>>, non_blocking: bool) -> PyResult<Tensor> {
+    fn cuda(&self, device: Option<&Obj<'_>>, non_blocking: bool) -> PyResult<Tensor> {
         let _ = (device, non_blocking);
         Err(PyRuntimeError::new_err(
             "gradstream was built without CUDA support: cuda() is not available",
@@ -419,13 +395,13 @@ impl PyTensor {
     }
 
     #[pyo3(signature = (memory_format=None))]
-    fn contiguous(&self, memory_format: Option<&Bound<'_, PyAny>>) -> PyResult<Tensor> {
+    fn contiguous(&self, memory_format: Option<&Obj<'_>>) -> PyResult<Tensor> {
         let _ = memory_format;
         Ok(ops::convert::contiguous(&self.t)?)
     }
 
     #[pyo3(signature = (memory_format=None))]
-    fn clone(&self, memory_format: Option<&Bound<'_, PyAny>>) -> PyResult<Tensor> {
+    fn clone(&self, memory_format: Option<&Obj<'_>>) -> PyResult<Tensor> {
         let _ = memory_format;
         Ok(ops::convert::clone(&self.t)?)
     }
@@ -476,7 +452,7 @@ impl PyTensor {
     }
 
     #[setter]
-    fn set_data(&self, value: &Bound<'_, PyAny>) -> PyResult<()> {
+    fn set_data(&self, value: &Obj<'_>) -> PyResult<()> {
         let v = crate::bindings::convert::extract_tensor("data", "value", value)?;
         self.t.set_data(v.data(), v.dtype());
         Ok(())
@@ -498,7 +474,7 @@ impl PyTensor {
         "strided"
     }
 
-    fn __deepcopy__(slf: &Bound<'_, Self>, memo: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+    fn __deepcopy__(slf: &Bound<'_, Self>, memo: &Obj<'_>) -> PyResult<Py<PyAny>> {
         let _ = memo;
         let py = slf.py();
         let t = &slf.get().t;
@@ -518,3 +494,20 @@ impl PyTensor {
 pub fn value_error(msg: impl Into<String>) -> PyErr {
     PyValueError::new_err(msg.into())
 }
+
+/// `float()`, `long()`...: the tensor in that dtype (itself when it already is).
+macro_rules! dtype_methods {
+    ($($name:ident => $dt:ident),*) => {
+        #[pymethods]
+        impl PyTensor {
+            $(fn $name(&self) -> PyResult<Tensor> {
+                Ok(ops::convert::to_dtype(&self.t, DType::$dt)?)
+            })*
+        }
+    };
+}
+
+dtype_methods!(
+    float => Float32, double => Float64, half => Float16, bfloat16 => BFloat16, long => Int64,
+    int => Int32, bool => Bool, byte => UInt8
+);
