@@ -106,6 +106,20 @@ fn from_numpy(array: &Obj<'_>) -> PyResult<Tensor> {
     tensor_from_numpy(arr)
 }
 
+/// A new tensor of `dims` filled with `value`: `zeros`, `ones_like`, `full`...
+fn filled(
+    dims: &[usize],
+    value: f64,
+    dtype: Option<&Obj<'_>>,
+    default: DType,
+    device: Option<&Obj<'_>>,
+    requires_grad: bool,
+) -> PyResult<Tensor> {
+    check_device(device)?;
+    let dt = opt_dtype(dtype)?.unwrap_or(default);
+    finish(ops::creation::full(dims, value, dt)?, requires_grad)
+}
+
 macro_rules! filled {
     ($name:ident, $value:expr) => {
         #[pyfunction]
@@ -121,10 +135,8 @@ macro_rules! filled {
             pin_memory: bool,
         ) -> PyResult<Tensor> {
             let _ = (out, layout, pin_memory);
-            check_device(device)?;
             let dims = to_dims(stringify!($name), &extract_size(stringify!($name), size)?)?;
-            let dt = opt_dtype(dtype)?.unwrap_or(DEFAULT_FLOAT);
-            finish(ops::creation::full(&dims, $value, dt)?, requires_grad)
+            filled(&dims, $value, dtype, DEFAULT_FLOAT, device, requires_grad)
         }
     };
 }
@@ -142,12 +154,19 @@ fn full(
     device: Option<&Obj<'_>>,
     requires_grad: bool,
 ) -> PyResult<Tensor> {
-    check_device(device)?;
-    let size = extract_size("full", &PyTuple::new(size.py(), [size])?)?;
-    let dims = to_dims("full", &size)?;
+    let dims = to_dims(
+        "full",
+        &extract_size("full", &PyTuple::new(size.py(), [size])?)?,
+    )?;
     let s = fill_scalar("full", fill_value)?;
-    let dt = opt_dtype(dtype)?.unwrap_or(scalar_dtype(s));
-    finish(ops::creation::full(&dims, s.as_f64(), dt)?, requires_grad)
+    filled(
+        &dims,
+        s.as_f64(),
+        dtype,
+        scalar_dtype(s),
+        device,
+        requires_grad,
+    )
 }
 
 fn fill_scalar(op: &str, v: &Obj<'_>) -> PyResult<Scalar> {
@@ -190,10 +209,8 @@ macro_rules! filled_like {
             memory_format: Option<&Obj<'_>>,
         ) -> PyResult<Tensor> {
             let _ = memory_format;
-            check_device(device)?;
             let t = Tensor::extract(stringify!($name), input)?;
-            let dt = opt_dtype(dtype)?.unwrap_or(t.dtype());
-            finish(ops::creation::full(&t.dims(), $value, dt)?, requires_grad)
+            filled(&t.dims(), $value, dtype, t.dtype(), device, requires_grad)
         }
     };
 }
@@ -211,12 +228,14 @@ fn full_like(
     device: Option<&Obj<'_>>,
     requires_grad: bool,
 ) -> PyResult<Tensor> {
-    check_device(device)?;
     let t = Tensor::extract("full_like", input)?;
     let s = fill_scalar("full_like", fill_value)?;
-    let dt = opt_dtype(dtype)?.unwrap_or(t.dtype());
-    finish(
-        ops::creation::full(&t.dims(), s.as_f64(), dt)?,
+    filled(
+        &t.dims(),
+        s.as_f64(),
+        dtype,
+        t.dtype(),
+        device,
         requires_grad,
     )
 }

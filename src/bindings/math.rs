@@ -217,31 +217,24 @@ impl IntoOperand for Operand {
     }
 }
 
-/// `name: input type => op`: the binary ops with one `other`. PyTorch takes a number as
+/// The binary ops with one `other`, by the type of their input: PyTorch takes a number as
 /// the arithmetic ops' `input`, and only a tensor as the others'.
 macro_rules! binary_ops {
-    ($($name:ident($arg:ident): $xty:ty => $op:expr;)*) => {
-        tensor_ops! { mod binary_fns; $(
+    ($($xty:ty: $($name:ident($arg:ident) => $op:ident),*;)*) => {
+        tensor_ops! { mod binary_fns; $($(
             both fn $name(x: $xty, $arg: &Obj<'_>) [$arg] -> Tensor {
-                bin($op, &x.into_operand(), $arg)
+                bin(BinaryOp::$op, &x.into_operand(), $arg)
             }
-        )* }
+        )*)* }
     };
 }
 
 binary_ops! {
-    mul(other): Operand => BinaryOp::Mul;
-    multiply(other): Operand => BinaryOp::Mul;
-    true_divide(other): Operand => BinaryOp::Div;
-    floor_divide(other): Operand => BinaryOp::FloorDivide;
-    remainder(other): Operand => BinaryOp::Remainder;
-    pow(exponent): Operand => BinaryOp::Pow;
-    bitwise_and(other): Operand => BinaryOp::BitwiseAnd;
-    bitwise_or(other): Operand => BinaryOp::BitwiseOr;
-    bitwise_xor(other): Operand => BinaryOp::BitwiseXor;
-    fmod(other): Tensor => BinaryOp::Fmod;
-    maximum(other): Tensor => BinaryOp::Maximum;
-    minimum(other): Tensor => BinaryOp::Minimum;
+    Operand: mul(other) => Mul, multiply(other) => Mul, true_divide(other) => Div,
+        floor_divide(other) => FloorDivide, remainder(other) => Remainder, pow(exponent) => Pow,
+        bitwise_and(other) => BitwiseAnd, bitwise_or(other) => BitwiseOr,
+        bitwise_xor(other) => BitwiseXor;
+    Tensor: fmod(other) => Fmod, maximum(other) => Maximum, minimum(other) => Minimum;
 }
 
 macro_rules! compare_ops {

@@ -12,7 +12,7 @@ use crate::bindings::convert::{
 };
 use crate::bindings::Obj;
 use crate::dtype::DType;
-use crate::error::{CandleContext, Error};
+use crate::error::Error;
 use crate::ops;
 use crate::tensor::Tensor;
 
@@ -62,27 +62,18 @@ fn scalar_to_py<'py>(py: Python<'py>, t: &Tensor) -> PyResult<Bound<'py, PyAny>>
             t.numel()
         )));
     }
-    let d = t.data().flatten_all().op("item")?;
-    Ok(match t.dtype() {
-        DType::Bool => (d.to_vec1::<u8>().op("item")?[0] != 0)
-            .into_pyobject(py)?
-            .to_owned()
-            .into_any(),
-        dt if dt.is_floating_point() => d
-            .to_dtype(candle_core::DType::F64)
-            .op("item")?
-            .to_vec1::<f64>()
-            .op("item")?[0]
-            .into_pyobject(py)?
-            .into_any(),
-        _ => d
-            .to_dtype(candle_core::DType::I64)
-            .op("item")?
-            .to_vec1::<i64>()
-            .op("item")?[0]
-            .into_pyobject(py)?
-            .into_any(),
-    })
+    // NumPy's item() is the Python bool, int or float of each dtype.
+    numpy_copy(py, t)?.call_method0("item")
+}
+
+/// The values as a NumPy array; bfloat16, which NumPy lacks, as float32 (exact).
+fn numpy_copy<'py>(py: Python<'py>, t: &Tensor) -> PyResult<Bound<'py, PyAny>> {
+    match t.dtype() {
+        DType::BFloat16 => {
+            tensor_to_numpy(py, &ops::convert::to_dtype(&t.detach(), DType::Float32)?)
+        }
+        _ => tensor_to_numpy(py, &t.detach()),
+    }
 }
 
 #[pymethods]
@@ -200,12 +191,7 @@ impl PyTensor {
     }
 
     fn tolist<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let t = if self.t.dtype() == DType::BFloat16 {
-            ops::convert::to_dtype(&self.t.detach(), DType::Float32)?
-        } else {
-            self.t.clone()
-        };
-        tensor_to_numpy(py, &t)?.call_method0("tolist")
+        numpy_copy(py, &self.t)?.call_method0("tolist")
     }
 
     /// A NumPy copy of the data (gradstream buffers are not shared with NumPy).
@@ -309,13 +295,8 @@ impl PyTensor {
         let rebuild = py
             .import("gradstream._formatting")?
             .getattr("rebuild_tensor")?;
-        let arr = match t.dtype() {
-            // NumPy has no bfloat16: travel as float32, cast back on load.
-            DType::BFloat16 => {
-                tensor_to_numpy(py, &ops::convert::to_dtype(&t.detach(), DType::Float32)?)?
-            }
-            _ => tensor_to_numpy(py, &t.detach())?,
-        };
+        // A bfloat16 tensor travels as float32 and is cast back on load.
+        let arr = numpy_copy(py, t)?;
         let dtype = PyDType::object(py, t.dtype())?;
         Ok((rebuild, (arr, dtype, t.requires_grad()))
             .into_pyobject(py)?

@@ -160,19 +160,17 @@ def _softmax_dim(ndim: int) -> int:
 
 
 def softmax(input: Tensor, dim: int | None = None, _stacklevel: int = 3, dtype=None) -> Tensor:
-    if dtype is not None:
-        input = input.to(dtype)
+    """``gradstream.softmax``, with PyTorch's implicit ``dim`` when it is None."""
     if dim is None:
         dim = _softmax_dim(input.dim())
-    return _core.softmax(input, dim)
+    return _core.softmax(input, dim, dtype)
 
 
 def log_softmax(input: Tensor, dim: int | None = None, _stacklevel: int = 3, dtype=None) -> Tensor:
-    if dtype is not None:
-        input = input.to(dtype)
+    """``gradstream.log_softmax``, with PyTorch's implicit ``dim`` when it is None."""
     if dim is None:
         dim = _softmax_dim(input.dim())
-    return _core.log_softmax(input, dim)
+    return _core.log_softmax(input, dim, dtype)
 
 
 # ---- losses ----
