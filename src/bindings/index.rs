@@ -218,7 +218,8 @@ impl PyTensor {
 }
 
 tensor_ops! { mod functions;
-    both fn gather(x: Tensor, dim: i64, index: &Obj<'_>, sparse_grad: bool) [dim, index, *, sparse_grad=false] -> Tensor {
+    both fn gather(x: Tensor, dim: i64, index: &Obj<'_>, sparse_grad: bool)
+        [dim, index, *, sparse_grad=false] -> Tensor {
         let _ = sparse_grad;
         let i = extract_tensor("gather", "index", index)?;
         Ok(index::gather(&x, wrap_dim("gather", dim, x.rank())?, &i)?)
@@ -227,27 +228,32 @@ tensor_ops! { mod functions;
         let i = extract_tensor("index_select", "index", index)?;
         Ok(index::index_select(&x, wrap_dim("index_select", dim, x.rank())?, &i)?)
     }
-    both fn take_along_dim(x: Tensor, indices: &Obj<'_>, dim: Option<i64>) [indices, dim=None] -> Tensor {
+    both fn take_along_dim(x: Tensor, indices: &Obj<'_>, dim: Option<i64>)
+        [indices, dim=None] -> Tensor {
         let i = extract_tensor("take_along_dim", "indices", indices)?;
         Ok(index::take_along_dim(&x, &i, dim)?)
     }
-    both fn scatter_add(x: Tensor, dim: i64, index: &Obj<'_>, src: &Obj<'_>) [dim, index, src] -> Tensor {
+    both fn scatter_add(x: Tensor, dim: i64, index: &Obj<'_>, src: &Obj<'_>)
+        [dim, index, src] -> Tensor {
         let (d, i, s) = scatter_add_args("scatter_add", &x, dim, index, src)?;
         Ok(index::out_of_place(&x, |o| index::scatter_add_(o, d, &i, &s))?)
     }
-    method fn scatter_add_(x: Py<PyTensor>, dim: i64, index: &Obj<'_>, src: &Obj<'_>) [dim, index, src] -> Py<PyTensor> {
+    method fn scatter_add_(x: Py<PyTensor>, dim: i64, index: &Obj<'_>, src: &Obj<'_>)
+        [dim, index, src] -> Py<PyTensor> {
         let t = &x.get().t;
         let (d, i, s) = scatter_add_args("scatter_add_", t, dim, index, src)?;
         index::scatter_add_(t, d, &i, &s)?;
         Ok(x)
     }
-    both fn scatter(x: Tensor, dim: i64, index: &Obj<'_>, src: Option<&Obj<'_>>, value: Option<&Obj<'_>>, reduce: Option<&str>)
+    both fn scatter(x: Tensor, dim: i64, index: &Obj<'_>, src: Option<&Obj<'_>>,
+        value: Option<&Obj<'_>>, reduce: Option<&str>)
         [dim, index, src=None, value=None, *, reduce=None] -> Tensor {
         no_reduce(reduce)?;
         let (d, i, s) = scatter_args("scatter", &x, dim, index, src, value)?;
         Ok(index::out_of_place(&x, |o| index::scatter_(o, d, &i, &s))?)
     }
-    method fn scatter_(x: Py<PyTensor>, dim: i64, index: &Obj<'_>, src: Option<&Obj<'_>>, value: Option<&Obj<'_>>, reduce: Option<&str>)
+    method fn scatter_(x: Py<PyTensor>, dim: i64, index: &Obj<'_>, src: Option<&Obj<'_>>,
+        value: Option<&Obj<'_>>, reduce: Option<&str>)
         [dim, index, src=None, value=None, *, reduce=None] -> Py<PyTensor> {
         no_reduce(reduce)?;
         let t = &x.get().t;
@@ -259,7 +265,8 @@ tensor_ops! { mod functions;
         let m = extract_tensor("masked_fill", "mask", mask)?;
         Ok(index::masked_fill(&x, &m, &masked_fill_value(&x, value)?)?)
     }
-    method fn masked_fill_(x: Py<PyTensor>, mask: &Obj<'_>, value: &Obj<'_>) [mask, value] -> Py<PyTensor> {
+    method fn masked_fill_(x: Py<PyTensor>, mask: &Obj<'_>, value: &Obj<'_>)
+        [mask, value] -> Py<PyTensor> {
         let t = &x.get().t;
         let m = extract_tensor("masked_fill_", "mask", mask)?;
         index::masked_fill_(t, &m, &masked_fill_value(t, value)?)?;
@@ -279,15 +286,18 @@ tensor_ops! { mod functions;
         })
     }
     both fn argwhere(x: Tensor) [] -> Tensor { Ok(index::nonzero(&x, false)?.remove(0)) }
-    both fn index_put(x: Tensor, indices: &Obj<'_>, values: &Obj<'_>, accumulate: bool) [indices, values, accumulate=false] -> Tensor {
+    both fn index_put(x: Tensor, indices: &Obj<'_>, values: &Obj<'_>, accumulate: bool)
+        [indices, values, accumulate=false] -> Tensor {
         let idx = index_tensors(indices)?;
         let v = value_tensor("index_put", values, x.dtype())?;
         Ok(index::out_of_place(&x, |o| index::index_put_indices(o, &idx, &v, accumulate))?)
     }
-    method fn index_put_(x: Py<PyTensor>, indices: &Obj<'_>, values: &Obj<'_>, accumulate: bool) [indices, values, accumulate=false] -> Py<PyTensor> {
+    method fn index_put_(x: Py<PyTensor>, indices: &Obj<'_>, values: &Obj<'_>, accumulate: bool)
+        [indices, values, accumulate=false] -> Py<PyTensor> {
         let t = &x.get().t;
+        let idx = index_tensors(indices)?;
         let v = value_tensor("index_put_", values, t.dtype())?;
-        index::index_put_indices(t, &index_tensors(indices)?, &v, accumulate)?;
+        index::index_put_indices(t, &idx, &v, accumulate)?;
         Ok(x)
     }
 }

@@ -57,13 +57,16 @@ tensor_ops! { mod functions;
         Ok(linalg::outer(&x, &extract_tensor("outer", "vec2", vec2)?)?)
     }
     /// `addmm(input, mat1, mat2, *, beta=1, alpha=1)`: `beta * input + alpha * (mat1 @ mat2)`.
-    both fn addmm(x: Tensor, mat1: &Obj<'_>, mat2: &Obj<'_>, beta: f64, alpha: f64) [mat1, mat2, *, beta=1.0, alpha=1.0] -> Tensor {
-        let (a, b) = (extract_tensor("addmm", "mat1", mat1)?, extract_tensor("addmm", "mat2", mat2)?);
+    both fn addmm(x: Tensor, mat1: &Obj<'_>, mat2: &Obj<'_>, beta: f64, alpha: f64)
+        [mat1, mat2, *, beta=1.0, alpha=1.0] -> Tensor {
+        let a = extract_tensor("addmm", "mat1", mat1)?;
+        let b = extract_tensor("addmm", "mat2", mat2)?;
         Ok(linalg::addmm(&x, &a, &b, beta, alpha)?)
     }
     /// `_linear(input, weight, bias=None)`: `input @ weight.T + bias`, the bias added into the
     /// product's buffer (`nn.functional.linear` checks its arguments, then calls this).
-    function fn _linear(x: Tensor, weight: &Obj<'_>, bias: Option<&Obj<'_>>) [weight, bias=None] -> Tensor {
+    function fn _linear(x: Tensor, weight: &Obj<'_>, bias: Option<&Obj<'_>>)
+        [weight, bias=None] -> Tensor {
         let w = extract_tensor("linear", "weight", weight)?;
         let b = bias.map(|b| extract_tensor("linear", "bias", b)).transpose()?;
         Python::attach(|py| detached(py, || linalg::linear(&x, &w, b.as_ref())))

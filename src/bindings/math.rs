@@ -112,13 +112,15 @@ fn unary_(x: Py<PyTensor>, name: &str, op: UnaryOp) -> PyResult<Py<PyTensor>> {
     update(x, name, &[], saves_input, |t| unary(op, t))
 }
 
+/// `x op= other` (`add_`...), handing `x` back.
 fn arith_(
     x: Py<PyTensor>,
+    name: &str,
     op: BinaryOp,
     other: &Obj<'_>,
     alpha: Option<f64>,
 ) -> PyResult<Py<PyTensor>> {
-    let o = operand(&format!("{}_", op.name()), other)?;
+    let o = operand(name, other)?;
     arith_inplace(op, &x.get().t, &o, alpha)?;
     crate::autograd::saved_hooks::check()?;
     Ok(x)
@@ -158,7 +160,12 @@ fn dunder(slf: &Obj<'_>, op: Operator, other: &Obj<'_>, reflected: bool) -> PyRe
 }
 
 macro_rules! operators {
-    (arith: $($name:ident / $rname:ident => $op:ident),*; compare: $($cname:ident => $cop:ident),*;) => {
+    (
+        arith: $($name:ident / $rname:ident => $op:ident),*;
+        pow: $($pname:ident => $preflected:expr),*;
+        compare: $($cname:ident => $cop:ident),*;
+        in_place: $($iname:ident => $method:ident $iop:ident),*;
+    ) => {
         #[pymethods]
         impl PyTensor {
             $(fn $name(slf: &Bound<'_, Self>, other: &Obj<'_>) -> PyResult<Py<PyAny>> {
@@ -170,22 +177,23 @@ macro_rules! operators {
             $(fn $cname(slf: &Bound<'_, Self>, other: &Obj<'_>) -> PyResult<Py<PyAny>> {
                 dunder(slf.as_any(), Operator::Compare(CompareOp::$cop), other, false)
             })*
-            fn __pow__(slf: &Bound<'_, Self>, other: &Obj<'_>, modulo: Option<&Obj<'_>>) -> PyResult<Py<PyAny>> {
+            // `pow(self, other, modulo)`: Python passes a modulo slot, which tensors ignore.
+            $(fn $pname(
+                slf: &Bound<'_, Self>,
+                other: &Obj<'_>,
+                modulo: Option<&Obj<'_>>,
+            ) -> PyResult<Py<PyAny>> {
                 let _ = modulo;
-                dunder(slf.as_any(), Operator::Arith(BinaryOp::Pow), other, false)
-            }
-            fn __rpow__(slf: &Bound<'_, Self>, other: &Obj<'_>, modulo: Option<&Obj<'_>>) -> PyResult<Py<PyAny>> {
-                let _ = modulo;
-                dunder(slf.as_any(), Operator::Arith(BinaryOp::Pow), other, true)
-            }
+                dunder(slf.as_any(), Operator::Arith(BinaryOp::Pow), other, $preflected)
+            })*
             fn __invert__(&self) -> PyResult<Tensor> { Ok(unary::bitwise_not(&self.t)?) }
             fn __neg__(&self) -> PyResult<Tensor> { Ok(unary(UnaryOp::Neg, &self.t)?) }
             fn __pos__(&self) -> Tensor { self.t.clone() }
             fn __abs__(&self) -> PyResult<Tensor> { Ok(unary(UnaryOp::Abs, &self.t)?) }
-            fn __iadd__(slf: &Bound<'_, Self>, o: &Obj<'_>) -> PyResult<()> { arith_(slf.clone().unbind(), BinaryOp::Add, o, None).map(drop) }
-            fn __isub__(slf: &Bound<'_, Self>, o: &Obj<'_>) -> PyResult<()> { arith_(slf.clone().unbind(), BinaryOp::Sub, o, None).map(drop) }
-            fn __imul__(slf: &Bound<'_, Self>, o: &Obj<'_>) -> PyResult<()> { arith_(slf.clone().unbind(), BinaryOp::Mul, o, None).map(drop) }
-            fn __itruediv__(slf: &Bound<'_, Self>, o: &Obj<'_>) -> PyResult<()> { arith_(slf.clone().unbind(), BinaryOp::Div, o, None).map(drop) }
+            $(fn $iname(slf: &Bound<'_, Self>, other: &Obj<'_>) -> PyResult<()> {
+                let x = slf.clone().unbind();
+                arith_(x, stringify!($method), BinaryOp::$iop, other, None).map(drop)
+            })*
         }
     };
 }
@@ -195,7 +203,10 @@ operators! {
         __truediv__ / __rtruediv__ => Div, __floordiv__ / __rfloordiv__ => FloorDivide,
         __mod__ / __rmod__ => Remainder, __and__ / __rand__ => BitwiseAnd,
         __or__ / __ror__ => BitwiseOr, __xor__ / __rxor__ => BitwiseXor;
+    pow: __pow__ => false, __rpow__ => true;
     compare: __eq__ => Eq, __ne__ => Ne, __lt__ => Lt, __le__ => Le, __gt__ => Gt, __ge__ => Ge;
+    in_place: __iadd__ => add_ Add, __isub__ => sub_ Sub, __imul__ => mul_ Mul,
+        __itruediv__ => div_ Div;
 }
 
 // ---------------------------------------------------------------- binary ops
@@ -253,7 +264,8 @@ macro_rules! logical_ops {
     ($($name:ident => $op:ident),*) => {
         tensor_ops! { mod logical_fns; $(
             both fn $name(x: Tensor, other: &Obj<'_>) [other] -> Tensor {
-                Ok(logical(LogicalOp::$op, &x, &extract_tensor(stringify!($name), "other", other)?)?)
+                let other = extract_tensor(stringify!($name), "other", other)?;
+                Ok(logical(LogicalOp::$op, &x, &other)?)
             }
         )* }
     };
@@ -268,32 +280,35 @@ tensor_ops! { mod arith_fns;
     both fn sub(x: Operand, other: &Obj<'_>, alpha: Option<f64>) [other, *, alpha=None] -> Tensor {
         with_alpha(BinaryOp::Sub, &x, other, alpha)
     }
-    both fn subtract(x: Operand, other: &Obj<'_>, alpha: Option<f64>) [other, *, alpha=None] -> Tensor {
+    both fn subtract(x: Operand, other: &Obj<'_>, alpha: Option<f64>)
+        [other, *, alpha=None] -> Tensor {
         with_alpha(BinaryOp::Sub, &x, other, alpha)
     }
-    both fn div(x: Operand, other: &Obj<'_>, rounding_mode: Option<&str>) [other, *, rounding_mode=None] -> Tensor {
+    both fn div(x: Operand, other: &Obj<'_>, rounding_mode: Option<&str>)
+        [other, *, rounding_mode=None] -> Tensor {
         bin(rounding_op(rounding_mode)?, &x, other)
     }
-    both fn divide(x: Operand, other: &Obj<'_>, rounding_mode: Option<&str>) [other, *, rounding_mode=None] -> Tensor {
+    both fn divide(x: Operand, other: &Obj<'_>, rounding_mode: Option<&str>)
+        [other, *, rounding_mode=None] -> Tensor {
         bin(rounding_op(rounding_mode)?, &x, other)
     }
-    method fn add_(x: Py<PyTensor>, other: &Obj<'_>, alpha: Option<f64>) [other, *, alpha=None] -> Py<PyTensor> {
-        arith_(x, BinaryOp::Add, other, alpha)
+    method fn add_(x: Py<PyTensor>, other: &Obj<'_>, alpha: Option<f64>)
+        [other, *, alpha=None] -> Py<PyTensor> {
+        arith_(x, "add_", BinaryOp::Add, other, alpha)
     }
-    method fn sub_(x: Py<PyTensor>, other: &Obj<'_>, alpha: Option<f64>) [other, *, alpha=None] -> Py<PyTensor> {
-        arith_(x, BinaryOp::Sub, other, alpha)
+    method fn sub_(x: Py<PyTensor>, other: &Obj<'_>, alpha: Option<f64>)
+        [other, *, alpha=None] -> Py<PyTensor> {
+        arith_(x, "sub_", BinaryOp::Sub, other, alpha)
     }
     method fn mul_(x: Py<PyTensor>, other: &Obj<'_>) [other] -> Py<PyTensor> {
-        arith_(x, BinaryOp::Mul, other, None)
+        arith_(x, "mul_", BinaryOp::Mul, other, None)
     }
-    method fn div_(x: Py<PyTensor>, other: &Obj<'_>, rounding_mode: Option<&str>) [other, *, rounding_mode=None] -> Py<PyTensor> {
-        let o = operand("div_", other)?;
-        arith_inplace(rounding_op(rounding_mode)?, &x.get().t, &o, None)?;
-        crate::autograd::saved_hooks::check()?;
-        Ok(x)
+    method fn div_(x: Py<PyTensor>, other: &Obj<'_>, rounding_mode: Option<&str>)
+        [other, *, rounding_mode=None] -> Py<PyTensor> {
+        arith_(x, "div_", rounding_op(rounding_mode)?, other, None)
     }
     method fn pow_(x: Py<PyTensor>, exponent: &Obj<'_>) [exponent] -> Py<PyTensor> {
-        arith_(x, BinaryOp::Pow, exponent, None)
+        arith_(x, "pow_", BinaryOp::Pow, exponent, None)
     }
 }
 
@@ -351,7 +366,8 @@ tensor_ops! { mod other_fns;
     }
     /// `softplus(x, beta=1, threshold=20)`: `log(1 + exp(beta x)) / beta`, linear above the
     /// threshold.
-    function fn softplus(x: Tensor, beta: f64, threshold: f64) [beta=1.0, threshold=20.0] -> Tensor {
+    function fn softplus(x: Tensor, beta: f64, threshold: f64)
+        [beta=1.0, threshold=20.0] -> Tensor {
         Ok(unary::softplus(&x, beta, threshold)?)
     }
     /// `gelu(x, approximate='none')`: exact (erf) or the tanh approximation.
@@ -365,7 +381,8 @@ tensor_ops! { mod other_fns;
         Ok(crate::ops::threshold::threshold(&x, threshold, value)?)
     }
     /// `threshold_(input, threshold, value)`: `threshold` in place, returning `input`.
-    function fn threshold_(x: Py<PyTensor>, threshold: f64, value: f64) [threshold, value] -> Py<PyTensor> {
+    function fn threshold_(x: Py<PyTensor>, threshold: f64, value: f64)
+        [threshold, value] -> Py<PyTensor> {
         // Without masks the backward reads the input, which is about to be overwritten.
         let saves_input = !crate::ops::threshold::bitmask_enabled();
         update(x, "threshold_", &[], saves_input, |t| {
@@ -374,42 +391,51 @@ tensor_ops! { mod other_fns;
     }
 
     /// Clamp to `[min, max]`; either bound may be None, a number or a tensor.
-    both fn clamp(x: Tensor, min: Option<&Obj<'_>>, max: Option<&Obj<'_>>) [min=None, max=None] -> Tensor {
+    both fn clamp(x: Tensor, min: Option<&Obj<'_>>, max: Option<&Obj<'_>>)
+        [min=None, max=None] -> Tensor {
         clamp_to(&x, min, max)
     }
-    both fn clip(x: Tensor, min: Option<&Obj<'_>>, max: Option<&Obj<'_>>) [min=None, max=None] -> Tensor {
+    both fn clip(x: Tensor, min: Option<&Obj<'_>>, max: Option<&Obj<'_>>)
+        [min=None, max=None] -> Tensor {
         clamp_to(&x, min, max)
     }
     both fn clamp_min(x: Tensor, min: &Obj<'_>) [min] -> Tensor { clamp_to(&x, Some(min), None) }
     both fn clamp_max(x: Tensor, max: &Obj<'_>) [max] -> Tensor { clamp_to(&x, None, Some(max)) }
-    both fn clamp_(x: Py<PyTensor>, min: Option<&Obj<'_>>, max: Option<&Obj<'_>>) [min=None, max=None] -> Py<PyTensor> {
+    both fn clamp_(x: Py<PyTensor>, min: Option<&Obj<'_>>, max: Option<&Obj<'_>>)
+        [min=None, max=None] -> Py<PyTensor> {
         clamp_inplace(x, min, max)
     }
-    both fn clip_(x: Py<PyTensor>, min: Option<&Obj<'_>>, max: Option<&Obj<'_>>) [min=None, max=None] -> Py<PyTensor> {
+    both fn clip_(x: Py<PyTensor>, min: Option<&Obj<'_>>, max: Option<&Obj<'_>>)
+        [min=None, max=None] -> Py<PyTensor> {
         clamp_inplace(x, min, max)
     }
 
     /// `input + value * tensor1 * tensor2`.
-    both fn addcmul(x: Tensor, tensor1: &Obj<'_>, tensor2: &Obj<'_>, value: f64) [tensor1, tensor2, *, value=1.0] -> Tensor {
+    both fn addcmul(x: Tensor, tensor1: &Obj<'_>, tensor2: &Obj<'_>, value: f64)
+        [tensor1, tensor2, *, value=1.0] -> Tensor {
         addc(BinaryOp::Mul, &x, tensor1, tensor2, value)
     }
     /// `input + value * tensor1 / tensor2`.
-    both fn addcdiv(x: Tensor, tensor1: &Obj<'_>, tensor2: &Obj<'_>, value: f64) [tensor1, tensor2, *, value=1.0] -> Tensor {
+    both fn addcdiv(x: Tensor, tensor1: &Obj<'_>, tensor2: &Obj<'_>, value: f64)
+        [tensor1, tensor2, *, value=1.0] -> Tensor {
         addc(BinaryOp::Div, &x, tensor1, tensor2, value)
     }
     /// `input + weight * (end - input)`.
     both fn lerp(x: Tensor, end: &Obj<'_>, weight: &Obj<'_>) [end, weight] -> Tensor {
         lerp_value(&x, end, weight)
     }
-    method fn addcmul_(x: Py<PyTensor>, tensor1: &Obj<'_>, tensor2: &Obj<'_>, value: f64) [tensor1, tensor2, *, value=1.0] -> Py<PyTensor> {
+    method fn addcmul_(x: Py<PyTensor>, tensor1: &Obj<'_>, tensor2: &Obj<'_>, value: f64)
+        [tensor1, tensor2, *, value=1.0] -> Py<PyTensor> {
         let new = addc(BinaryOp::Mul, &x.get().t, tensor1, tensor2, value)?;
         update(x, "addcmul_", &[], false, move |_| Ok(new))
     }
-    method fn addcdiv_(x: Py<PyTensor>, tensor1: &Obj<'_>, tensor2: &Obj<'_>, value: f64) [tensor1, tensor2, *, value=1.0] -> Py<PyTensor> {
+    method fn addcdiv_(x: Py<PyTensor>, tensor1: &Obj<'_>, tensor2: &Obj<'_>, value: f64)
+        [tensor1, tensor2, *, value=1.0] -> Py<PyTensor> {
         let new = addc(BinaryOp::Div, &x.get().t, tensor1, tensor2, value)?;
         update(x, "addcdiv_", &[], false, move |_| Ok(new))
     }
-    method fn lerp_(x: Py<PyTensor>, end: &Obj<'_>, weight: &Obj<'_>) [end, weight] -> Py<PyTensor> {
+    method fn lerp_(x: Py<PyTensor>, end: &Obj<'_>, weight: &Obj<'_>)
+        [end, weight] -> Py<PyTensor> {
         // lerp's graph keeps only `weight`, never the old value of `self`
         let new = lerp_value(&x.get().t, end, weight)?;
         update(x, "lerp_", &[], false, move |_| Ok(new))

@@ -1,7 +1,7 @@
-//! One definition per tensor op. A `tensor_ops!` row is the op's one binding: it becomes
-//! the function `gradstream.X(input, ...)` and, unless marked `function`, the method
-//! `Tensor.X(...)`, which calls that same function with itself as `input`. Both share one
-//! body, one signature, one docstring and one set of errors.
+//! One definition per tensor op. A `tensor_ops!` row is the op's one binding: its body is
+//! the function `gradstream.X(input, ...)`, and the method `Tensor.X(...)` calls that same
+//! function with itself as `input`. Both share one body, one signature, one docstring and
+//! one set of errors.
 
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
@@ -60,8 +60,8 @@ fn input_type_error(op: &str, obj: &Obj<'_>) -> PyErr {
 /// ```
 ///
 /// `x` is the input, taken as any [`Input`]. `both` makes `gradstream.name` and
-/// `Tensor.name`; `function` makes only `gradstream.name`. `NAME::register` adds the
-/// functions to the module.
+/// `Tensor.name`, `function` only `gradstream.name`, `method` only `Tensor.name`.
+/// `NAME::register` adds the functions to the module.
 macro_rules! tensor_ops {
     (mod $m:ident; $(
         $(#[$($attr:tt)*])*

@@ -162,50 +162,61 @@ tensor_ops! { mod functions;
         Ok(reduce::prod(&t, d, keepdim)?)
     }
     /// `max(input)`: 0-d; `max(input, dim)`: `(values, indices)`; `max(input, other)`: maximum.
-    both fn max(x: Tensor, dim: Option<&Obj<'_>>, keepdim: bool) [dim=None, keepdim=false] -> Py<PyAny> {
+    both fn max(x: Tensor, dim: Option<&Obj<'_>>, keepdim: bool)
+        [dim=None, keepdim=false] -> Py<PyAny> {
         max_or_min(&x, dim, keepdim, true)
     }
     /// `min(input)`: 0-d; `min(input, dim)`: `(values, indices)`; `min(input, other)`: minimum.
-    both fn min(x: Tensor, dim: Option<&Obj<'_>>, keepdim: bool) [dim=None, keepdim=false] -> Py<PyAny> {
+    both fn min(x: Tensor, dim: Option<&Obj<'_>>, keepdim: bool)
+        [dim=None, keepdim=false] -> Py<PyAny> {
         max_or_min(&x, dim, keepdim, false)
     }
     /// Largest value over `dim` (all dims when None); ties share the gradient.
-    both fn amax(x: Tensor, dim: Option<&Obj<'_>>, keepdim: bool) [dim=None, keepdim=false] -> Tensor {
+    both fn amax(x: Tensor, dim: Option<&Obj<'_>>, keepdim: bool)
+        [dim=None, keepdim=false] -> Tensor {
         Ok(minmax::amax(&x, dims_arg("amax", &x, dim)?.as_deref(), keepdim, true)?)
     }
     /// Smallest value over `dim` (all dims when None); ties share the gradient.
-    both fn amin(x: Tensor, dim: Option<&Obj<'_>>, keepdim: bool) [dim=None, keepdim=false] -> Tensor {
+    both fn amin(x: Tensor, dim: Option<&Obj<'_>>, keepdim: bool)
+        [dim=None, keepdim=false] -> Tensor {
         Ok(minmax::amax(&x, dims_arg("amin", &x, dim)?.as_deref(), keepdim, false)?)
     }
     /// Index (int64) of the first largest value along `dim`, or in the flattened input.
-    both fn argmax(x: Tensor, dim: Option<&Obj<'_>>, keepdim: bool) [dim=None, keepdim=false] -> Tensor {
+    both fn argmax(x: Tensor, dim: Option<&Obj<'_>>, keepdim: bool)
+        [dim=None, keepdim=false] -> Tensor {
         Ok(minmax::argmax(&x, opt_int_dim("argmax", &x, dim)?, keepdim, true)?)
     }
     /// Index (int64) of the first smallest value along `dim`, or in the flattened input.
-    both fn argmin(x: Tensor, dim: Option<&Obj<'_>>, keepdim: bool) [dim=None, keepdim=false] -> Tensor {
+    both fn argmin(x: Tensor, dim: Option<&Obj<'_>>, keepdim: bool)
+        [dim=None, keepdim=false] -> Tensor {
         Ok(minmax::argmax(&x, opt_int_dim("argmin", &x, dim)?, keepdim, false)?)
     }
     /// Vector norm of order `p` (2, 1, inf, -inf, 0, any number, or 'fro') over `dim`.
-    both fn norm(x: Tensor, p: Option<&Obj<'_>>, dim: Option<&Obj<'_>>, keepdim: bool, dtype: Option<&Obj<'_>>)
+    both fn norm(x: Tensor, p: Option<&Obj<'_>>, dim: Option<&Obj<'_>>, keepdim: bool,
+        dtype: Option<&Obj<'_>>)
         [p=None, dim=None, keepdim=false, dtype=None] -> Tensor {
         vector_norm_of(&x, p, dim, keepdim, dtype)
     }
     /// Variance over `dim` with `correction=` (or `unbiased=`; default 1).
-    both fn var(x: Tensor, dim: Option<&Obj<'_>>, unbiased: Option<bool>, keepdim: bool, correction: Option<&Obj<'_>>)
+    both fn var(x: Tensor, dim: Option<&Obj<'_>>, unbiased: Option<bool>, keepdim: bool,
+        correction: Option<&Obj<'_>>)
         [dim=None, unbiased=None, keepdim=false, *, correction=None] -> Tensor {
         variance(&x, dim, unbiased, keepdim, correction, false)
     }
     /// Standard deviation over `dim` with `correction=` (or `unbiased=`; default 1).
-    both fn std(x: Tensor, dim: Option<&Obj<'_>>, unbiased: Option<bool>, keepdim: bool, correction: Option<&Obj<'_>>)
+    both fn std(x: Tensor, dim: Option<&Obj<'_>>, unbiased: Option<bool>, keepdim: bool,
+        correction: Option<&Obj<'_>>)
         [dim=None, unbiased=None, keepdim=false, *, correction=None] -> Tensor {
         variance(&x, dim, unbiased, keepdim, correction, true)
     }
     /// Whether every element over `dim` is non-zero (bool; uint8 for uint8 input).
-    both fn all(x: Tensor, dim: Option<&Obj<'_>>, keepdim: bool) [dim=None, keepdim=false] -> Tensor {
+    both fn all(x: Tensor, dim: Option<&Obj<'_>>, keepdim: bool)
+        [dim=None, keepdim=false] -> Tensor {
         Ok(reduce::any_all(&x, dims_arg("all", &x, dim)?.as_deref(), keepdim, true)?)
     }
     /// Whether some element over `dim` is non-zero (bool; uint8 for uint8 input).
-    both fn any(x: Tensor, dim: Option<&Obj<'_>>, keepdim: bool) [dim=None, keepdim=false] -> Tensor {
+    both fn any(x: Tensor, dim: Option<&Obj<'_>>, keepdim: bool)
+        [dim=None, keepdim=false] -> Tensor {
         Ok(reduce::any_all(&x, dims_arg("any", &x, dim)?.as_deref(), keepdim, false)?)
     }
     /// `log(sum(exp(x)))` over `dim`, computed stably.
@@ -213,11 +224,13 @@ tensor_ops! { mod functions;
         Ok(reduce::logsumexp(&x, dims_arg("logsumexp", &x, Some(dim))?.as_deref(), keepdim)?)
     }
     /// Softmax along `dim`, max-subtracted; `dtype=` casts the input first.
-    both fn softmax(x: Tensor, dim: Option<&Obj<'_>>, dtype: Option<&Obj<'_>>) [dim=None, dtype=None] -> Tensor {
+    both fn softmax(x: Tensor, dim: Option<&Obj<'_>>, dtype: Option<&Obj<'_>>)
+        [dim=None, dtype=None] -> Tensor {
         softmax_along("softmax", &x, dim, dtype, false)
     }
     /// Log-softmax along `dim`, max-subtracted; `dtype=` casts the input first.
-    both fn log_softmax(x: Tensor, dim: Option<&Obj<'_>>, dtype: Option<&Obj<'_>>) [dim=None, dtype=None] -> Tensor {
+    both fn log_softmax(x: Tensor, dim: Option<&Obj<'_>>, dtype: Option<&Obj<'_>>)
+        [dim=None, dtype=None] -> Tensor {
         softmax_along("log_softmax", &x, dim, dtype, true)
     }
     /// Number of non-zero elements over `dim` (int64).

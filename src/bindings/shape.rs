@@ -235,9 +235,12 @@ tensor_ops! { mod functions;
     both fn unsqueeze(x: Tensor, dim: i64) [dim] -> Tensor {
         Ok(shape::unsqueeze(&x, wrap_dim("unsqueeze", dim, x.rank() + 1)?)?)
     }
-    both fn transpose(x: Tensor, dim0: i64, dim1: i64) [dim0, dim1] -> Tensor { transpose_dims(&x, dim0, dim1) }
-    both fn swapaxes(x: Tensor, axis0: i64, axis1: i64) [axis0, axis1] -> Tensor { transpose_dims(&x, axis0, axis1) }
-    both fn swapdims(x: Tensor, dim0: i64, dim1: i64) [dim0, dim1] -> Tensor { transpose_dims(&x, dim0, dim1) }
+    both fn transpose(x: Tensor, dim0: i64, dim1: i64)
+        [dim0, dim1] -> Tensor { transpose_dims(&x, dim0, dim1) }
+    both fn swapaxes(x: Tensor, axis0: i64, axis1: i64)
+        [axis0, axis1] -> Tensor { transpose_dims(&x, axis0, axis1) }
+    both fn swapdims(x: Tensor, dim0: i64, dim1: i64)
+        [dim0, dim1] -> Tensor { transpose_dims(&x, dim0, dim1) }
     both fn t(x: Tensor) [] -> Tensor {
         if x.rank() > 2 {
             return Err(PyRuntimeError::new_err(format!(
@@ -247,10 +250,12 @@ tensor_ops! { mod functions;
         }
         Ok(shape::transpose(&x, 0, 1)?)
     }
-    both fn movedim(x: Tensor, source: &Obj<'_>, destination: &Obj<'_>) [source, destination] -> Tensor {
+    both fn movedim(x: Tensor, source: &Obj<'_>, destination: &Obj<'_>)
+        [source, destination] -> Tensor {
         move_dims(&x, source, destination)
     }
-    both fn moveaxis(x: Tensor, source: &Obj<'_>, destination: &Obj<'_>) [source, destination] -> Tensor {
+    both fn moveaxis(x: Tensor, source: &Obj<'_>, destination: &Obj<'_>)
+        [source, destination] -> Tensor {
         move_dims(&x, source, destination)
     }
     both fn chunk(x: Tensor, chunks: i64, dim: i64) [chunks, dim=0] -> Py<PyTuple> {
@@ -259,7 +264,8 @@ tensor_ops! { mod functions;
     both fn unbind(x: Tensor, dim: i64) [dim=0] -> Py<PyTuple> {
         tuple(shape::unbind(&x, wrap_dim("unbind", dim, x.rank())?)?)
     }
-    both fn roll(x: Tensor, shifts: &Obj<'_>, dims: Option<&Obj<'_>>) [shifts, dims=None] -> Tensor {
+    both fn roll(x: Tensor, shifts: &Obj<'_>, dims: Option<&Obj<'_>>)
+        [shifts, dims=None] -> Tensor {
         let s = extract_dims(shifts)?;
         let Some(d) = dims.filter(|d| !d.is_none()) else {
             return Ok(shape::roll(&x, &s, None)?);
@@ -270,8 +276,10 @@ tensor_ops! { mod functions;
             .collect::<Result<Vec<_>, _>>()?;
         Ok(shape::roll(&x, &s, Some(&ds))?)
     }
-    both fn tril(x: Tensor, diagonal: i64) [diagonal=0] -> Tensor { Ok(shape::tri(&x, diagonal, false)?) }
-    both fn triu(x: Tensor, diagonal: i64) [diagonal=0] -> Tensor { Ok(shape::tri(&x, diagonal, true)?) }
+    both fn tril(x: Tensor, diagonal: i64)
+        [diagonal=0] -> Tensor { Ok(shape::tri(&x, diagonal, false)?) }
+    both fn triu(x: Tensor, diagonal: i64)
+        [diagonal=0] -> Tensor { Ok(shape::tri(&x, diagonal, true)?) }
     both fn narrow(x: Tensor, dim: i64, start: i64, length: i64) [dim, start, length] -> Tensor {
         let d = wrap_dim("narrow", dim, x.rank())?;
         let size = x.dims().get(d).copied().unwrap_or(0) as i64;
