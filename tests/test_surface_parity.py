@@ -246,3 +246,29 @@ def test_function_rejects_a_non_tensor_input_like_pytorch(op):
 def test_functional_activations_are_the_module_level_functions():
     for name in ("sigmoid", "tanh", "silu", "gelu", "softplus"):
         assert getattr(gs.nn.functional, name) is getattr(gs, name), name
+
+
+@pytest.mark.parametrize("name", ["add", "sum", "clamp", "gelu", "relu_", "cumsum", "matmul"])
+def test_functions_take_input_by_keyword_show_their_signature_and_pickle(name):
+    import inspect
+    import pickle
+
+    fn = getattr(gs, name)
+    params = list(inspect.signature(fn).parameters)
+    assert params[0] == "input"
+    method = getattr(gs.Tensor, name, None)
+    if method is not None:  # the method is the same op: the signature after `self`
+        assert list(inspect.signature(method).parameters)[1:] == params[1:]
+        assert method.__doc__ == fn.__doc__
+    assert pickle.loads(pickle.dumps(fn)) is fn
+    x = gs.tensor([[0.5, -1.0], [2.0, 3.0]])
+    args = {
+        "add": {"other": x},
+        "clamp": {"min": 0.0},
+        "cumsum": {"dim": 0},
+        "matmul": {"other": x},
+    }
+    args = args.get(name, {})
+    by_position = fn(x.clone(), *args.values())
+    by_keyword = fn(input=x.clone(), **args)
+    np.testing.assert_array_equal(to_numpy(by_keyword), to_numpy(by_position))
