@@ -462,21 +462,18 @@ pub fn extract_dims(obj: &Obj<'_>) -> PyResult<Vec<i64>> {
 
 /// A `dim` that may be an int, a tuple/list of ints, or None (every dim).
 pub fn dims_arg(op: &str, t: &Tensor, dim: Option<&Obj<'_>>) -> PyResult<Option<Vec<usize>>> {
-    match dim {
-        None => Ok(None),
-        Some(d) if d.is_none() => Ok(None),
-        Some(d) => {
-            if d.is_instance_of::<PyFloat>() || d.is_instance_of::<PyString>() {
-                return Err(PyTypeError::new_err(format!(
-                    "{op}(): argument 'dim' must be int or tuple of ints, not {}",
-                    type_name(d)
-                )));
-            }
-            // `dim=()` reduces every dim, as in PyTorch.
-            let dims = wrap_dims(op, Some(&extract_dims(d)?), t.rank())?;
-            Ok((!dims.is_empty()).then_some(dims))
-        }
+    let Some(d) = dim.filter(|d| !d.is_none()) else {
+        return Ok(None);
+    };
+    if d.is_instance_of::<PyFloat>() || d.is_instance_of::<PyString>() {
+        return Err(PyTypeError::new_err(format!(
+            "{op}(): argument 'dim' must be int or tuple of ints, not {}",
+            type_name(d)
+        )));
     }
+    // `dim=()` reduces every dim, as in PyTorch.
+    let dims = wrap_dims(op, Some(&extract_dims(d)?), t.rank())?;
+    Ok((!dims.is_empty()).then_some(dims))
 }
 
 /// A `dim` that must be a single int.
@@ -490,11 +487,11 @@ pub fn int_dim(op: &str, t: &Tensor, dim: &Obj<'_>) -> PyResult<usize> {
     Ok(wrap_dim(op, dim.extract::<i64>()?, t.rank())?)
 }
 
+/// An optional single-int `dim`.
 pub fn opt_int_dim(op: &str, t: &Tensor, dim: Option<&Obj<'_>>) -> PyResult<Option<usize>> {
-    match dim {
-        Some(d) if !d.is_none() => Ok(Some(int_dim(op, t, d)?)),
-        _ => Ok(None),
-    }
+    dim.filter(|d| !d.is_none())
+        .map(|d| int_dim(op, t, d))
+        .transpose()
 }
 
 /// The input cast to `dtype=` when given.
@@ -505,6 +502,7 @@ pub fn with_dtype(t: &Tensor, dtype: Option<&Obj<'_>>) -> PyResult<Tensor> {
     })
 }
 
+/// The name of an argument's type, for error messages.
 pub fn type_name(obj: &Obj<'_>) -> String {
     obj.get_type()
         .name()

@@ -151,8 +151,6 @@ fn _graph_leaves(t: &Obj<'_>) -> PyResult<Vec<Tensor>> {
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    add_functions! { m,
-        _function_node, _set_structure_only, _graph_leaves
-    }
+    add_functions!(m, _function_node, _set_structure_only, _graph_leaves);
     Ok(())
 }

@@ -354,8 +354,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyOptimGroup>()?;
     m.add_class::<PyParamState>()?;
     m.add_class::<PyStreamControl>()?;
-    add_functions! { m,
-        _optim_step, _optim_attach, _optim_detach, _norm_pow, _scale_, _clamp_
-    }
+    add_functions! { m, _optim_step, _optim_attach, _optim_detach, _norm_pow, _scale_, _clamp_ }
     Ok(())
 }

@@ -7,6 +7,7 @@ use pyo3::exceptions::{PyIndexError, PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyInt, PyList, PyTuple};
 
+use crate::bindings::add_functions;
 use crate::bindings::convert::{extract_dims, extract_size, extract_tensor, type_name};
 use crate::bindings::op::{tensor_ops, Input};
 use crate::bindings::tensor::PyTensor;
@@ -369,6 +370,6 @@ fn split(tensor: &Obj<'_>, split_size_or_sections: &Obj<'_>, dim: i64) -> PyResu
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    crate::bindings::add_functions!(m, cat, concat, concatenate, stack, split);
+    add_functions!(m, cat, concat, concatenate, stack, split);
     functions::register(m)
 }
