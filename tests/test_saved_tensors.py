@@ -133,7 +133,7 @@ def test_threshold_integers_and_bool(torch_ref):
 
 
 def test_threshold_rejects_non_tensor():
-    with pytest.raises(TypeError, match="argument 'input' must be Tensor, not list"):
+    with pytest.raises(TypeError, match=r"'input' \(position 1\) must be Tensor, not list"):
         gs.nn.functional.threshold([1.0], 0.0, 0.0)
 
 

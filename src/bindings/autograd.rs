@@ -10,8 +10,10 @@ use crate::autograd::engine::{run_backward, BackwardOptions};
 use crate::autograd::function::backward_calls;
 use crate::autograd::grad_mode;
 use crate::autograd::node::Node;
+use crate::bindings::add_functions;
 use crate::bindings::convert::extract_tensor;
 use crate::bindings::tensor::PyTensor;
+use crate::bindings::Obj;
 use crate::error::{Error, Result};
 use crate::tensor::{shape_str, Tensor, TensorImpl};
 
@@ -66,7 +68,7 @@ impl PyNode {
         )
     }
 
-    fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
+    fn __eq__(&self, other: &Obj<'_>) -> bool {
         other
             .cast::<PyNode>()
             .is_ok_and(|o| Arc::ptr_eq(&self.node, &o.get().node))
@@ -104,7 +106,7 @@ impl PyHookHandle {
     fn __enter__(slf: Py<Self>) -> Py<Self> {
         slf
     }
-    fn __exit__(&self, _a: &Bound<'_, PyAny>, _b: &Bound<'_, PyAny>, _c: &Bound<'_, PyAny>) {
+    fn __exit__(&self, _a: &Obj<'_>, _b: &Obj<'_>, _c: &Obj<'_>) {
         self.remove()
     }
 }
@@ -113,7 +115,7 @@ fn interrupt_check() -> Result<()> {
     Python::attach(|py| py.check_signals()).map_err(Error::Python)
 }
 
-fn tensors_arg(name: &str, obj: &Bound<'_, PyAny>) -> PyResult<Vec<Tensor>> {
+fn tensors_arg(name: &str, obj: &Obj<'_>) -> PyResult<Vec<Tensor>> {
     if obj.cast::<PyTensor>().is_ok() {
         return Ok(vec![extract_tensor("backward", name, obj)?]);
     }
@@ -122,7 +124,7 @@ fn tensors_arg(name: &str, obj: &Bound<'_, PyAny>) -> PyResult<Vec<Tensor>> {
         .collect()
 }
 
-fn grads_arg(obj: Option<&Bound<'_, PyAny>>, n: usize) -> PyResult<Vec<Option<Tensor>>> {
+fn grads_arg(obj: Option<&Obj<'_>>, n: usize) -> PyResult<Vec<Option<Tensor>>> {
     match obj {
         None => Ok(vec![None; n]),
         Some(o) if o.is_none() => Ok(vec![None; n]),
@@ -224,7 +226,7 @@ impl PyTensor {
     }
 
     #[setter(grad)]
-    fn set_grad_attr(&self, value: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+    fn set_grad_attr(&self, value: Option<&Obj<'_>>) -> PyResult<()> {
         let g = match value {
             None => None,
             Some(v) if v.is_none() => None,
@@ -258,35 +260,22 @@ impl PyTensor {
     /// as its gradient becomes final, and no `.grad` is stored.
     #[pyo3(signature = (gradient=None, retain_graph=None, create_graph=false, inputs=None, grad_consumer=None))]
     fn backward(
-        &self,
-        py: Python<'_>,
-        gradient: Option<&Bound<'_, PyAny>>,
+        slf: &Bound<'_, Self>,
+        gradient: Option<&Obj<'_>>,
         retain_graph: Option<bool>,
         create_graph: bool,
-        inputs: Option<&Bound<'_, PyAny>>,
+        inputs: Option<&Obj<'_>>,
         grad_consumer: Option<Py<PyAny>>,
     ) -> PyResult<()> {
-        let grads = grads_arg(gradient, 1)?;
-        let inputs = match inputs {
-            Some(i) if !i.is_none() => Some(tensors_arg("inputs", i)?),
-            _ => None,
-        };
-        if inputs.as_ref().is_some_and(|i| i.is_empty()) {
-            return Err(PyRuntimeError::new_err(
-                "backward: 'inputs' argument to backward() cannot be empty.",
-            ));
-        }
-        run(
-            py,
-            vec![self.t.clone()],
-            grads,
+        autograd_backward(
+            slf.py(),
+            slf.as_any(),
+            gradient,
             retain_graph,
             create_graph,
-            true,
             inputs,
             grad_consumer,
-        )?;
-        Ok(())
+        )
     }
 
     /// `register_hook(fn)`: `fn(grad)` runs before the gradient is used; it may return a
@@ -371,11 +360,11 @@ impl PyTensor {
 #[pyo3(signature = (tensors, grad_tensors=None, retain_graph=None, create_graph=false, inputs=None, grad_consumer=None))]
 fn autograd_backward(
     py: Python<'_>,
-    tensors: &Bound<'_, PyAny>,
-    grad_tensors: Option<&Bound<'_, PyAny>>,
+    tensors: &Obj<'_>,
+    grad_tensors: Option<&Obj<'_>>,
     retain_graph: Option<bool>,
     create_graph: bool,
-    inputs: Option<&Bound<'_, PyAny>>,
+    inputs: Option<&Obj<'_>>,
     grad_consumer: Option<Py<PyAny>>,
 ) -> PyResult<()> {
     let roots = tensors_arg("tensors", tensors)?;
@@ -384,6 +373,11 @@ fn autograd_backward(
         Some(i) if !i.is_none() => Some(tensors_arg("inputs", i)?),
         _ => None,
     };
+    if inputs.as_ref().is_some_and(|i| i.is_empty()) {
+        return Err(PyRuntimeError::new_err(
+            "backward: 'inputs' argument to backward() cannot be empty.",
+        ));
+    }
     run(
         py,
         roots,
@@ -466,10 +460,8 @@ fn _backward_calls() -> u64 {
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyNode>()?;
     m.add_class::<PyHookHandle>()?;
-    m.add_function(wrap_pyfunction!(autograd_backward, m)?)?;
-    m.add_function(wrap_pyfunction!(autograd_grad, m)?)?;
-    m.add_function(wrap_pyfunction!(is_grad_enabled, m)?)?;
-    m.add_function(wrap_pyfunction!(_set_grad_enabled, m)?)?;
-    m.add_function(wrap_pyfunction!(_backward_calls, m)?)?;
+    add_functions! { m,
+        autograd_backward, autograd_grad, is_grad_enabled, _set_grad_enabled, _backward_calls
+    }
     Ok(())
 }

@@ -3,12 +3,13 @@
 use numpy::{PyArrayDyn, PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyFloat, PyInt, PyList, PyTuple};
+use pyo3::types::{PyBool, PyFloat, PyInt, PyList, PyString, PyTuple};
 
 use crate::bindings::tensor::PyTensor;
+use crate::bindings::Obj;
 use crate::dtype::{DType, DEFAULT_FLOAT};
 use crate::error::{CandleContext, Error, Result};
-use crate::ops::{Operand, Scalar};
+use crate::ops::{self, wrap_dim, wrap_dims, Operand, Scalar};
 use crate::tensor::Tensor;
 
 /// `gradstream.float32` and friends.
@@ -95,17 +96,14 @@ impl PyDevice {
 impl PyDevice {
     #[new]
     #[pyo3(signature = (spec, index=None))]
-    fn new(spec: &Bound<'_, PyAny>, index: Option<i64>) -> PyResult<Self> {
+    fn new(spec: &Obj<'_>, index: Option<i64>) -> PyResult<Self> {
         if let Ok(d) = spec.cast::<PyDevice>() {
             return Ok(d.get().clone());
         }
         let s: String = spec.extract().map_err(|_| {
             PyTypeError::new_err(format!(
                 "device(): expected a string such as 'cpu', got {}",
-                spec.get_type()
-                    .name()
-                    .map(|n| n.to_string())
-                    .unwrap_or_default()
+                type_name(spec)
             ))
         })?;
         let (kind, idx) = match s.split_once(':') {
@@ -147,7 +145,7 @@ impl PyDevice {
 }
 
 /// A dtype argument: `gradstream.float32`, or Python's `float`, `int`, `bool`.
-pub fn extract_dtype(obj: &Bound<'_, PyAny>) -> PyResult<DType> {
+pub fn extract_dtype(obj: &Obj<'_>) -> PyResult<DType> {
     if let Ok(d) = obj.cast::<PyDType>() {
         return Ok(d.get().dt);
     }
@@ -173,7 +171,7 @@ pub fn extract_dtype(obj: &Bound<'_, PyAny>) -> PyResult<DType> {
     )))
 }
 
-pub fn opt_dtype(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<DType>> {
+pub fn opt_dtype(obj: Option<&Obj<'_>>) -> PyResult<Option<DType>> {
     match obj {
         None => Ok(None),
         Some(o) if o.is_none() => Ok(None),
@@ -182,7 +180,7 @@ pub fn opt_dtype(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<DType>> {
 }
 
 /// Check a device argument: only the CPU holds tensors in this build.
-pub fn check_device(obj: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+pub fn check_device(obj: Option<&Obj<'_>>) -> PyResult<()> {
     let Some(obj) = obj else { return Ok(()) };
     if obj.is_none() {
         return Ok(());
@@ -199,7 +197,7 @@ pub fn check_device(obj: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
 }
 
 /// A Python number as a `Scalar`, or `None` if the object is not one.
-pub fn extract_scalar(obj: &Bound<'_, PyAny>) -> Option<Scalar> {
+pub fn extract_scalar(obj: &Obj<'_>) -> Option<Scalar> {
     if obj.is_instance_of::<PyBool>() {
         return obj.extract::<bool>().ok().map(Scalar::Bool);
     }
@@ -228,7 +226,7 @@ pub fn extract_scalar(obj: &Bound<'_, PyAny>) -> Option<Scalar> {
 }
 
 /// An op argument: a tensor, a number, or data that becomes a tensor.
-pub fn extract_operand(op: &str, obj: &Bound<'_, PyAny>) -> PyResult<Operand> {
+pub fn extract_operand(op: &str, obj: &Obj<'_>) -> PyResult<Operand> {
     if let Ok(t) = obj.cast::<PyTensor>() {
         return Ok(Operand::Tensor(t.get().t.clone()));
     }
@@ -247,17 +245,21 @@ pub fn extract_operand(op: &str, obj: &Bound<'_, PyAny>) -> PyResult<Operand> {
     )))
 }
 
+/// An optional tensor argument: absent or None is `None`.
+pub fn opt_tensor(op: &str, name: &str, obj: Option<&Obj<'_>>) -> PyResult<Option<Tensor>> {
+    obj.filter(|o| !o.is_none())
+        .map(|o| extract_tensor(op, name, o))
+        .transpose()
+}
+
 /// An argument that must be a tensor.
-pub fn extract_tensor(op: &str, name: &str, obj: &Bound<'_, PyAny>) -> PyResult<Tensor> {
+pub fn extract_tensor(op: &str, name: &str, obj: &Obj<'_>) -> PyResult<Tensor> {
     obj.cast::<PyTensor>()
         .map(|t| t.get().t.clone())
         .map_err(|_| {
             PyTypeError::new_err(format!(
                 "{op}(): argument '{name}' must be Tensor, not {}",
-                obj.get_type()
-                    .name()
-                    .map(|n| n.to_string())
-                    .unwrap_or_default()
+                type_name(obj)
             ))
         })
 }
@@ -316,7 +318,7 @@ pub fn tensor_from_numpy(arr: &Bound<'_, PyUntypedArray>) -> PyResult<Tensor> {
 }
 
 /// A NumPy scalar (`np.float64(1.0)`, `np.int32(2)`), not a Python number or an array.
-fn is_numpy_scalar(obj: &Bound<'_, PyAny>) -> bool {
+fn is_numpy_scalar(obj: &Obj<'_>) -> bool {
     let ty = obj.get_type();
     ty.module()
         .is_ok_and(|m| m.to_str().is_ok_and(|m| m == "numpy"))
@@ -324,7 +326,7 @@ fn is_numpy_scalar(obj: &Bound<'_, PyAny>) -> bool {
 }
 
 /// `tensor(data)`: numbers, nested sequences, NumPy arrays and tensors; copies.
-pub fn tensor_from_data(obj: &Bound<'_, PyAny>, dtype: Option<DType>) -> PyResult<Tensor> {
+pub fn tensor_from_data(obj: &Obj<'_>, dtype: Option<DType>) -> PyResult<Tensor> {
     let py = obj.py();
     let t = if let Ok(t) = obj.cast::<PyTensor>() {
         crate::ops::convert::clone(&t.get().t.detach())?
@@ -396,19 +398,18 @@ pub fn tensor_to_numpy<'py>(py: Python<'py>, t: &Tensor) -> PyResult<Bound<'py, 
 
 /// Dims given as `f(2, 3)`, `f((2, 3))` or `f([2, 3])`.
 pub fn extract_size(op: &str, args: &Bound<'_, PyTuple>) -> PyResult<Vec<i64>> {
-    let items: Vec<Bound<'_, PyAny>> =
-        if args.len() == 1 && !args.get_item(0)?.is_instance_of::<PyInt>() {
-            let a = args.get_item(0)?;
-            if extract_scalar(&a).is_some() {
-                vec![a]
-            } else {
-                a.try_iter()
-                    .map_err(|_| size_type_error(op, &a))?
-                    .collect::<PyResult<Vec<_>>>()?
-            }
+    let items: Vec<Obj<'_>> = if args.len() == 1 && !args.get_item(0)?.is_instance_of::<PyInt>() {
+        let a = args.get_item(0)?;
+        if extract_scalar(&a).is_some() {
+            vec![a]
         } else {
-            args.iter().collect()
-        };
+            a.try_iter()
+                .map_err(|_| size_type_error(op, &a))?
+                .collect::<PyResult<Vec<_>>>()?
+        }
+    } else {
+        args.iter().collect()
+    };
     items
         .iter()
         .map(|i| {
@@ -424,13 +425,10 @@ pub fn extract_size(op: &str, args: &Bound<'_, PyTuple>) -> PyResult<Vec<i64>> {
         .collect()
 }
 
-fn size_type_error(op: &str, obj: &Bound<'_, PyAny>) -> PyErr {
+fn size_type_error(op: &str, obj: &Obj<'_>) -> PyErr {
     PyTypeError::new_err(format!(
         "{op}(): argument 'size' must be tuple of ints, but found element of type {}",
-        obj.get_type()
-            .name()
-            .map(|n| n.to_string())
-            .unwrap_or_default()
+        type_name(obj)
     ))
 }
 
@@ -450,7 +448,7 @@ pub fn to_dims(op: &str, size: &[i64]) -> Result<Vec<usize>> {
 }
 
 /// A dim argument: an int, or a tuple/list of ints.
-pub fn extract_dims(obj: &Bound<'_, PyAny>) -> PyResult<Vec<i64>> {
+pub fn extract_dims(obj: &Obj<'_>) -> PyResult<Vec<i64>> {
     if let Ok(d) = obj.extract::<i64>() {
         return Ok(vec![d]);
     }
@@ -460,4 +458,54 @@ pub fn extract_dims(obj: &Bound<'_, PyAny>) -> PyResult<Vec<i64>> {
             obj.repr().map(|r| r.to_string()).unwrap_or_default()
         ))
     })
+}
+
+/// A `dim` that may be an int, a tuple/list of ints, or None (every dim).
+pub fn dims_arg(op: &str, t: &Tensor, dim: Option<&Obj<'_>>) -> PyResult<Option<Vec<usize>>> {
+    let Some(d) = dim.filter(|d| !d.is_none()) else {
+        return Ok(None);
+    };
+    if d.is_instance_of::<PyFloat>() || d.is_instance_of::<PyString>() {
+        return Err(PyTypeError::new_err(format!(
+            "{op}(): argument 'dim' must be int or tuple of ints, not {}",
+            type_name(d)
+        )));
+    }
+    // `dim=()` reduces every dim, as in PyTorch.
+    let dims = wrap_dims(op, Some(&extract_dims(d)?), t.rank())?;
+    Ok((!dims.is_empty()).then_some(dims))
+}
+
+/// A `dim` that must be a single int.
+pub fn int_dim(op: &str, t: &Tensor, dim: &Obj<'_>) -> PyResult<usize> {
+    if !dim.is_instance_of::<PyInt>() || dim.is_instance_of::<PyBool>() {
+        return Err(PyTypeError::new_err(format!(
+            "{op}(): argument 'dim' must be int, not {}",
+            type_name(dim)
+        )));
+    }
+    Ok(wrap_dim(op, dim.extract::<i64>()?, t.rank())?)
+}
+
+/// An optional single-int `dim`.
+pub fn opt_int_dim(op: &str, t: &Tensor, dim: Option<&Obj<'_>>) -> PyResult<Option<usize>> {
+    dim.filter(|d| !d.is_none())
+        .map(|d| int_dim(op, t, d))
+        .transpose()
+}
+
+/// The input cast to `dtype=` when given.
+pub fn with_dtype(t: &Tensor, dtype: Option<&Obj<'_>>) -> PyResult<Tensor> {
+    Ok(match opt_dtype(dtype)? {
+        Some(dt) => ops::convert::to_dtype(t, dt)?,
+        None => t.clone(),
+    })
+}
+
+/// The name of an argument's type, for error messages.
+pub fn type_name(obj: &Obj<'_>) -> String {
+    obj.get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_default()
 }

@@ -10,11 +10,14 @@ use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 use rand_distr::{Distribution, StandardNormal};
 
+use crate::bindings::add_functions;
 use crate::bindings::convert::{
     check_device, extract_scalar, extract_size, extract_tensor, opt_dtype, tensor_from_data,
     tensor_from_numpy, to_dims,
 };
+use crate::bindings::op::Input;
 use crate::bindings::tensor::PyTensor;
+use crate::bindings::Obj;
 use crate::dtype::{DType, DEFAULT_FLOAT};
 use crate::error::{CandleContext, Error};
 use crate::ops::{self, Scalar};
@@ -37,37 +40,24 @@ fn finish(t: Tensor, requires_grad: bool) -> PyResult<Tensor> {
     Ok(t)
 }
 
-fn from_f64s(v: Vec<f64>, dims: &[usize], dtype: DType) -> PyResult<Tensor> {
+/// A tensor of `dtype` from values computed in `T`.
+fn from_vec<T: candle_core::WithDType>(
+    v: Vec<T>,
+    dims: &[usize],
+    dtype: DType,
+) -> PyResult<Tensor> {
     let t = candle_core::Tensor::from_vec(v, dims, &candle_core::Device::Cpu).op("tensor")?;
-    Ok(ops::convert::to_dtype(
-        &Tensor::new(t, DType::Float64),
-        dtype,
-    )?)
-}
-
-fn from_f32s(v: Vec<f32>, dims: &[usize], dtype: DType) -> PyResult<Tensor> {
-    let t = candle_core::Tensor::from_vec(v, dims, &candle_core::Device::Cpu).op("tensor")?;
-    Ok(ops::convert::to_dtype(
-        &Tensor::new(t, DType::Float32),
-        dtype,
-    )?)
-}
-
-fn from_i64s(v: Vec<i64>, dims: &[usize], dtype: DType) -> PyResult<Tensor> {
-    let t = candle_core::Tensor::from_vec(v, dims, &candle_core::Device::Cpu).op("tensor")?;
-    Ok(ops::convert::to_dtype(
-        &Tensor::new(t, DType::Int64),
-        dtype,
-    )?)
+    let src = DType::from_candle(t.dtype())?;
+    Ok(ops::convert::to_dtype(&Tensor::new(t, src), dtype)?)
 }
 
 /// `tensor(data, dtype=None, device=None, requires_grad=False)`: always copies.
 #[pyfunction]
 #[pyo3(signature = (data, *, dtype=None, device=None, requires_grad=false, pin_memory=false))]
 fn tensor(
-    data: &Bound<'_, PyAny>,
-    dtype: Option<&Bound<'_, PyAny>>,
-    device: Option<&Bound<'_, PyAny>>,
+    data: &Obj<'_>,
+    dtype: Option<&Obj<'_>>,
+    device: Option<&Obj<'_>>,
     requires_grad: bool,
     pin_memory: bool,
 ) -> PyResult<Tensor> {
@@ -83,9 +73,9 @@ fn tensor(
 #[pyfunction]
 #[pyo3(signature = (data, dtype=None, device=None))]
 fn as_tensor(
-    data: &Bound<'_, PyAny>,
-    dtype: Option<&Bound<'_, PyAny>>,
-    device: Option<&Bound<'_, PyAny>>,
+    data: &Obj<'_>,
+    dtype: Option<&Obj<'_>>,
+    device: Option<&Obj<'_>>,
 ) -> PyResult<Tensor> {
     check_device(device)?;
     let dt = opt_dtype(dtype)?;
@@ -102,7 +92,7 @@ fn as_tensor(
 /// `from_numpy(array)`: a tensor of the same dtype and values. gradstream copies the
 /// data (PyTorch shares it): later writes to the array are not seen by the tensor.
 #[pyfunction]
-fn from_numpy(array: &Bound<'_, PyAny>) -> PyResult<Tensor> {
+fn from_numpy(array: &Obj<'_>) -> PyResult<Tensor> {
     let arr = array.cast::<PyUntypedArray>().map_err(|_| {
         PyTypeError::new_err(format!(
             "expected np.ndarray (got {})",
@@ -116,6 +106,20 @@ fn from_numpy(array: &Bound<'_, PyAny>) -> PyResult<Tensor> {
     tensor_from_numpy(arr)
 }
 
+/// A new tensor of `dims` filled with `value`: `zeros`, `ones_like`, `full`...
+fn filled(
+    dims: &[usize],
+    value: f64,
+    dtype: Option<&Obj<'_>>,
+    default: DType,
+    device: Option<&Obj<'_>>,
+    requires_grad: bool,
+) -> PyResult<Tensor> {
+    check_device(device)?;
+    let dt = opt_dtype(dtype)?.unwrap_or(default);
+    finish(ops::creation::full(dims, value, dt)?, requires_grad)
+}
+
 macro_rules! filled {
     ($name:ident, $value:expr) => {
         #[pyfunction]
@@ -123,18 +127,16 @@ macro_rules! filled {
         #[allow(clippy::too_many_arguments)]
         fn $name(
             size: &Bound<'_, PyTuple>,
-            dtype: Option<&Bound<'_, PyAny>>,
-            device: Option<&Bound<'_, PyAny>>,
+            dtype: Option<&Obj<'_>>,
+            device: Option<&Obj<'_>>,
             requires_grad: bool,
-            out: Option<&Bound<'_, PyAny>>,
-            layout: Option<&Bound<'_, PyAny>>,
+            out: Option<&Obj<'_>>,
+            layout: Option<&Obj<'_>>,
             pin_memory: bool,
         ) -> PyResult<Tensor> {
             let _ = (out, layout, pin_memory);
-            check_device(device)?;
             let dims = to_dims(stringify!($name), &extract_size(stringify!($name), size)?)?;
-            let dt = opt_dtype(dtype)?.unwrap_or(DEFAULT_FLOAT);
-            finish(ops::creation::full(&dims, $value, dt)?, requires_grad)
+            filled(&dims, $value, dtype, DEFAULT_FLOAT, device, requires_grad)
         }
     };
 }
@@ -146,21 +148,28 @@ filled!(empty, 0.0);
 #[pyfunction]
 #[pyo3(signature = (size, fill_value, *, dtype=None, device=None, requires_grad=false))]
 fn full(
-    size: &Bound<'_, PyAny>,
-    fill_value: &Bound<'_, PyAny>,
-    dtype: Option<&Bound<'_, PyAny>>,
-    device: Option<&Bound<'_, PyAny>>,
+    size: &Obj<'_>,
+    fill_value: &Obj<'_>,
+    dtype: Option<&Obj<'_>>,
+    device: Option<&Obj<'_>>,
     requires_grad: bool,
 ) -> PyResult<Tensor> {
-    check_device(device)?;
-    let size = extract_size("full", &PyTuple::new(size.py(), [size])?)?;
-    let dims = to_dims("full", &size)?;
+    let dims = to_dims(
+        "full",
+        &extract_size("full", &PyTuple::new(size.py(), [size])?)?,
+    )?;
     let s = fill_scalar("full", fill_value)?;
-    let dt = opt_dtype(dtype)?.unwrap_or(scalar_dtype(s));
-    finish(ops::creation::full(&dims, s.as_f64(), dt)?, requires_grad)
+    filled(
+        &dims,
+        s.as_f64(),
+        dtype,
+        scalar_dtype(s),
+        device,
+        requires_grad,
+    )
 }
 
-fn fill_scalar(op: &str, v: &Bound<'_, PyAny>) -> PyResult<Scalar> {
+fn fill_scalar(op: &str, v: &Obj<'_>) -> PyResult<Scalar> {
     if let Some(s) = extract_scalar(v) {
         return Ok(s);
     }
@@ -193,17 +202,15 @@ macro_rules! filled_like {
         #[pyfunction]
         #[pyo3(signature = (input, *, dtype=None, device=None, requires_grad=false, memory_format=None))]
         fn $name(
-            input: &Bound<'_, PyAny>,
-            dtype: Option<&Bound<'_, PyAny>>,
-            device: Option<&Bound<'_, PyAny>>,
+            input: &Obj<'_>,
+            dtype: Option<&Obj<'_>>,
+            device: Option<&Obj<'_>>,
             requires_grad: bool,
-            memory_format: Option<&Bound<'_, PyAny>>,
+            memory_format: Option<&Obj<'_>>,
         ) -> PyResult<Tensor> {
             let _ = memory_format;
-            check_device(device)?;
-            let t = extract_tensor(stringify!($name), "input", input)?;
-            let dt = opt_dtype(dtype)?.unwrap_or(t.dtype());
-            finish(ops::creation::full(&t.dims(), $value, dt)?, requires_grad)
+            let t = Tensor::extract(stringify!($name), input)?;
+            filled(&t.dims(), $value, dtype, t.dtype(), device, requires_grad)
         }
     };
 }
@@ -215,18 +222,20 @@ filled_like!(empty_like, 0.0);
 #[pyfunction]
 #[pyo3(signature = (input, fill_value, *, dtype=None, device=None, requires_grad=false))]
 fn full_like(
-    input: &Bound<'_, PyAny>,
-    fill_value: &Bound<'_, PyAny>,
-    dtype: Option<&Bound<'_, PyAny>>,
-    device: Option<&Bound<'_, PyAny>>,
+    input: &Obj<'_>,
+    fill_value: &Obj<'_>,
+    dtype: Option<&Obj<'_>>,
+    device: Option<&Obj<'_>>,
     requires_grad: bool,
 ) -> PyResult<Tensor> {
-    check_device(device)?;
-    let t = extract_tensor("full_like", "input", input)?;
+    let t = Tensor::extract("full_like", input)?;
     let s = fill_scalar("full_like", fill_value)?;
-    let dt = opt_dtype(dtype)?.unwrap_or(t.dtype());
-    finish(
-        ops::creation::full(&t.dims(), s.as_f64(), dt)?,
+    filled(
+        &t.dims(),
+        s.as_f64(),
+        dtype,
+        t.dtype(),
+        device,
         requires_grad,
     )
 }
@@ -235,15 +244,15 @@ fn full_like(
 #[pyfunction]
 #[pyo3(signature = (start, end=None, step=None, *, dtype=None, device=None, requires_grad=false))]
 fn arange(
-    start: &Bound<'_, PyAny>,
-    end: Option<&Bound<'_, PyAny>>,
-    step: Option<&Bound<'_, PyAny>>,
-    dtype: Option<&Bound<'_, PyAny>>,
-    device: Option<&Bound<'_, PyAny>>,
+    start: &Obj<'_>,
+    end: Option<&Obj<'_>>,
+    step: Option<&Obj<'_>>,
+    dtype: Option<&Obj<'_>>,
+    device: Option<&Obj<'_>>,
     requires_grad: bool,
 ) -> PyResult<Tensor> {
     check_device(device)?;
-    let num = |o: &Bound<'_, PyAny>| fill_scalar("arange", o);
+    let num = |o: &Obj<'_>| fill_scalar("arange", o);
     let (s, e) = match end {
         Some(e) if !e.is_none() => (num(start)?, num(e)?),
         _ => (Scalar::Int(0), num(start)?),
@@ -270,9 +279,9 @@ fn arange(
     let n = ((b - a) / c).ceil() as usize;
     let t = if !any_float {
         let (a, c) = (a as i64, c as i64);
-        from_i64s((0..n as i64).map(|i| a + i * c).collect(), &[n], dt)?
+        from_vec((0..n as i64).map(|i| a + i * c).collect(), &[n], dt)?
     } else {
-        from_f64s((0..n).map(|i| a + i as f64 * c).collect(), &[n], dt)?
+        from_vec((0..n).map(|i| a + i as f64 * c).collect(), &[n], dt)?
     };
     finish(t, requires_grad)
 }
@@ -283,8 +292,8 @@ fn linspace(
     start: f64,
     end: f64,
     steps: i64,
-    dtype: Option<&Bound<'_, PyAny>>,
-    device: Option<&Bound<'_, PyAny>>,
+    dtype: Option<&Obj<'_>>,
+    device: Option<&Obj<'_>>,
     requires_grad: bool,
 ) -> PyResult<Tensor> {
     check_device(device)?;
@@ -310,7 +319,7 @@ fn linspace(
         })
         .collect();
     let dt = opt_dtype(dtype)?.unwrap_or(DEFAULT_FLOAT);
-    finish(from_f64s(v, &[n], dt)?, requires_grad)
+    finish(from_vec(v, &[n], dt)?, requires_grad)
 }
 
 #[pyfunction]
@@ -318,8 +327,8 @@ fn linspace(
 fn eye(
     n: i64,
     m: Option<i64>,
-    dtype: Option<&Bound<'_, PyAny>>,
-    device: Option<&Bound<'_, PyAny>>,
+    dtype: Option<&Obj<'_>>,
+    device: Option<&Obj<'_>>,
     requires_grad: bool,
 ) -> PyResult<Tensor> {
     check_device(device)?;
@@ -335,7 +344,7 @@ fn eye(
         v[i * m + i] = 1.0;
     }
     let dt = opt_dtype(dtype)?.unwrap_or(DEFAULT_FLOAT);
-    finish(from_f64s(v, &[n, m], dt)?, requires_grad)
+    finish(from_vec(v, &[n, m], dt)?, requires_grad)
 }
 
 fn random_float(op: &str, dims: &[usize], dt: DType, normal: bool) -> PyResult<Tensor> {
@@ -353,90 +362,60 @@ fn random_float(op: &str, dims: &[usize], dt: DType, normal: bool) -> PyResult<T
             (0..n).map(|_| r.random::<f32>()).collect()
         }
     });
-    from_f32s(v, dims, dt)
+    from_vec(v, dims, dt)
 }
 
-fn random_sized(
-    op: &str,
-    size: &Bound<'_, PyTuple>,
-    dtype: Option<&Bound<'_, PyAny>>,
-    normal: bool,
-) -> PyResult<Tensor> {
-    let dims = to_dims(op, &extract_size(op, size)?)?;
-    random_float(
-        op,
-        &dims,
-        opt_dtype(dtype)?.unwrap_or(DEFAULT_FLOAT),
-        normal,
-    )
+/// `rand(*size)` / `randn(*size)`: U(0, 1) / N(0, 1) draws from the global generator.
+macro_rules! random {
+    ($name:ident, $normal:expr) => {
+        #[pyfunction]
+        #[pyo3(signature = (*size, dtype=None, device=None, requires_grad=false, generator=None))]
+        fn $name(
+            size: &Bound<'_, PyTuple>,
+            dtype: Option<&Obj<'_>>,
+            device: Option<&Obj<'_>>,
+            requires_grad: bool,
+            generator: Option<&Obj<'_>>,
+        ) -> PyResult<Tensor> {
+            let _ = generator;
+            check_device(device)?;
+            let op = stringify!($name);
+            let dims = to_dims(op, &extract_size(op, size)?)?;
+            let dt = opt_dtype(dtype)?.unwrap_or(DEFAULT_FLOAT);
+            finish(random_float(op, &dims, dt, $normal)?, requires_grad)
+        }
+    };
 }
 
-fn random_like(
-    op: &str,
-    input: &Bound<'_, PyAny>,
-    dtype: Option<&Bound<'_, PyAny>>,
-    normal: bool,
-) -> PyResult<Tensor> {
-    let t = extract_tensor(op, "input", input)?;
-    random_float(
-        op,
-        &t.dims(),
-        opt_dtype(dtype)?.unwrap_or(t.dtype()),
-        normal,
-    )
+random!(rand, false);
+random!(randn, true);
+
+/// `rand_like(input)` / `randn_like(input)`.
+macro_rules! random_like {
+    ($name:ident, $normal:expr) => {
+        #[pyfunction]
+        #[pyo3(signature = (input, *, dtype=None))]
+        fn $name(input: &Obj<'_>, dtype: Option<&Obj<'_>>) -> PyResult<Tensor> {
+            let t = Tensor::extract(stringify!($name), input)?;
+            let dt = opt_dtype(dtype)?.unwrap_or(t.dtype());
+            random_float(stringify!($name), &t.dims(), dt, $normal)
+        }
+    };
 }
 
-#[pyfunction]
-#[pyo3(signature = (*size, dtype=None, device=None, requires_grad=false, generator=None))]
-#[pyo3(name = "rand")]
-fn rand_fn(
-    size: &Bound<'_, PyTuple>,
-    dtype: Option<&Bound<'_, PyAny>>,
-    device: Option<&Bound<'_, PyAny>>,
-    requires_grad: bool,
-    generator: Option<&Bound<'_, PyAny>>,
-) -> PyResult<Tensor> {
-    let _ = generator;
-    check_device(device)?;
-    finish(random_sized("rand", size, dtype, false)?, requires_grad)
-}
-
-#[pyfunction]
-#[pyo3(signature = (*size, dtype=None, device=None, requires_grad=false, generator=None))]
-fn randn(
-    size: &Bound<'_, PyTuple>,
-    dtype: Option<&Bound<'_, PyAny>>,
-    device: Option<&Bound<'_, PyAny>>,
-    requires_grad: bool,
-    generator: Option<&Bound<'_, PyAny>>,
-) -> PyResult<Tensor> {
-    let _ = generator;
-    check_device(device)?;
-    finish(random_sized("randn", size, dtype, true)?, requires_grad)
-}
-
-#[pyfunction]
-#[pyo3(signature = (input, *, dtype=None))]
-fn rand_like(input: &Bound<'_, PyAny>, dtype: Option<&Bound<'_, PyAny>>) -> PyResult<Tensor> {
-    random_like("rand_like", input, dtype, false)
-}
-
-#[pyfunction]
-#[pyo3(signature = (input, *, dtype=None))]
-fn randn_like(input: &Bound<'_, PyAny>, dtype: Option<&Bound<'_, PyAny>>) -> PyResult<Tensor> {
-    random_like("randn_like", input, dtype, true)
-}
+random_like!(rand_like, false);
+random_like!(randn_like, true);
 
 /// `randint(high, size)` or `randint(low, high, size)`.
 #[pyfunction]
 #[pyo3(signature = (*args, size=None, dtype=None, device=None, requires_grad=false, generator=None))]
 fn randint(
     args: &Bound<'_, PyTuple>,
-    size: Option<&Bound<'_, PyAny>>,
-    dtype: Option<&Bound<'_, PyAny>>,
-    device: Option<&Bound<'_, PyAny>>,
+    size: Option<&Obj<'_>>,
+    dtype: Option<&Obj<'_>>,
+    device: Option<&Obj<'_>>,
     requires_grad: bool,
-    generator: Option<&Bound<'_, PyAny>>,
+    generator: Option<&Obj<'_>>,
 ) -> PyResult<Tensor> {
     let _ = (generator, requires_grad);
     check_device(device)?;
@@ -470,17 +449,17 @@ fn randint(
     )?;
     let n: usize = dims.iter().product();
     let v: Vec<i64> = with_rng(|r| (0..n).map(|_| r.random_range(low..high)).collect());
-    from_i64s(v, &dims, opt_dtype(dtype)?.unwrap_or(DType::Int64))
+    from_vec(v, &dims, opt_dtype(dtype)?.unwrap_or(DType::Int64))
 }
 
 #[pyfunction]
 #[pyo3(signature = (n, *, dtype=None, device=None, requires_grad=false, generator=None))]
 fn randperm(
     n: i64,
-    dtype: Option<&Bound<'_, PyAny>>,
-    device: Option<&Bound<'_, PyAny>>,
+    dtype: Option<&Obj<'_>>,
+    device: Option<&Obj<'_>>,
     requires_grad: bool,
-    generator: Option<&Bound<'_, PyAny>>,
+    generator: Option<&Obj<'_>>,
 ) -> PyResult<Tensor> {
     let _ = (generator, requires_grad);
     check_device(device)?;
@@ -494,7 +473,7 @@ fn randperm(
         use ::rand::seq::SliceRandom;
         v.shuffle(r)
     });
-    from_i64s(v, &[n as usize], opt_dtype(dtype)?.unwrap_or(DType::Int64))
+    from_vec(v, &[n as usize], opt_dtype(dtype)?.unwrap_or(DType::Int64))
 }
 
 /// A saved state of the global generator (`get_rng_state` / `set_rng_state`).
@@ -511,7 +490,7 @@ fn get_rng_state() -> PyRngState {
 }
 
 #[pyfunction]
-fn set_rng_state(state: &Bound<'_, PyAny>) -> PyResult<()> {
+fn set_rng_state(state: &Obj<'_>) -> PyResult<()> {
     let s = state.cast::<PyRngState>().map_err(|_| {
         PyTypeError::new_err("set_rng_state() expects a state returned by get_rng_state()")
     })?;
@@ -542,7 +521,7 @@ fn meshgrid(
     tensors: &Bound<'_, PyTuple>,
     indexing: Option<&str>,
 ) -> PyResult<Py<PyTuple>> {
-    let items: Vec<Bound<'_, PyAny>> =
+    let items: Vec<Obj<'_>> =
         if tensors.len() == 1 && tensors.get_item(0)?.cast::<PyTensor>().is_err() {
             tensors.get_item(0)?.try_iter()?.collect::<PyResult<_>>()?
         } else {
@@ -589,31 +568,11 @@ fn meshgrid(
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_function(wrap_pyfunction!(tensor, m)?)?;
-    m.add_function(wrap_pyfunction!(as_tensor, m)?)?;
-    m.add_function(wrap_pyfunction!(from_numpy, m)?)?;
-    m.add_function(wrap_pyfunction!(zeros, m)?)?;
-    m.add_function(wrap_pyfunction!(ones, m)?)?;
-    m.add_function(wrap_pyfunction!(empty, m)?)?;
-    m.add_function(wrap_pyfunction!(full, m)?)?;
-    m.add_function(wrap_pyfunction!(zeros_like, m)?)?;
-    m.add_function(wrap_pyfunction!(ones_like, m)?)?;
-    m.add_function(wrap_pyfunction!(empty_like, m)?)?;
-    m.add_function(wrap_pyfunction!(full_like, m)?)?;
-    m.add_function(wrap_pyfunction!(arange, m)?)?;
-    m.add_function(wrap_pyfunction!(linspace, m)?)?;
-    m.add_function(wrap_pyfunction!(eye, m)?)?;
-    m.add_function(wrap_pyfunction!(rand_fn, m)?)?;
-    m.add_function(wrap_pyfunction!(randn, m)?)?;
-    m.add_function(wrap_pyfunction!(rand_like, m)?)?;
-    m.add_function(wrap_pyfunction!(randn_like, m)?)?;
-    m.add_function(wrap_pyfunction!(randint, m)?)?;
-    m.add_function(wrap_pyfunction!(randperm, m)?)?;
-    m.add_function(wrap_pyfunction!(manual_seed, m)?)?;
     m.add_class::<PyRngState>()?;
-    m.add_function(wrap_pyfunction!(get_rng_state, m)?)?;
-    m.add_function(wrap_pyfunction!(set_rng_state, m)?)?;
-    m.add_function(wrap_pyfunction!(seed, m)?)?;
-    m.add_function(wrap_pyfunction!(meshgrid, m)?)?;
+    add_functions! { m,
+        tensor, as_tensor, from_numpy, zeros, ones, empty, full, zeros_like, ones_like,
+        empty_like, full_like, arange, linspace, eye, rand, randn, rand_like, randn_like,
+        randint, randperm, manual_seed, get_rng_state, set_rng_state, seed, meshgrid
+    }
     Ok(())
 }

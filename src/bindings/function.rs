@@ -6,7 +6,9 @@ use pyo3::prelude::*;
 use pyo3::types::PyList;
 
 use crate::autograd::node::{Node, NodeBase};
+use crate::bindings::add_functions;
 use crate::bindings::convert::extract_tensor;
+use crate::bindings::Obj;
 use crate::error::{Error, Result};
 use crate::tensor::{shape_str, Tensor};
 
@@ -42,7 +44,7 @@ impl Node for PyFunctionNode {
             let out = self.backward.call1(py, (grad.clone(),))?;
             let out = out.bind(py);
             let n = self.base.edges.len();
-            let items: Vec<Bound<'_, PyAny>> = out.try_iter()?.collect::<PyResult<_>>()?;
+            let items: Vec<Obj<'_>> = out.try_iter()?.collect::<PyResult<_>>()?;
             if items.len() != n {
                 return Err(Error::autograd(format!(
                     "function {} returned an incorrect number of gradients (expected {n}, got {})",
@@ -89,7 +91,7 @@ impl Node for PyFunctionNode {
 #[pyfunction]
 #[pyo3(signature = (output, inputs, backward, release, name))]
 fn _function_node(
-    output: &Bound<'_, PyAny>,
+    output: &Obj<'_>,
     inputs: &Bound<'_, PyList>,
     backward: Py<PyAny>,
     release: Py<PyAny>,
@@ -134,7 +136,7 @@ fn _set_structure_only(on: bool) -> bool {
 
 /// The leaf tensors that require grad and that `t`'s graph leads to, in discovery order.
 #[pyfunction]
-fn _graph_leaves(t: &Bound<'_, PyAny>) -> PyResult<Vec<Tensor>> {
+fn _graph_leaves(t: &Obj<'_>) -> PyResult<Vec<Tensor>> {
     let t = extract_tensor("_graph_leaves", "t", t)?;
     let mut out = Vec::new();
     let mut seen = std::collections::HashSet::new();
@@ -152,8 +154,6 @@ fn _graph_leaves(t: &Bound<'_, PyAny>) -> PyResult<Vec<Tensor>> {
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_function(wrap_pyfunction!(_function_node, m)?)?;
-    m.add_function(wrap_pyfunction!(_set_structure_only, m)?)?;
-    m.add_function(wrap_pyfunction!(_graph_leaves, m)?)?;
+    add_functions!(m, _function_node, _set_structure_only, _graph_leaves);
     Ok(())
 }

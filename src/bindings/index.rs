@@ -6,21 +6,18 @@ use pyo3::exceptions::{PyIndexError, PyNotImplementedError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyEllipsis, PyList, PySlice, PyTuple};
 
-use crate::bindings::convert::{extract_operand, extract_scalar, extract_tensor, tensor_from_data};
+use crate::bindings::convert::{
+    extract_operand, extract_scalar, extract_tensor, tensor_from_data, type_name,
+};
+use crate::bindings::op::tensor_ops;
 use crate::bindings::tensor::PyTensor;
+use crate::bindings::Obj;
 use crate::dtype::DType;
 use crate::ops::index::{self, IndexItem};
 use crate::ops::{creation, wrap_dim, Operand};
 use crate::tensor::Tensor;
 
-fn type_name(obj: &Bound<'_, PyAny>) -> String {
-    obj.get_type()
-        .name()
-        .map(|n| n.to_string())
-        .unwrap_or_default()
-}
-
-fn slice_part(obj: &Bound<'_, PyAny>) -> PyResult<Option<i64>> {
+fn slice_part(obj: &Obj<'_>) -> PyResult<Option<i64>> {
     if obj.is_none() {
         return Ok(None);
     }
@@ -38,7 +35,7 @@ fn slice_part(obj: &Bound<'_, PyAny>) -> PyResult<Option<i64>> {
         })
 }
 
-fn parse_item(obj: &Bound<'_, PyAny>) -> PyResult<IndexItem> {
+fn parse_item(obj: &Obj<'_>) -> PyResult<IndexItem> {
     let py = obj.py();
     if obj.is_none() {
         return Ok(IndexItem::NewAxis);
@@ -101,7 +98,7 @@ fn parse_item(obj: &Bound<'_, PyAny>) -> PyResult<IndexItem> {
 }
 
 /// An index expression: a tuple is several items, anything else one.
-fn parse_index(obj: &Bound<'_, PyAny>) -> PyResult<Vec<IndexItem>> {
+fn parse_index(obj: &Obj<'_>) -> PyResult<Vec<IndexItem>> {
     match obj.cast::<PyTuple>() {
         Ok(t) => t.iter().map(|i| parse_item(&i)).collect(),
         Err(_) => Ok(vec![parse_item(obj)?]),
@@ -109,7 +106,7 @@ fn parse_index(obj: &Bound<'_, PyAny>) -> PyResult<Vec<IndexItem>> {
 }
 
 /// A value to write: a tensor, or a number/list made a tensor of `dtype`.
-fn value_tensor(op: &str, obj: &Bound<'_, PyAny>, dtype: DType) -> PyResult<Tensor> {
+fn value_tensor(op: &str, obj: &Obj<'_>, dtype: DType) -> PyResult<Tensor> {
     if let Some(s) = extract_scalar(obj) {
         return Ok(creation::scalar_tensor(s, dtype)?);
     }
@@ -121,8 +118,8 @@ fn value_tensor(op: &str, obj: &Bound<'_, PyAny>, dtype: DType) -> PyResult<Tens
 
 fn scatter_src(
     x: &Tensor,
-    src: Option<&Bound<'_, PyAny>>,
-    value: Option<&Bound<'_, PyAny>>,
+    src: Option<&Obj<'_>>,
+    value: Option<&Obj<'_>>,
     index: &Tensor,
 ) -> PyResult<Tensor> {
     let obj = match (src, value) {
@@ -156,19 +153,7 @@ fn no_reduce(reduce: Option<&str>) -> PyResult<()> {
     }
 }
 
-fn gather_impl(t: &Tensor, dim: i64, index: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-    let i = extract_tensor("gather", "index", index)?;
-    let d = wrap_dim("gather", dim, t.rank())?;
-    Ok(index::gather(t, d, &i)?)
-}
-
-fn index_select_impl(t: &Tensor, dim: i64, index_: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-    let i = extract_tensor("index_select", "index", index_)?;
-    let d = wrap_dim("index_select", dim, t.rank())?;
-    Ok(index::index_select(t, d, &i)?)
-}
-
-fn masked_fill_value(t: &Tensor, value: &Bound<'_, PyAny>) -> PyResult<Tensor> {
+fn masked_fill_value(t: &Tensor, value: &Obj<'_>) -> PyResult<Tensor> {
     if let Ok(v) = value.cast::<PyTensor>() {
         return Ok(v.get().t.clone());
     }
@@ -181,27 +166,8 @@ fn masked_fill_value(t: &Tensor, value: &Bound<'_, PyAny>) -> PyResult<Tensor> {
     Ok(creation::scalar_tensor(s, t.dtype())?)
 }
 
-fn take_along_dim_impl(
-    t: &Tensor,
-    indices: &Bound<'_, PyAny>,
-    dim: Option<i64>,
-) -> PyResult<Tensor> {
-    let i = extract_tensor("take_along_dim", "indices", indices)?;
-    Ok(index::take_along_dim(t, &i, dim)?)
-}
-
-fn nonzero_impl<'py>(py: Python<'py>, t: &Tensor, as_tuple: bool) -> PyResult<Bound<'py, PyAny>> {
-    let mut r = index::nonzero(t, as_tuple)?;
-    if as_tuple {
-        Ok(PyTuple::new(py, r)?.into_any())
-    } else {
-        Ok(r.remove(0).into_pyobject(py)?.into_any())
-    }
-}
-
-fn index_tensors(obj: &Bound<'_, PyAny>) -> PyResult<Vec<Tensor>> {
-    let items = parse_index(obj)?;
-    items
+fn index_tensors(obj: &Obj<'_>) -> PyResult<Vec<Tensor>> {
+    parse_index(obj)?
         .into_iter()
         .map(|i| match i {
             IndexItem::Tensor(t) => Ok(t),
@@ -212,266 +178,130 @@ fn index_tensors(obj: &Bound<'_, PyAny>) -> PyResult<Vec<Tensor>> {
         .collect()
 }
 
+/// `index` of `dim` and `src` (or `value`) for the scatters.
+fn scatter_args(
+    op: &str,
+    t: &Tensor,
+    dim: i64,
+    index: &Obj<'_>,
+    src: Option<&Obj<'_>>,
+    value: Option<&Obj<'_>>,
+) -> PyResult<(usize, Tensor, Tensor)> {
+    let i = extract_tensor(op, "index", index)?;
+    let s = scatter_src(t, src, value, &i)?;
+    Ok((wrap_dim(op, dim, t.rank())?, i, s))
+}
+
+fn scatter_add_args(
+    op: &str,
+    t: &Tensor,
+    dim: i64,
+    index: &Obj<'_>,
+    src: &Obj<'_>,
+) -> PyResult<(usize, Tensor, Tensor)> {
+    let i = extract_tensor(op, "index", index)?;
+    let s = extract_tensor(op, "src", src)?;
+    Ok((wrap_dim(op, dim, t.rank())?, i, s))
+}
+
 #[pymethods]
 impl PyTensor {
-    fn __getitem__(&self, index: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-        let items = parse_index(index)?;
-        Ok(index::getitem(&self.t, &items)?)
+    fn __getitem__(&self, index: &Obj<'_>) -> PyResult<Tensor> {
+        Ok(index::getitem(&self.t, &parse_index(index)?)?)
     }
 
-    fn __setitem__(&self, index: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>) -> PyResult<()> {
+    fn __setitem__(&self, index: &Obj<'_>, value: &Obj<'_>) -> PyResult<()> {
         let items = parse_index(index)?;
         let v = value_tensor("__setitem__", value, self.t.dtype())?;
         Ok(index::setitem(&self.t, &items, &v)?)
     }
+}
 
-    #[pyo3(signature = (dim, index, *, sparse_grad=false))]
-    fn gather(&self, dim: i64, index: &Bound<'_, PyAny>, sparse_grad: bool) -> PyResult<Tensor> {
+tensor_ops! { mod functions;
+    both fn gather(x: Tensor, dim: i64, index: &Obj<'_>, sparse_grad: bool)
+        [dim, index, *, sparse_grad=false] -> Tensor {
         let _ = sparse_grad;
-        gather_impl(&self.t, dim, index)
+        let i = extract_tensor("gather", "index", index)?;
+        Ok(index::gather(&x, wrap_dim("gather", dim, x.rank())?, &i)?)
     }
-
-    fn index_select(&self, dim: i64, index: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-        index_select_impl(&self.t, dim, index)
+    both fn index_select(x: Tensor, dim: i64, index: &Obj<'_>) [dim, index] -> Tensor {
+        let i = extract_tensor("index_select", "index", index)?;
+        Ok(index::index_select(&x, wrap_dim("index_select", dim, x.rank())?, &i)?)
     }
-
-    #[pyo3(signature = (indices, dim=None))]
-    fn take_along_dim(&self, indices: &Bound<'_, PyAny>, dim: Option<i64>) -> PyResult<Tensor> {
-        take_along_dim_impl(&self.t, indices, dim)
+    both fn take_along_dim(x: Tensor, indices: &Obj<'_>, dim: Option<i64>)
+        [indices, dim=None] -> Tensor {
+        let i = extract_tensor("take_along_dim", "indices", indices)?;
+        Ok(index::take_along_dim(&x, &i, dim)?)
     }
-
-    fn scatter_add(
-        &self,
-        dim: i64,
-        index: &Bound<'_, PyAny>,
-        src: &Bound<'_, PyAny>,
-    ) -> PyResult<Tensor> {
-        let i = extract_tensor("scatter_add", "index", index)?;
-        let s = extract_tensor("scatter_add", "src", src)?;
-        let d = wrap_dim("scatter_add", dim, self.t.rank())?;
-        Ok(index::out_of_place(&self.t, |o| {
-            index::scatter_add_(o, d, &i, &s)
-        })?)
+    both fn scatter_add(x: Tensor, dim: i64, index: &Obj<'_>, src: &Obj<'_>)
+        [dim, index, src] -> Tensor {
+        let (d, i, s) = scatter_add_args("scatter_add", &x, dim, index, src)?;
+        Ok(index::out_of_place(&x, |o| index::scatter_add_(o, d, &i, &s))?)
     }
-
-    fn scatter_add_<'py>(
-        slf: &Bound<'py, Self>,
-        dim: i64,
-        index: &Bound<'py, PyAny>,
-        src: &Bound<'py, PyAny>,
-    ) -> PyResult<Bound<'py, Self>> {
-        let t = &slf.get().t;
-        let i = extract_tensor("scatter_add_", "index", index)?;
-        let s = extract_tensor("scatter_add_", "src", src)?;
-        let d = wrap_dim("scatter_add_", dim, t.rank())?;
+    method fn scatter_add_(x: Py<PyTensor>, dim: i64, index: &Obj<'_>, src: &Obj<'_>)
+        [dim, index, src] -> Py<PyTensor> {
+        let t = &x.get().t;
+        let (d, i, s) = scatter_add_args("scatter_add_", t, dim, index, src)?;
         index::scatter_add_(t, d, &i, &s)?;
-        Ok(slf.clone())
+        Ok(x)
     }
-
-    #[pyo3(signature = (dim, index, src=None, value=None, *, reduce=None))]
-    fn scatter(
-        &self,
-        dim: i64,
-        index: &Bound<'_, PyAny>,
-        src: Option<&Bound<'_, PyAny>>,
-        value: Option<&Bound<'_, PyAny>>,
-        reduce: Option<&str>,
-    ) -> PyResult<Tensor> {
+    both fn scatter(x: Tensor, dim: i64, index: &Obj<'_>, src: Option<&Obj<'_>>,
+        value: Option<&Obj<'_>>, reduce: Option<&str>)
+        [dim, index, src=None, value=None, *, reduce=None] -> Tensor {
         no_reduce(reduce)?;
-        let i = extract_tensor("scatter", "index", index)?;
-        let s = scatter_src(&self.t, src, value, &i)?;
-        let d = wrap_dim("scatter", dim, self.t.rank())?;
-        Ok(index::out_of_place(&self.t, |o| {
-            index::scatter_(o, d, &i, &s)
-        })?)
+        let (d, i, s) = scatter_args("scatter", &x, dim, index, src, value)?;
+        Ok(index::out_of_place(&x, |o| index::scatter_(o, d, &i, &s))?)
     }
-
-    #[pyo3(signature = (dim, index, src=None, value=None, *, reduce=None))]
-    fn scatter_<'py>(
-        slf: &Bound<'py, Self>,
-        dim: i64,
-        index: &Bound<'py, PyAny>,
-        src: Option<&Bound<'py, PyAny>>,
-        value: Option<&Bound<'py, PyAny>>,
-        reduce: Option<&str>,
-    ) -> PyResult<Bound<'py, Self>> {
+    method fn scatter_(x: Py<PyTensor>, dim: i64, index: &Obj<'_>, src: Option<&Obj<'_>>,
+        value: Option<&Obj<'_>>, reduce: Option<&str>)
+        [dim, index, src=None, value=None, *, reduce=None] -> Py<PyTensor> {
         no_reduce(reduce)?;
-        let t = &slf.get().t;
-        let i = extract_tensor("scatter_", "index", index)?;
-        let s = scatter_src(t, src, value, &i)?;
-        let d = wrap_dim("scatter_", dim, t.rank())?;
+        let t = &x.get().t;
+        let (d, i, s) = scatter_args("scatter_", t, dim, index, src, value)?;
         index::scatter_(t, d, &i, &s)?;
-        Ok(slf.clone())
+        Ok(x)
     }
-
-    fn masked_fill(&self, mask: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>) -> PyResult<Tensor> {
+    both fn masked_fill(x: Tensor, mask: &Obj<'_>, value: &Obj<'_>) [mask, value] -> Tensor {
         let m = extract_tensor("masked_fill", "mask", mask)?;
-        let v = masked_fill_value(&self.t, value)?;
-        Ok(index::masked_fill(&self.t, &m, &v)?)
+        Ok(index::masked_fill(&x, &m, &masked_fill_value(&x, value)?)?)
     }
-
-    fn masked_fill_<'py>(
-        slf: &Bound<'py, Self>,
-        mask: &Bound<'py, PyAny>,
-        value: &Bound<'py, PyAny>,
-    ) -> PyResult<Bound<'py, Self>> {
-        let t = &slf.get().t;
+    method fn masked_fill_(x: Py<PyTensor>, mask: &Obj<'_>, value: &Obj<'_>)
+        [mask, value] -> Py<PyTensor> {
+        let t = &x.get().t;
         let m = extract_tensor("masked_fill_", "mask", mask)?;
-        let v = masked_fill_value(t, value)?;
-        index::masked_fill_(t, &m, &v)?;
-        Ok(slf.clone())
+        index::masked_fill_(t, &m, &masked_fill_value(t, value)?)?;
+        Ok(x)
     }
-
-    fn masked_select(&self, mask: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-        let m = extract_tensor("masked_select", "mask", mask)?;
-        Ok(index::masked_select(&self.t, &m)?)
+    both fn masked_select(x: Tensor, mask: &Obj<'_>) [mask] -> Tensor {
+        Ok(index::masked_select(&x, &extract_tensor("masked_select", "mask", mask)?)?)
     }
-
-    #[pyo3(signature = (*, as_tuple=false))]
-    fn nonzero<'py>(&self, py: Python<'py>, as_tuple: bool) -> PyResult<Bound<'py, PyAny>> {
-        nonzero_impl(py, &self.t, as_tuple)
+    both fn nonzero(x: Tensor, as_tuple: bool) [*, as_tuple=false] -> Py<PyAny> {
+        let mut r = index::nonzero(&x, as_tuple)?;
+        Python::attach(|py| {
+            Ok(if as_tuple {
+                PyTuple::new(py, r)?.into_any().unbind()
+            } else {
+                r.remove(0).into_pyobject(py)?.into_any().unbind()
+            })
+        })
     }
-
-    fn argwhere(&self) -> PyResult<Tensor> {
-        Ok(index::nonzero(&self.t, false)?.remove(0))
+    both fn argwhere(x: Tensor) [] -> Tensor { Ok(index::nonzero(&x, false)?.remove(0)) }
+    both fn index_put(x: Tensor, indices: &Obj<'_>, values: &Obj<'_>, accumulate: bool)
+        [indices, values, accumulate=false] -> Tensor {
+        let idx = index_tensors(indices)?;
+        let v = value_tensor("index_put", values, x.dtype())?;
+        Ok(index::out_of_place(&x, |o| index::index_put_indices(o, &idx, &v, accumulate))?)
     }
-
-    #[pyo3(signature = (indices, values, accumulate=false))]
-    fn index_put_<'py>(
-        slf: &Bound<'py, Self>,
-        indices: &Bound<'py, PyAny>,
-        values: &Bound<'py, PyAny>,
-        accumulate: bool,
-    ) -> PyResult<Bound<'py, Self>> {
-        let t = &slf.get().t;
+    method fn index_put_(x: Py<PyTensor>, indices: &Obj<'_>, values: &Obj<'_>, accumulate: bool)
+        [indices, values, accumulate=false] -> Py<PyTensor> {
+        let t = &x.get().t;
         let idx = index_tensors(indices)?;
         let v = value_tensor("index_put_", values, t.dtype())?;
         index::index_put_indices(t, &idx, &v, accumulate)?;
-        Ok(slf.clone())
+        Ok(x)
     }
-
-    #[pyo3(signature = (indices, values, accumulate=false))]
-    fn index_put(
-        &self,
-        indices: &Bound<'_, PyAny>,
-        values: &Bound<'_, PyAny>,
-        accumulate: bool,
-    ) -> PyResult<Tensor> {
-        let idx = index_tensors(indices)?;
-        let v = value_tensor("index_put", values, self.t.dtype())?;
-        Ok(index::out_of_place(&self.t, |o| {
-            index::index_put_indices(o, &idx, &v, accumulate)
-        })?)
-    }
-}
-
-#[pyfunction]
-#[pyo3(signature = (input, dim, index, *, sparse_grad=false))]
-fn gather(
-    input: &Bound<'_, PyAny>,
-    dim: i64,
-    index: &Bound<'_, PyAny>,
-    sparse_grad: bool,
-) -> PyResult<Tensor> {
-    let _ = sparse_grad;
-    gather_impl(&extract_tensor("gather", "input", input)?, dim, index)
-}
-
-#[pyfunction]
-fn index_select(input: &Bound<'_, PyAny>, dim: i64, index: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-    index_select_impl(&extract_tensor("index_select", "input", input)?, dim, index)
-}
-
-#[pyfunction]
-#[pyo3(signature = (input, indices, dim=None))]
-fn take_along_dim(
-    input: &Bound<'_, PyAny>,
-    indices: &Bound<'_, PyAny>,
-    dim: Option<i64>,
-) -> PyResult<Tensor> {
-    take_along_dim_impl(
-        &extract_tensor("take_along_dim", "input", input)?,
-        indices,
-        dim,
-    )
-}
-
-#[pyfunction]
-fn scatter_add(
-    input: &Bound<'_, PyAny>,
-    dim: i64,
-    index: &Bound<'_, PyAny>,
-    src: &Bound<'_, PyAny>,
-) -> PyResult<Tensor> {
-    let t = extract_tensor("scatter_add", "input", input)?;
-    PyTensor { t }.scatter_add(dim, index, src)
-}
-
-#[pyfunction]
-#[pyo3(signature = (input, dim, index, src=None, value=None, *, reduce=None))]
-fn scatter(
-    input: &Bound<'_, PyAny>,
-    dim: i64,
-    index: &Bound<'_, PyAny>,
-    src: Option<&Bound<'_, PyAny>>,
-    value: Option<&Bound<'_, PyAny>>,
-    reduce: Option<&str>,
-) -> PyResult<Tensor> {
-    let t = extract_tensor("scatter", "input", input)?;
-    PyTensor { t }.scatter(dim, index, src, value, reduce)
-}
-
-#[pyfunction]
-fn masked_fill(
-    input: &Bound<'_, PyAny>,
-    mask: &Bound<'_, PyAny>,
-    value: &Bound<'_, PyAny>,
-) -> PyResult<Tensor> {
-    let t = extract_tensor("masked_fill", "input", input)?;
-    PyTensor { t }.masked_fill(mask, value)
-}
-
-#[pyfunction]
-fn masked_select(input: &Bound<'_, PyAny>, mask: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-    let t = extract_tensor("masked_select", "input", input)?;
-    PyTensor { t }.masked_select(mask)
-}
-
-#[pyfunction]
-#[pyo3(signature = (input, *, as_tuple=false))]
-fn nonzero<'py>(input: &Bound<'py, PyAny>, as_tuple: bool) -> PyResult<Bound<'py, PyAny>> {
-    let t = extract_tensor("nonzero", "input", input)?;
-    nonzero_impl(input.py(), &t, as_tuple)
-}
-
-#[pyfunction]
-fn argwhere(input: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-    let t = extract_tensor("argwhere", "input", input)?;
-    Ok(index::nonzero(&t, false)?.remove(0))
-}
-
-#[pyfunction]
-#[pyo3(signature = (input, indices, values, accumulate=false))]
-fn index_put(
-    input: &Bound<'_, PyAny>,
-    indices: &Bound<'_, PyAny>,
-    values: &Bound<'_, PyAny>,
-    accumulate: bool,
-) -> PyResult<Tensor> {
-    let t = extract_tensor("index_put", "input", input)?;
-    PyTensor { t }.index_put(indices, values, accumulate)
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_function(wrap_pyfunction!(gather, m)?)?;
-    m.add_function(wrap_pyfunction!(index_select, m)?)?;
-    m.add_function(wrap_pyfunction!(take_along_dim, m)?)?;
-    m.add_function(wrap_pyfunction!(scatter_add, m)?)?;
-    m.add_function(wrap_pyfunction!(scatter, m)?)?;
-    m.add_function(wrap_pyfunction!(masked_fill, m)?)?;
-    m.add_function(wrap_pyfunction!(masked_select, m)?)?;
-    m.add_function(wrap_pyfunction!(nonzero, m)?)?;
-    m.add_function(wrap_pyfunction!(argwhere, m)?)?;
-    m.add_function(wrap_pyfunction!(index_put, m)?)?;
-    Ok(())
+    functions::register(m)
 }

@@ -4,152 +4,75 @@ use pyo3::prelude::*;
 
 use crate::bindings::convert::extract_tensor;
 use crate::bindings::detached;
+use crate::bindings::op::tensor_ops;
 use crate::bindings::tensor::PyTensor;
+use crate::bindings::Obj;
 use crate::ops::linalg;
 use crate::tensor::Tensor;
 
-fn arg(op: &str, name: &str, obj: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-    extract_tensor(op, name, obj)
-}
-
 #[pymethods]
 impl PyTensor {
-    fn __matmul__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-        let o = arg("matmul", "other", other)?;
+    fn __matmul__(&self, py: Python<'_>, other: &Obj<'_>) -> PyResult<Tensor> {
+        let o = extract_tensor("matmul", "other", other)?;
         detached(py, || linalg::matmul(&self.t, &o))
     }
-    fn __rmatmul__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-        let o = arg("matmul", "other", other)?;
+    fn __rmatmul__(&self, py: Python<'_>, other: &Obj<'_>) -> PyResult<Tensor> {
+        let o = extract_tensor("matmul", "other", other)?;
         detached(py, || linalg::matmul(&o, &self.t))
     }
-    /// `self @ other` with broadcasting of batch dims.
-    fn matmul(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-        let o = arg("matmul", "other", other)?;
-        detached(py, || linalg::matmul(&self.t, &o))
-    }
-    /// Matrix product of two 2-D tensors.
-    fn mm(&self, py: Python<'_>, mat2: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-        let o = arg("mm", "mat2", mat2)?;
-        detached(py, || linalg::mm(&self.t, &o))
-    }
-    /// Batched matrix product of two 3-D tensors with the same batch size.
-    fn bmm(&self, py: Python<'_>, mat2: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-        let o = arg("bmm", "mat2", mat2)?;
-        detached(py, || linalg::bmm(&self.t, &o))
-    }
-    /// Inner product of two 1-D tensors.
-    fn dot(&self, other: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-        Ok(linalg::dot(&self.t, &arg("dot", "tensor", other)?)?)
-    }
-    /// Outer product of two 1-D tensors.
-    fn outer(&self, vec2: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-        Ok(linalg::outer(&self.t, &arg("outer", "vec2", vec2)?)?)
-    }
-    /// `beta * self + alpha * (mat1 @ mat2)`.
-    #[pyo3(signature = (mat1, mat2, *, beta=1.0, alpha=1.0))]
-    fn addmm(
-        &self,
-        mat1: &Bound<'_, PyAny>,
-        mat2: &Bound<'_, PyAny>,
-        beta: f64,
-        alpha: f64,
-    ) -> PyResult<Tensor> {
-        Ok(linalg::addmm(
-            &self.t,
-            &arg("addmm", "mat1", mat1)?,
-            &arg("addmm", "mat2", mat2)?,
-            beta,
-            alpha,
-        )?)
-    }
 }
 
-/// `matmul(input, other)`: PyTorch's rules for 1-D, 2-D, batched and broadcast operands.
-#[pyfunction]
-fn matmul(py: Python<'_>, input: &Bound<'_, PyAny>, other: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-    let (x, y) = (
-        arg("matmul", "input", input)?,
-        arg("matmul", "other", other)?,
-    );
-    detached(py, || linalg::matmul(&x, &y))
-}
-
-/// `_linear(input, weight, bias=None)`: `input @ weight.T + bias`, the bias added into the
-/// product's buffer (`nn.functional.linear` checks its arguments, then calls this).
-#[pyfunction]
-#[pyo3(signature = (input, weight, bias=None))]
-fn _linear(
-    py: Python<'_>,
-    input: &Bound<'_, PyAny>,
-    weight: &Bound<'_, PyAny>,
-    bias: Option<&Bound<'_, PyAny>>,
+/// `f(x, y)` with `y` the argument `name` of op `op`, run with the interpreter released.
+fn product(
+    op: &str,
+    x: &Tensor,
+    name: &str,
+    y: &Obj<'_>,
+    f: impl FnOnce(&Tensor, &Tensor) -> crate::error::Result<Tensor> + Send,
 ) -> PyResult<Tensor> {
-    let (x, w) = (
-        arg("linear", "input", input)?,
-        arg("linear", "weight", weight)?,
-    );
-    let b = bias.map(|b| arg("linear", "bias", b)).transpose()?;
-    detached(py, || linalg::linear(&x, &w, b.as_ref()))
+    let py = y.py();
+    let y = extract_tensor(op, name, y)?;
+    detached(py, || f(x, &y))
 }
 
-/// `mm(input, mat2)`: (n, k) @ (k, m).
-#[pyfunction]
-fn mm(py: Python<'_>, input: &Bound<'_, PyAny>, mat2: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-    let (x, y) = (arg("mm", "input", input)?, arg("mm", "mat2", mat2)?);
-    detached(py, || linalg::mm(&x, &y))
-}
-
-/// `bmm(input, mat2)`: (B, n, k) @ (B, k, m).
-#[pyfunction]
-fn bmm(py: Python<'_>, input: &Bound<'_, PyAny>, mat2: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-    let (x, y) = (arg("bmm", "input", input)?, arg("bmm", "mat2", mat2)?);
-    detached(py, || linalg::bmm(&x, &y))
-}
-
-/// `dot(input, tensor)`: inner product of two 1-D tensors.
-#[pyfunction]
-fn dot(input: &Bound<'_, PyAny>, tensor: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-    Ok(linalg::dot(
-        &arg("dot", "input", input)?,
-        &arg("dot", "tensor", tensor)?,
-    )?)
-}
-
-/// `outer(input, vec2)`: outer product of two 1-D tensors.
-#[pyfunction]
-fn outer(input: &Bound<'_, PyAny>, vec2: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-    Ok(linalg::outer(
-        &arg("outer", "input", input)?,
-        &arg("outer", "vec2", vec2)?,
-    )?)
-}
-
-/// `addmm(input, mat1, mat2, *, beta=1, alpha=1)`: `beta * input + alpha * (mat1 @ mat2)`.
-#[pyfunction]
-#[pyo3(signature = (input, mat1, mat2, *, beta=1.0, alpha=1.0))]
-fn addmm(
-    input: &Bound<'_, PyAny>,
-    mat1: &Bound<'_, PyAny>,
-    mat2: &Bound<'_, PyAny>,
-    beta: f64,
-    alpha: f64,
-) -> PyResult<Tensor> {
-    Ok(linalg::addmm(
-        &arg("addmm", "input", input)?,
-        &arg("addmm", "mat1", mat1)?,
-        &arg("addmm", "mat2", mat2)?,
-        beta,
-        alpha,
-    )?)
+tensor_ops! { mod functions;
+    /// `matmul(input, other)`: PyTorch's rules for 1-D, 2-D, batched and broadcast operands.
+    both fn matmul(x: Tensor, other: &Obj<'_>) [other] -> Tensor {
+        product("matmul", &x, "other", other, linalg::matmul)
+    }
+    /// `mm(input, mat2)`: (n, k) @ (k, m).
+    both fn mm(x: Tensor, mat2: &Obj<'_>) [mat2] -> Tensor {
+        product("mm", &x, "mat2", mat2, linalg::mm)
+    }
+    /// `bmm(input, mat2)`: (B, n, k) @ (B, k, m).
+    both fn bmm(x: Tensor, mat2: &Obj<'_>) [mat2] -> Tensor {
+        product("bmm", &x, "mat2", mat2, linalg::bmm)
+    }
+    /// `dot(input, tensor)`: inner product of two 1-D tensors.
+    both fn dot(x: Tensor, tensor: &Obj<'_>) [tensor] -> Tensor {
+        Ok(linalg::dot(&x, &extract_tensor("dot", "tensor", tensor)?)?)
+    }
+    /// `outer(input, vec2)`: outer product of two 1-D tensors.
+    both fn outer(x: Tensor, vec2: &Obj<'_>) [vec2] -> Tensor {
+        Ok(linalg::outer(&x, &extract_tensor("outer", "vec2", vec2)?)?)
+    }
+    /// `addmm(input, mat1, mat2, *, beta=1, alpha=1)`: `beta * input + alpha * (mat1 @ mat2)`.
+    both fn addmm(x: Tensor, mat1: &Obj<'_>, mat2: &Obj<'_>, beta: f64, alpha: f64)
+        [mat1, mat2, *, beta=1.0, alpha=1.0] -> Tensor {
+        let a = extract_tensor("addmm", "mat1", mat1)?;
+        let b = extract_tensor("addmm", "mat2", mat2)?;
+        Ok(linalg::addmm(&x, &a, &b, beta, alpha)?)
+    }
+    /// `_linear(input, weight, bias=None)`: `input @ weight.T + bias`, the bias added into the
+    /// product's buffer (`nn.functional.linear` checks its arguments, then calls this).
+    function fn _linear(x: Tensor, weight: &Obj<'_>, bias: Option<&Obj<'_>>)
+        [weight, bias=None] -> Tensor {
+        let w = extract_tensor("linear", "weight", weight)?;
+        let b = bias.map(|b| extract_tensor("linear", "bias", b)).transpose()?;
+        Python::attach(|py| detached(py, || linalg::linear(&x, &w, b.as_ref())))
+    }
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_function(wrap_pyfunction!(matmul, m)?)?;
-    m.add_function(wrap_pyfunction!(mm, m)?)?;
-    m.add_function(wrap_pyfunction!(_linear, m)?)?;
-    m.add_function(wrap_pyfunction!(bmm, m)?)?;
-    m.add_function(wrap_pyfunction!(dot, m)?)?;
-    m.add_function(wrap_pyfunction!(outer, m)?)?;
-    m.add_function(wrap_pyfunction!(addmm, m)?)?;
-    Ok(())
+    functions::register(m)
 }

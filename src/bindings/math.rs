@@ -1,92 +1,42 @@
-//! Element-wise math: `gradstream.add(...)`, `Tensor.add(...)`, the operators and their
-//! reflected and in-place forms, and the in-place methods (`add_`, `clamp_`...).
+//! Element-wise math: the operators, and `add`, `exp`, `clamp`... with their in-place
+//! forms, each one `tensor_ops!` row (`gradstream.X` and `Tensor.X`).
 
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 
 use crate::bindings::convert::{extract_operand, extract_tensor};
+use crate::bindings::op::tensor_ops;
 use crate::bindings::tensor::PyTensor;
-use crate::error::Error;
-use crate::ops::binary::{
-    arith_inplace, binary, clamp, compare, inplace, logical, scale, where_, BinaryOp, CompareOp,
-    LogicalOp,
-};
+use crate::bindings::Obj;
+use crate::error::{Error, Result};
+use crate::ops::binary::{self, arith_inplace, binary, compare, inplace, BinaryOp, CompareOp};
+use crate::ops::binary::{logical, scale, LogicalOp};
 use crate::ops::unary::{self, predicate, unary, Predicate, UnaryOp};
 use crate::ops::Operand;
 use crate::tensor::Tensor;
 
-// ---------------------------------------------------------------- argument helpers
-
-fn operand(op: &str, obj: &Bound<'_, PyAny>) -> PyResult<Operand> {
+fn operand(op: &str, obj: &Obj<'_>) -> PyResult<Operand> {
     extract_operand(op, obj)
 }
 
 /// An optional bound (`clamp(min=None)`): absent, a number or a tensor.
-fn opt_operand(op: &str, obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Operand>> {
-    match obj {
-        Some(o) if !o.is_none() => Ok(Some(operand(op, o)?)),
-        _ => Ok(None),
-    }
+fn opt_operand(op: &str, obj: Option<&Obj<'_>>) -> PyResult<Option<Operand>> {
+    obj.filter(|o| !o.is_none())
+        .map(|o| operand(op, o))
+        .transpose()
 }
 
-/// An operator's other operand, or `None` so Python can try the reflected form.
-fn op_operand(op: &str, obj: &Bound<'_, PyAny>) -> PyResult<Option<Operand>> {
-    match extract_operand(op, obj) {
-        Ok(o) => Ok(Some(o)),
-        Err(e) if e.is_instance_of::<PyTypeError>(obj.py()) => Ok(None),
-        Err(e) => Err(e),
-    }
-}
-
-fn not_implemented(py: Python<'_>) -> Py<PyAny> {
-    py.NotImplemented()
-}
-
-/// `t op other` (or `other op t` when reflected), `NotImplemented` for unsupported types.
-fn dunder(
-    py: Python<'_>,
-    op: BinaryOp,
-    t: &Tensor,
-    other: &Bound<'_, PyAny>,
-    reflected: bool,
-) -> PyResult<Py<PyAny>> {
-    let Some(o) = op_operand(op.name(), other)? else {
-        return Ok(not_implemented(py));
-    };
-    let s = Operand::Tensor(t.clone());
-    let r = if reflected {
-        binary(op, &o, &s)?
-    } else {
-        binary(op, &s, &o)?
-    };
-    Ok(r.into_pyobject(py)?.into_any().unbind())
-}
-
-fn cmp_dunder(
-    py: Python<'_>,
-    op: CompareOp,
-    t: &Tensor,
-    other: &Bound<'_, PyAny>,
-) -> PyResult<Py<PyAny>> {
-    let Some(o) = op_operand(op.name(), other)? else {
-        return Ok(not_implemented(py));
-    };
-    Ok(compare(op, &Operand::Tensor(t.clone()), &o)?
-        .into_pyobject(py)?
-        .into_any()
-        .unbind())
-}
-
-fn bin_self(op: BinaryOp, t: &Tensor, other: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-    let o = operand(op.name(), other)?;
-    Ok(binary(op, &Operand::Tensor(t.clone()), &o)?)
+/// `a op b` for a method's or function's `other`.
+fn bin(op: BinaryOp, a: &Operand, other: &Obj<'_>) -> PyResult<Tensor> {
+    Ok(binary(op, a, &operand(op.name(), other)?)?)
 }
 
 /// `a + alpha * b` / `a - alpha * b`.
-fn with_alpha(op: BinaryOp, a: &Operand, other: &Operand, alpha: Option<f64>) -> PyResult<Tensor> {
+fn with_alpha(op: BinaryOp, a: &Operand, other: &Obj<'_>, alpha: Option<f64>) -> PyResult<Tensor> {
+    let b = operand(op.name(), other)?;
     let b = match alpha {
-        None => other.clone(),
-        Some(al) => scale(other, al)?,
+        None => b,
+        Some(al) => scale(&b, al)?,
     };
     Ok(binary(op, a, &b)?)
 }
@@ -103,53 +53,24 @@ fn rounding_op(mode: Option<&str>) -> PyResult<BinaryOp> {
     }
 }
 
-fn cmp_self(op: CompareOp, t: &Tensor, other: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-    let o = operand(op.name(), other)?;
-    Ok(compare(op, &Operand::Tensor(t.clone()), &o)?)
-}
-
-fn logical_self(
-    op: LogicalOp,
-    name: &str,
-    t: &Tensor,
-    other: &Bound<'_, PyAny>,
-) -> PyResult<Tensor> {
-    let o = extract_tensor(name, "other", other)?;
-    Ok(logical(op, t, &o)?)
-}
-
-fn clamp_args(
-    t: &Tensor,
-    min: Option<&Bound<'_, PyAny>>,
-    max: Option<&Bound<'_, PyAny>>,
-) -> PyResult<Tensor> {
-    let lo = opt_operand("clamp", min)?;
-    let hi = opt_operand("clamp", max)?;
-    Ok(clamp(t, lo.as_ref(), hi.as_ref())?)
+fn clamp_to(t: &Tensor, min: Option<&Obj<'_>>, max: Option<&Obj<'_>>) -> PyResult<Tensor> {
+    let (lo, hi) = (opt_operand("clamp", min)?, opt_operand("clamp", max)?);
+    Ok(binary::clamp(t, lo.as_ref(), hi.as_ref())?)
 }
 
 /// `round(x, decimals=d)`: scale, round half to even, scale back.
-fn round_decimals(t: &Tensor, decimals: i64) -> PyResult<Tensor> {
+fn round_decimals(t: &Tensor, decimals: i64) -> Result<Tensor> {
     if decimals == 0 {
-        return Ok(unary(UnaryOp::Round, t)?);
+        return unary(UnaryOp::Round, t);
     }
     let m = 10f64.powi(decimals as i32);
     let scaled = binary(BinaryOp::Mul, &t.into(), &m.into())?;
-    Ok(binary(
-        BinaryOp::Div,
-        &(&unary(UnaryOp::Round, &scaled)?).into(),
-        &m.into(),
-    )?)
+    let rounded = unary(UnaryOp::Round, &scaled)?;
+    binary(BinaryOp::Div, &(&rounded).into(), &m.into())
 }
 
 /// `input + value * t1 * t2` (or `/ t2`).
-fn addc(
-    op: BinaryOp,
-    input: &Tensor,
-    t1: &Bound<'_, PyAny>,
-    t2: &Bound<'_, PyAny>,
-    value: f64,
-) -> PyResult<Tensor> {
+fn addc(op: BinaryOp, input: &Tensor, t1: &Obj<'_>, t2: &Obj<'_>, value: f64) -> PyResult<Tensor> {
     let name = if op == BinaryOp::Mul {
         "addcmul"
     } else {
@@ -157,999 +78,417 @@ fn addc(
     };
     let a = extract_tensor(name, "tensor1", t1)?;
     let b = extract_tensor(name, "tensor2", t2)?;
-    let prod = binary(op, &(&a).into(), &(&b).into())?;
-    with_alpha(BinaryOp::Add, &input.into(), &(&prod).into(), Some(value))
+    let prod = Operand::Tensor(binary(op, &(&a).into(), &(&b).into())?);
+    Ok(binary(BinaryOp::Add, &input.into(), &scale(&prod, value)?)?)
 }
 
 /// `input + weight * (end - input)`.
-fn lerp_value(
-    input: &Tensor,
-    end: &Bound<'_, PyAny>,
-    weight: &Bound<'_, PyAny>,
-) -> PyResult<Tensor> {
+fn lerp_value(input: &Tensor, end: &Obj<'_>, weight: &Obj<'_>) -> PyResult<Tensor> {
     let e = extract_tensor("lerp", "end", end)?;
-    let w = operand("lerp", weight)?;
     let diff = binary(BinaryOp::Sub, &(&e).into(), &input.into())?;
-    let step = binary(BinaryOp::Mul, &w, &(&diff).into())?;
+    let step = binary(BinaryOp::Mul, &operand("lerp", weight)?, &(&diff).into())?;
     Ok(binary(BinaryOp::Add, &input.into(), &(&step).into())?)
 }
 
-/// Run an in-place update and hand back `self`.
-fn done<'py>(
-    slf: &Bound<'py, PyTensor>,
-    r: crate::error::Result<()>,
-) -> PyResult<Bound<'py, PyTensor>> {
-    r?;
+/// Write `f(x)` into `x` (the op named `name`) and hand `x` back.
+fn update(
+    x: Py<PyTensor>,
+    name: &str,
+    others: &[&Tensor],
+    saves_input: bool,
+    f: impl FnOnce(&Tensor) -> Result<Tensor>,
+) -> PyResult<Py<PyTensor>> {
+    inplace(name, &x.get().t, others, saves_input, f)?;
     crate::autograd::saved_hooks::check()?;
-    Ok(slf.clone())
+    Ok(x)
 }
 
-fn unary_inplace<'py>(
-    slf: &Bound<'py, PyTensor>,
-    name: &str,
-    op: UnaryOp,
-) -> PyResult<Bound<'py, PyTensor>> {
-    let t = &slf.get().t;
-    // Ops whose backward reads their input need the old value kept aside when recording.
+/// An in-place unary op; those whose backward reads their input keep its old value aside.
+fn unary_(x: Py<PyTensor>, name: &str, op: UnaryOp) -> PyResult<Py<PyTensor>> {
     let saves_input = matches!(
         op,
-        UnaryOp::Abs | UnaryOp::Log | UnaryOp::Sin | UnaryOp::Cos
+        UnaryOp::Abs | UnaryOp::Log | UnaryOp::Sin | UnaryOp::Cos | UnaryOp::Silu
     );
-    done(slf, inplace(name, t, &[], saves_input, |x| unary(op, x)))
+    update(x, name, &[], saves_input, |t| unary(op, t))
 }
 
-// ---------------------------------------------------------------- Tensor methods
-
-#[pymethods]
-impl PyTensor {
-    // operators
-    fn __add__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        dunder(py, BinaryOp::Add, &self.t, o, false)
-    }
-    fn __radd__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        dunder(py, BinaryOp::Add, &self.t, o, true)
-    }
-    fn __sub__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        dunder(py, BinaryOp::Sub, &self.t, o, false)
-    }
-    fn __rsub__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        dunder(py, BinaryOp::Sub, &self.t, o, true)
-    }
-    fn __mul__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        dunder(py, BinaryOp::Mul, &self.t, o, false)
-    }
-    fn __rmul__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        dunder(py, BinaryOp::Mul, &self.t, o, true)
-    }
-    fn __truediv__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        dunder(py, BinaryOp::Div, &self.t, o, false)
-    }
-    fn __rtruediv__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        dunder(py, BinaryOp::Div, &self.t, o, true)
-    }
-    fn __floordiv__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        dunder(py, BinaryOp::FloorDivide, &self.t, o, false)
-    }
-    fn __rfloordiv__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        dunder(py, BinaryOp::FloorDivide, &self.t, o, true)
-    }
-    fn __mod__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        dunder(py, BinaryOp::Remainder, &self.t, o, false)
-    }
-    fn __rmod__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        dunder(py, BinaryOp::Remainder, &self.t, o, true)
-    }
-    fn __pow__(
-        &self,
-        py: Python<'_>,
-        o: &Bound<'_, PyAny>,
-        modulo: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Py<PyAny>> {
-        let _ = modulo;
-        dunder(py, BinaryOp::Pow, &self.t, o, false)
-    }
-    fn __rpow__(
-        &self,
-        py: Python<'_>,
-        o: &Bound<'_, PyAny>,
-        modulo: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Py<PyAny>> {
-        let _ = modulo;
-        dunder(py, BinaryOp::Pow, &self.t, o, true)
-    }
-    fn __and__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        dunder(py, BinaryOp::BitwiseAnd, &self.t, o, false)
-    }
-    fn __rand__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        dunder(py, BinaryOp::BitwiseAnd, &self.t, o, true)
-    }
-    fn __or__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        dunder(py, BinaryOp::BitwiseOr, &self.t, o, false)
-    }
-    fn __ror__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        dunder(py, BinaryOp::BitwiseOr, &self.t, o, true)
-    }
-    fn __xor__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        dunder(py, BinaryOp::BitwiseXor, &self.t, o, false)
-    }
-    fn __rxor__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        dunder(py, BinaryOp::BitwiseXor, &self.t, o, true)
-    }
-    fn __invert__(&self) -> PyResult<Tensor> {
-        Ok(unary::bitwise_not(&self.t)?)
-    }
-    fn __neg__(&self) -> PyResult<Tensor> {
-        Ok(unary(UnaryOp::Neg, &self.t)?)
-    }
-    fn __pos__(&self) -> Tensor {
-        self.t.clone()
-    }
-    fn __abs__(&self) -> PyResult<Tensor> {
-        Ok(unary(UnaryOp::Abs, &self.t)?)
-    }
-    fn __iadd__(&self, o: &Bound<'_, PyAny>) -> PyResult<()> {
-        Ok(arith_inplace(
-            BinaryOp::Add,
-            &self.t,
-            &operand("add_", o)?,
-            None,
-        )?)
-    }
-    fn __isub__(&self, o: &Bound<'_, PyAny>) -> PyResult<()> {
-        Ok(arith_inplace(
-            BinaryOp::Sub,
-            &self.t,
-            &operand("sub_", o)?,
-            None,
-        )?)
-    }
-    fn __imul__(&self, o: &Bound<'_, PyAny>) -> PyResult<()> {
-        Ok(arith_inplace(
-            BinaryOp::Mul,
-            &self.t,
-            &operand("mul_", o)?,
-            None,
-        )?)
-    }
-    fn __itruediv__(&self, o: &Bound<'_, PyAny>) -> PyResult<()> {
-        Ok(arith_inplace(
-            BinaryOp::Div,
-            &self.t,
-            &operand("div_", o)?,
-            None,
-        )?)
-    }
-    fn __eq__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        cmp_dunder(py, CompareOp::Eq, &self.t, o)
-    }
-    fn __ne__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        cmp_dunder(py, CompareOp::Ne, &self.t, o)
-    }
-    fn __lt__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        cmp_dunder(py, CompareOp::Lt, &self.t, o)
-    }
-    fn __le__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        cmp_dunder(py, CompareOp::Le, &self.t, o)
-    }
-    fn __gt__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        cmp_dunder(py, CompareOp::Gt, &self.t, o)
-    }
-    fn __ge__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        cmp_dunder(py, CompareOp::Ge, &self.t, o)
-    }
-
-    // binary methods
-    #[pyo3(signature = (other, *, alpha=None))]
-    fn add(&self, other: &Bound<'_, PyAny>, alpha: Option<f64>) -> PyResult<Tensor> {
-        with_alpha(
-            BinaryOp::Add,
-            &(&self.t).into(),
-            &operand("add", other)?,
-            alpha,
-        )
-    }
-    #[pyo3(signature = (other, *, alpha=None))]
-    fn sub(&self, other: &Bound<'_, PyAny>, alpha: Option<f64>) -> PyResult<Tensor> {
-        with_alpha(
-            BinaryOp::Sub,
-            &(&self.t).into(),
-            &operand("sub", other)?,
-            alpha,
-        )
-    }
-    fn mul(&self, other: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-        bin_self(BinaryOp::Mul, &self.t, other)
-    }
-    #[pyo3(signature = (other, *, rounding_mode=None))]
-    fn div(&self, other: &Bound<'_, PyAny>, rounding_mode: Option<&str>) -> PyResult<Tensor> {
-        bin_self(rounding_op(rounding_mode)?, &self.t, other)
-    }
-    #[pyo3(signature = (other, *, alpha=None))]
-    fn subtract(&self, other: &Bound<'_, PyAny>, alpha: Option<f64>) -> PyResult<Tensor> {
-        with_alpha(
-            BinaryOp::Sub,
-            &(&self.t).into(),
-            &operand("subtract", other)?,
-            alpha,
-        )
-    }
-    fn multiply(&self, other: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-        bin_self(BinaryOp::Mul, &self.t, other)
-    }
-    #[pyo3(signature = (other, *, rounding_mode=None))]
-    fn divide(&self, other: &Bound<'_, PyAny>, rounding_mode: Option<&str>) -> PyResult<Tensor> {
-        bin_self(rounding_op(rounding_mode)?, &self.t, other)
-    }
-    fn absolute(&self) -> PyResult<Tensor> {
-        Ok(unary(UnaryOp::Abs, &self.t)?)
-    }
-    fn true_divide(&self, other: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-        bin_self(BinaryOp::Div, &self.t, other)
-    }
-    fn floor_divide(&self, other: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-        bin_self(BinaryOp::FloorDivide, &self.t, other)
-    }
-    fn remainder(&self, other: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-        bin_self(BinaryOp::Remainder, &self.t, other)
-    }
-    fn fmod(&self, other: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-        bin_self(BinaryOp::Fmod, &self.t, other)
-    }
-    fn pow(&self, exponent: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-        bin_self(BinaryOp::Pow, &self.t, exponent)
-    }
-    fn maximum(&self, other: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-        bin_self(BinaryOp::Maximum, &self.t, other)
-    }
-    fn minimum(&self, other: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-        bin_self(BinaryOp::Minimum, &self.t, other)
-    }
-    fn bitwise_and(&self, other: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-        bin_self(BinaryOp::BitwiseAnd, &self.t, other)
-    }
-    fn bitwise_or(&self, other: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-        bin_self(BinaryOp::BitwiseOr, &self.t, other)
-    }
-    fn bitwise_xor(&self, other: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-        bin_self(BinaryOp::BitwiseXor, &self.t, other)
-    }
-    fn bitwise_not(&self) -> PyResult<Tensor> {
-        Ok(unary::bitwise_not(&self.t)?)
-    }
-    fn logical_and(&self, other: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-        logical_self(LogicalOp::And, "logical_and", &self.t, other)
-    }
-    fn logical_or(&self, other: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-        logical_self(LogicalOp::Or, "logical_or", &self.t, other)
-    }
-    fn logical_xor(&self, other: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-        logical_self(LogicalOp::Xor, "logical_xor", &self.t, other)
-    }
-    fn logical_not(&self) -> PyResult<Tensor> {
-        Ok(unary::logical_not(&self.t)?)
-    }
-    fn eq(&self, o: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-        cmp_self(CompareOp::Eq, &self.t, o)
-    }
-    fn ne(&self, o: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-        cmp_self(CompareOp::Ne, &self.t, o)
-    }
-    fn lt(&self, o: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-        cmp_self(CompareOp::Lt, &self.t, o)
-    }
-    fn le(&self, o: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-        cmp_self(CompareOp::Le, &self.t, o)
-    }
-    fn gt(&self, o: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-        cmp_self(CompareOp::Gt, &self.t, o)
-    }
-    fn ge(&self, o: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-        cmp_self(CompareOp::Ge, &self.t, o)
-    }
-
-    // where, clamp, fused
-    #[pyo3(name = "where")]
-    fn where_method(
-        &self,
-        condition: &Bound<'_, PyAny>,
-        other: &Bound<'_, PyAny>,
-    ) -> PyResult<Tensor> {
-        let c = extract_tensor("where", "condition", condition)?;
-        Ok(where_(&c, &(&self.t).into(), &operand("where", other)?)?)
-    }
-    #[pyo3(signature = (min=None, max=None))]
-    fn clamp(
-        &self,
-        min: Option<&Bound<'_, PyAny>>,
-        max: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Tensor> {
-        clamp_args(&self.t, min, max)
-    }
-    #[pyo3(signature = (min=None, max=None))]
-    fn clip(
-        &self,
-        min: Option<&Bound<'_, PyAny>>,
-        max: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Tensor> {
-        clamp_args(&self.t, min, max)
-    }
-    fn clamp_min(&self, min: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-        clamp_args(&self.t, Some(min), None)
-    }
-    fn clamp_max(&self, max: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-        clamp_args(&self.t, None, Some(max))
-    }
-    #[pyo3(signature = (tensor1, tensor2, *, value=1.0))]
-    fn addcmul(
-        &self,
-        tensor1: &Bound<'_, PyAny>,
-        tensor2: &Bound<'_, PyAny>,
-        value: f64,
-    ) -> PyResult<Tensor> {
-        addc(BinaryOp::Mul, &self.t, tensor1, tensor2, value)
-    }
-    #[pyo3(signature = (tensor1, tensor2, *, value=1.0))]
-    fn addcdiv(
-        &self,
-        tensor1: &Bound<'_, PyAny>,
-        tensor2: &Bound<'_, PyAny>,
-        value: f64,
-    ) -> PyResult<Tensor> {
-        addc(BinaryOp::Div, &self.t, tensor1, tensor2, value)
-    }
-    fn lerp(&self, end: &Bound<'_, PyAny>, weight: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-        lerp_value(&self.t, end, weight)
-    }
-
-    // unary methods
-    fn neg(&self) -> PyResult<Tensor> {
-        Ok(unary(UnaryOp::Neg, &self.t)?)
-    }
-    fn negative(&self) -> PyResult<Tensor> {
-        Ok(unary(UnaryOp::Neg, &self.t)?)
-    }
-    fn abs(&self) -> PyResult<Tensor> {
-        Ok(unary(UnaryOp::Abs, &self.t)?)
-    }
-    fn sign(&self) -> PyResult<Tensor> {
-        Ok(unary(UnaryOp::Sign, &self.t)?)
-    }
-    fn square(&self) -> PyResult<Tensor> {
-        Ok(unary(UnaryOp::Square, &self.t)?)
-    }
-    fn reciprocal(&self) -> PyResult<Tensor> {
-        Ok(unary(UnaryOp::Reciprocal, &self.t)?)
-    }
-    fn exp(&self) -> PyResult<Tensor> {
-        Ok(unary(UnaryOp::Exp, &self.t)?)
-    }
-    fn log(&self) -> PyResult<Tensor> {
-        Ok(unary(UnaryOp::Log, &self.t)?)
-    }
-    fn log2(&self) -> PyResult<Tensor> {
-        Ok(unary(UnaryOp::Log2, &self.t)?)
-    }
-    fn log10(&self) -> PyResult<Tensor> {
-        Ok(unary(UnaryOp::Log10, &self.t)?)
-    }
-    fn log1p(&self) -> PyResult<Tensor> {
-        Ok(unary(UnaryOp::Log1p, &self.t)?)
-    }
-    fn expm1(&self) -> PyResult<Tensor> {
-        Ok(unary(UnaryOp::Expm1, &self.t)?)
-    }
-    fn sqrt(&self) -> PyResult<Tensor> {
-        Ok(unary(UnaryOp::Sqrt, &self.t)?)
-    }
-    fn rsqrt(&self) -> PyResult<Tensor> {
-        Ok(unary(UnaryOp::Rsqrt, &self.t)?)
-    }
-    fn sin(&self) -> PyResult<Tensor> {
-        Ok(unary(UnaryOp::Sin, &self.t)?)
-    }
-    fn cos(&self) -> PyResult<Tensor> {
-        Ok(unary(UnaryOp::Cos, &self.t)?)
-    }
-    fn tan(&self) -> PyResult<Tensor> {
-        Ok(unary(UnaryOp::Tan, &self.t)?)
-    }
-    fn tanh(&self) -> PyResult<Tensor> {
-        Ok(unary(UnaryOp::Tanh, &self.t)?)
-    }
-    fn sigmoid(&self) -> PyResult<Tensor> {
-        Ok(unary(UnaryOp::Sigmoid, &self.t)?)
-    }
-    fn relu(&self) -> PyResult<Tensor> {
-        Ok(unary(UnaryOp::Relu, &self.t)?)
-    }
-    fn erf(&self) -> PyResult<Tensor> {
-        Ok(unary(UnaryOp::Erf, &self.t)?)
-    }
-    fn floor(&self) -> PyResult<Tensor> {
-        Ok(unary(UnaryOp::Floor, &self.t)?)
-    }
-    fn ceil(&self) -> PyResult<Tensor> {
-        Ok(unary(UnaryOp::Ceil, &self.t)?)
-    }
-    #[pyo3(signature = (decimals=0))]
-    fn round(&self, decimals: i64) -> PyResult<Tensor> {
-        round_decimals(&self.t, decimals)
-    }
-    fn trunc(&self) -> PyResult<Tensor> {
-        Ok(unary(UnaryOp::Trunc, &self.t)?)
-    }
-    fn frac(&self) -> PyResult<Tensor> {
-        Ok(unary(UnaryOp::Frac, &self.t)?)
-    }
-    fn isnan(&self) -> PyResult<Tensor> {
-        Ok(predicate(Predicate::IsNan, &self.t)?)
-    }
-    fn isinf(&self) -> PyResult<Tensor> {
-        Ok(predicate(Predicate::IsInf, &self.t)?)
-    }
-    fn isfinite(&self) -> PyResult<Tensor> {
-        Ok(predicate(Predicate::IsFinite, &self.t)?)
-    }
-
-    // in place
-    #[pyo3(signature = (other, *, alpha=None))]
-    fn add_<'py>(
-        slf: &Bound<'py, Self>,
-        other: &Bound<'py, PyAny>,
-        alpha: Option<f64>,
-    ) -> PyResult<Bound<'py, Self>> {
-        let o = operand("add_", other)?;
-        done(slf, arith_inplace(BinaryOp::Add, &slf.get().t, &o, alpha))
-    }
-    #[pyo3(signature = (other, *, alpha=None))]
-    fn sub_<'py>(
-        slf: &Bound<'py, Self>,
-        other: &Bound<'py, PyAny>,
-        alpha: Option<f64>,
-    ) -> PyResult<Bound<'py, Self>> {
-        let o = operand("sub_", other)?;
-        done(slf, arith_inplace(BinaryOp::Sub, &slf.get().t, &o, alpha))
-    }
-    fn mul_<'py>(slf: &Bound<'py, Self>, other: &Bound<'py, PyAny>) -> PyResult<Bound<'py, Self>> {
-        let o = operand("mul_", other)?;
-        done(slf, arith_inplace(BinaryOp::Mul, &slf.get().t, &o, None))
-    }
-    #[pyo3(signature = (other, *, rounding_mode=None))]
-    fn div_<'py>(
-        slf: &Bound<'py, Self>,
-        other: &Bound<'py, PyAny>,
-        rounding_mode: Option<&str>,
-    ) -> PyResult<Bound<'py, Self>> {
-        let o = operand("div_", other)?;
-        let op = rounding_op(rounding_mode)?;
-        done(slf, arith_inplace(op, &slf.get().t, &o, None))
-    }
-    fn pow_<'py>(
-        slf: &Bound<'py, Self>,
-        exponent: &Bound<'py, PyAny>,
-    ) -> PyResult<Bound<'py, Self>> {
-        let o = operand("pow_", exponent)?;
-        done(slf, arith_inplace(BinaryOp::Pow, &slf.get().t, &o, None))
-    }
-    #[pyo3(signature = (min=None, max=None))]
-    fn clamp_<'py>(
-        slf: &Bound<'py, Self>,
-        min: Option<&Bound<'py, PyAny>>,
-        max: Option<&Bound<'py, PyAny>>,
-    ) -> PyResult<Bound<'py, Self>> {
-        let lo = opt_operand("clamp_", min)?;
-        let hi = opt_operand("clamp_", max)?;
-        let t = &slf.get().t;
-        let bounds: Vec<&Tensor> = [&lo, &hi]
-            .into_iter()
-            .filter_map(|b| match b {
-                Some(Operand::Tensor(x)) => Some(x),
-                _ => None,
-            })
-            .collect();
-        done(
-            slf,
-            inplace("clamp_", t, &bounds, true, |x| {
-                clamp(x, lo.as_ref(), hi.as_ref())
-            }),
-        )
-    }
-    #[pyo3(signature = (min=None, max=None))]
-    fn clip_<'py>(
-        slf: &Bound<'py, Self>,
-        min: Option<&Bound<'py, PyAny>>,
-        max: Option<&Bound<'py, PyAny>>,
-    ) -> PyResult<Bound<'py, Self>> {
-        Self::clamp_(slf, min, max)
-    }
-    fn neg_<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, Self>> {
-        unary_inplace(slf, "neg_", UnaryOp::Neg)
-    }
-    fn exp_<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, Self>> {
-        unary_inplace(slf, "exp_", UnaryOp::Exp)
-    }
-    fn log_<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, Self>> {
-        unary_inplace(slf, "log_", UnaryOp::Log)
-    }
-    fn sqrt_<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, Self>> {
-        unary_inplace(slf, "sqrt_", UnaryOp::Sqrt)
-    }
-    fn relu_<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, Self>> {
-        unary_inplace(slf, "relu_", UnaryOp::Relu)
-    }
-    fn sigmoid_<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, Self>> {
-        unary_inplace(slf, "sigmoid_", UnaryOp::Sigmoid)
-    }
-    fn tanh_<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, Self>> {
-        unary_inplace(slf, "tanh_", UnaryOp::Tanh)
-    }
-    fn abs_<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, Self>> {
-        unary_inplace(slf, "abs_", UnaryOp::Abs)
-    }
-    fn reciprocal_<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, Self>> {
-        unary_inplace(slf, "reciprocal_", UnaryOp::Reciprocal)
-    }
-    fn floor_<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, Self>> {
-        unary_inplace(slf, "floor_", UnaryOp::Floor)
-    }
-    #[pyo3(signature = (tensor1, tensor2, *, value=1.0))]
-    fn addcmul_<'py>(
-        slf: &Bound<'py, Self>,
-        tensor1: &Bound<'py, PyAny>,
-        tensor2: &Bound<'py, PyAny>,
-        value: f64,
-    ) -> PyResult<Bound<'py, Self>> {
-        let t = &slf.get().t;
-        let new = addc(BinaryOp::Mul, t, tensor1, tensor2, value)?;
-        done(slf, inplace("addcmul_", t, &[], false, move |_| Ok(new)))
-    }
-    #[pyo3(signature = (tensor1, tensor2, *, value=1.0))]
-    fn addcdiv_<'py>(
-        slf: &Bound<'py, Self>,
-        tensor1: &Bound<'py, PyAny>,
-        tensor2: &Bound<'py, PyAny>,
-        value: f64,
-    ) -> PyResult<Bound<'py, Self>> {
-        let t = &slf.get().t;
-        let new = addc(BinaryOp::Div, t, tensor1, tensor2, value)?;
-        done(slf, inplace("addcdiv_", t, &[], false, move |_| Ok(new)))
-    }
-    fn lerp_<'py>(
-        slf: &Bound<'py, Self>,
-        end: &Bound<'py, PyAny>,
-        weight: &Bound<'py, PyAny>,
-    ) -> PyResult<Bound<'py, Self>> {
-        let t = &slf.get().t;
-        // lerp's graph keeps only `weight`, never the old value of `self`
-        let new = lerp_value(t, end, weight)?;
-        done(slf, inplace("lerp_", t, &[], false, move |_| Ok(new)))
-    }
-}
-
-// ---------------------------------------------------------------- functions
-
-macro_rules! binary_fn {
-    ($($name:ident => $op:expr),* $(,)?) => {
-        $(
-            #[pyfunction]
-            fn $name(input: &Bound<'_, PyAny>, other: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-                let op: BinaryOp = $op;
-                let a = operand(op.name(), input)?;
-                let b = operand(op.name(), other)?;
-                Ok(binary(op, &a, &b)?)
-            }
-        )*
-    };
-}
-
-binary_fn! {
-    mul => BinaryOp::Mul,
-    multiply => BinaryOp::Mul,
-    true_divide => BinaryOp::Div,
-    floor_divide => BinaryOp::FloorDivide,
-    remainder => BinaryOp::Remainder,
-    fmod => BinaryOp::Fmod,
-    pow => BinaryOp::Pow,
-    maximum => BinaryOp::Maximum,
-    minimum => BinaryOp::Minimum,
-    bitwise_and => BinaryOp::BitwiseAnd,
-    bitwise_or => BinaryOp::BitwiseOr,
-    bitwise_xor => BinaryOp::BitwiseXor,
-}
-
-#[pyfunction]
-#[pyo3(signature = (input, other, *, rounding_mode=None))]
-fn div(
-    input: &Bound<'_, PyAny>,
-    other: &Bound<'_, PyAny>,
-    rounding_mode: Option<&str>,
-) -> PyResult<Tensor> {
-    let op = rounding_op(rounding_mode)?;
-    Ok(binary(
-        op,
-        &operand("div", input)?,
-        &operand("div", other)?,
-    )?)
-}
-
-#[pyfunction]
-#[pyo3(signature = (input, other, *, rounding_mode=None))]
-fn divide(
-    input: &Bound<'_, PyAny>,
-    other: &Bound<'_, PyAny>,
-    rounding_mode: Option<&str>,
-) -> PyResult<Tensor> {
-    div(input, other, rounding_mode)
-}
-
-#[pyfunction]
-#[pyo3(signature = (input, other, *, alpha=None))]
-fn add(input: &Bound<'_, PyAny>, other: &Bound<'_, PyAny>, alpha: Option<f64>) -> PyResult<Tensor> {
-    with_alpha(
-        BinaryOp::Add,
-        &operand("add", input)?,
-        &operand("add", other)?,
-        alpha,
-    )
-}
-
-#[pyfunction]
-#[pyo3(signature = (input, other, *, alpha=None))]
-fn sub(input: &Bound<'_, PyAny>, other: &Bound<'_, PyAny>, alpha: Option<f64>) -> PyResult<Tensor> {
-    with_alpha(
-        BinaryOp::Sub,
-        &operand("sub", input)?,
-        &operand("sub", other)?,
-        alpha,
-    )
-}
-
-#[pyfunction]
-#[pyo3(signature = (input, other, *, alpha=None))]
-fn subtract(
-    input: &Bound<'_, PyAny>,
-    other: &Bound<'_, PyAny>,
+/// `x op= other` (`add_`...), handing `x` back.
+fn arith_(
+    x: Py<PyTensor>,
+    name: &str,
+    op: BinaryOp,
+    other: &Obj<'_>,
     alpha: Option<f64>,
-) -> PyResult<Tensor> {
-    sub(input, other, alpha)
+) -> PyResult<Py<PyTensor>> {
+    let o = operand(name, other)?;
+    arith_inplace(op, &x.get().t, &o, alpha)?;
+    crate::autograd::saved_hooks::check()?;
+    Ok(x)
 }
 
-macro_rules! compare_fn {
-    ($($name:ident => $op:expr),* $(,)?) => {
-        $(
-            #[pyfunction]
-            fn $name(input: &Bound<'_, PyAny>, other: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-                let op: CompareOp = $op;
-                let a = operand(op.name(), input)?;
-                let b = operand(op.name(), other)?;
-                Ok(compare(op, &a, &b)?)
+fn tensor_result(t: Tensor) -> PyResult<Py<PyTensor>> {
+    Python::attach(|py| Ok(t.into_pyobject(py)?.unbind()))
+}
+
+// ---------------------------------------------------------------- operators
+
+#[derive(Clone, Copy)]
+enum Operator {
+    Arith(BinaryOp),
+    Compare(CompareOp),
+}
+
+/// `t op other` (or `other op t` when reflected), `NotImplemented` for unsupported types.
+fn dunder(slf: &Obj<'_>, op: Operator, other: &Obj<'_>, reflected: bool) -> PyResult<Py<PyAny>> {
+    let py = slf.py();
+    let name = match op {
+        Operator::Arith(b) => b.name(),
+        Operator::Compare(c) => c.name(),
+    };
+    let o = match extract_operand(name, other) {
+        Ok(o) => o,
+        Err(e) if e.is_instance_of::<PyTypeError>(py) => return Ok(py.NotImplemented()),
+        Err(e) => return Err(e),
+    };
+    let s = Operand::Tensor(slf.cast::<PyTensor>()?.get().t.clone());
+    let (a, b) = if reflected { (&o, &s) } else { (&s, &o) };
+    let r = match op {
+        Operator::Arith(op) => binary(op, a, b)?,
+        Operator::Compare(op) => compare(op, a, b)?,
+    };
+    Ok(r.into_pyobject(py)?.into_any().unbind())
+}
+
+macro_rules! operators {
+    (
+        arith: $($name:ident / $rname:ident => $op:ident),*;
+        pow: $($pname:ident => $preflected:expr),*;
+        compare: $($cname:ident => $cop:ident),*;
+        in_place: $($iname:ident => $method:ident $iop:ident),*;
+    ) => {
+        #[pymethods]
+        impl PyTensor {
+            $(fn $name(slf: &Bound<'_, Self>, other: &Obj<'_>) -> PyResult<Py<PyAny>> {
+                dunder(slf.as_any(), Operator::Arith(BinaryOp::$op), other, false)
             }
-        )*
+            fn $rname(slf: &Bound<'_, Self>, other: &Obj<'_>) -> PyResult<Py<PyAny>> {
+                dunder(slf.as_any(), Operator::Arith(BinaryOp::$op), other, true)
+            })*
+            $(fn $cname(slf: &Bound<'_, Self>, other: &Obj<'_>) -> PyResult<Py<PyAny>> {
+                dunder(slf.as_any(), Operator::Compare(CompareOp::$cop), other, false)
+            })*
+            // `pow(self, other, modulo)`: Python passes a modulo slot, which tensors ignore.
+            $(fn $pname(
+                slf: &Bound<'_, Self>,
+                other: &Obj<'_>,
+                modulo: Option<&Obj<'_>>,
+            ) -> PyResult<Py<PyAny>> {
+                let _ = modulo;
+                dunder(slf.as_any(), Operator::Arith(BinaryOp::Pow), other, $preflected)
+            })*
+            fn __invert__(&self) -> PyResult<Tensor> { Ok(unary::bitwise_not(&self.t)?) }
+            fn __neg__(&self) -> PyResult<Tensor> { Ok(unary(UnaryOp::Neg, &self.t)?) }
+            fn __pos__(&self) -> Tensor { self.t.clone() }
+            fn __abs__(&self) -> PyResult<Tensor> { Ok(unary(UnaryOp::Abs, &self.t)?) }
+            $(fn $iname(slf: &Bound<'_, Self>, other: &Obj<'_>) -> PyResult<()> {
+                let x = slf.clone().unbind();
+                arith_(x, stringify!($method), BinaryOp::$iop, other, None).map(drop)
+            })*
+        }
     };
 }
 
-compare_fn! {
-    eq => CompareOp::Eq,
-    ne => CompareOp::Ne,
-    lt => CompareOp::Lt,
-    le => CompareOp::Le,
-    gt => CompareOp::Gt,
-    ge => CompareOp::Ge,
+operators! {
+    arith: __add__ / __radd__ => Add, __sub__ / __rsub__ => Sub, __mul__ / __rmul__ => Mul,
+        __truediv__ / __rtruediv__ => Div, __floordiv__ / __rfloordiv__ => FloorDivide,
+        __mod__ / __rmod__ => Remainder, __and__ / __rand__ => BitwiseAnd,
+        __or__ / __ror__ => BitwiseOr, __xor__ / __rxor__ => BitwiseXor;
+    pow: __pow__ => false, __rpow__ => true;
+    compare: __eq__ => Eq, __ne__ => Ne, __lt__ => Lt, __le__ => Le, __gt__ => Gt, __ge__ => Ge;
+    in_place: __iadd__ => add_ Add, __isub__ => sub_ Sub, __imul__ => mul_ Mul,
+        __itruediv__ => div_ Div;
 }
 
-macro_rules! logical_fn {
-    ($($name:ident => $op:expr),* $(,)?) => {
-        $(
-            #[pyfunction]
-            fn $name(input: &Bound<'_, PyAny>, other: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-                let a = extract_tensor(stringify!($name), "input", input)?;
-                logical_self($op, stringify!($name), &a, other)
+// ---------------------------------------------------------------- binary ops
+
+/// A binary op's input: a tensor, or a number where PyTorch takes one.
+trait IntoOperand {
+    fn into_operand(self) -> Operand;
+}
+
+impl IntoOperand for Tensor {
+    fn into_operand(self) -> Operand {
+        Operand::Tensor(self)
+    }
+}
+
+impl IntoOperand for Operand {
+    fn into_operand(self) -> Operand {
+        self
+    }
+}
+
+/// The binary ops with one `other`, by the type of their input: PyTorch takes a number as
+/// the arithmetic ops' `input`, and only a tensor as the others'.
+macro_rules! binary_ops {
+    ($($xty:ty: $($name:ident($arg:ident) => $op:ident),*;)*) => {
+        tensor_ops! { mod binary_fns; $($(
+            both fn $name(x: $xty, $arg: &Obj<'_>) [$arg] -> Tensor {
+                bin(BinaryOp::$op, &x.into_operand(), $arg)
             }
-        )*
+        )*)* }
     };
 }
 
-logical_fn! {
-    logical_and => LogicalOp::And,
-    logical_or => LogicalOp::Or,
-    logical_xor => LogicalOp::Xor,
+binary_ops! {
+    Operand: mul(other) => Mul, multiply(other) => Mul, true_divide(other) => Div,
+        floor_divide(other) => FloorDivide, remainder(other) => Remainder, pow(exponent) => Pow,
+        bitwise_and(other) => BitwiseAnd, bitwise_or(other) => BitwiseOr,
+        bitwise_xor(other) => BitwiseXor;
+    Tensor: fmod(other) => Fmod, maximum(other) => Maximum, minimum(other) => Minimum;
 }
 
-macro_rules! unary_fn {
-    ($($name:ident => $op:expr),* $(,)?) => {
-        $(
-            #[pyfunction]
-            fn $name(input: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-                let t = extract_tensor(stringify!($name), "input", input)?;
-                Ok(unary($op, &t)?)
+macro_rules! compare_ops {
+    ($($name:ident => $op:ident),*) => {
+        tensor_ops! { mod compare_fns; $(
+            both fn $name(x: Tensor, other: &Obj<'_>) [other] -> Tensor {
+                Ok(compare(CompareOp::$op, &(&x).into(), &operand(stringify!($name), other)?)?)
             }
-        )*
+        )* }
     };
 }
 
-unary_fn! {
-    neg => UnaryOp::Neg,
-    negative => UnaryOp::Neg,
-    abs => UnaryOp::Abs,
-    absolute => UnaryOp::Abs,
-    sign => UnaryOp::Sign,
-    square => UnaryOp::Square,
-    reciprocal => UnaryOp::Reciprocal,
-    exp => UnaryOp::Exp,
-    log => UnaryOp::Log,
-    log2 => UnaryOp::Log2,
-    log10 => UnaryOp::Log10,
-    log1p => UnaryOp::Log1p,
-    expm1 => UnaryOp::Expm1,
-    sqrt => UnaryOp::Sqrt,
-    rsqrt => UnaryOp::Rsqrt,
-    sin => UnaryOp::Sin,
-    cos => UnaryOp::Cos,
-    tan => UnaryOp::Tan,
-    tanh => UnaryOp::Tanh,
-    sigmoid => UnaryOp::Sigmoid,
-    relu => UnaryOp::Relu,
-    silu => UnaryOp::Silu,
-    erf => UnaryOp::Erf,
-    floor => UnaryOp::Floor,
-    ceil => UnaryOp::Ceil,
-    trunc => UnaryOp::Trunc,
-    fix => UnaryOp::Trunc,
-    frac => UnaryOp::Frac,
-}
+compare_ops!(eq => Eq, ne => Ne, lt => Lt, le => Le, gt => Gt, ge => Ge);
 
-#[pyfunction]
-#[pyo3(signature = (input, *, decimals=0))]
-fn round(input: &Bound<'_, PyAny>, decimals: i64) -> PyResult<Tensor> {
-    round_decimals(&extract_tensor("round", "input", input)?, decimals)
-}
-
-/// `softplus(x, beta=1, threshold=20)`: `log(1 + exp(beta x)) / beta`, linear above the threshold.
-#[pyfunction]
-#[pyo3(signature = (input, beta=1.0, threshold=20.0))]
-fn softplus(input: &Bound<'_, PyAny>, beta: f64, threshold: f64) -> PyResult<Tensor> {
-    let t = extract_tensor("softplus", "input", input)?;
-    Ok(unary::softplus(&t, beta, threshold)?)
-}
-
-/// `gelu(x, approximate='none')`: exact (erf) or the tanh approximation.
-#[pyfunction]
-#[pyo3(signature = (input, approximate="none"))]
-fn gelu(input: &Bound<'_, PyAny>, approximate: &str) -> PyResult<Tensor> {
-    let t = extract_tensor("gelu", "input", input)?;
-    Ok(unary::gelu(&t, approximate)?)
-}
-
-macro_rules! predicate_fn {
-    ($($name:ident => $p:expr),* $(,)?) => {
-        $(
-            #[pyfunction]
-            fn $name(input: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-                let t = extract_tensor(stringify!($name), "input", input)?;
-                Ok(predicate($p, &t)?)
+macro_rules! logical_ops {
+    ($($name:ident => $op:ident),*) => {
+        tensor_ops! { mod logical_fns; $(
+            both fn $name(x: Tensor, other: &Obj<'_>) [other] -> Tensor {
+                let other = extract_tensor(stringify!($name), "other", other)?;
+                Ok(logical(LogicalOp::$op, &x, &other)?)
             }
-        )*
+        )* }
     };
 }
 
-predicate_fn! {
-    isnan => Predicate::IsNan,
-    isinf => Predicate::IsInf,
-    isfinite => Predicate::IsFinite,
+logical_ops!(logical_and => And, logical_or => Or, logical_xor => Xor);
+
+tensor_ops! { mod arith_fns;
+    both fn add(x: Operand, other: &Obj<'_>, alpha: Option<f64>) [other, *, alpha=None] -> Tensor {
+        with_alpha(BinaryOp::Add, &x, other, alpha)
+    }
+    both fn sub(x: Operand, other: &Obj<'_>, alpha: Option<f64>) [other, *, alpha=None] -> Tensor {
+        with_alpha(BinaryOp::Sub, &x, other, alpha)
+    }
+    both fn subtract(x: Operand, other: &Obj<'_>, alpha: Option<f64>)
+        [other, *, alpha=None] -> Tensor {
+        with_alpha(BinaryOp::Sub, &x, other, alpha)
+    }
+    both fn div(x: Operand, other: &Obj<'_>, rounding_mode: Option<&str>)
+        [other, *, rounding_mode=None] -> Tensor {
+        bin(rounding_op(rounding_mode)?, &x, other)
+    }
+    both fn divide(x: Operand, other: &Obj<'_>, rounding_mode: Option<&str>)
+        [other, *, rounding_mode=None] -> Tensor {
+        bin(rounding_op(rounding_mode)?, &x, other)
+    }
+    method fn add_(x: Py<PyTensor>, other: &Obj<'_>, alpha: Option<f64>)
+        [other, *, alpha=None] -> Py<PyTensor> {
+        arith_(x, "add_", BinaryOp::Add, other, alpha)
+    }
+    method fn sub_(x: Py<PyTensor>, other: &Obj<'_>, alpha: Option<f64>)
+        [other, *, alpha=None] -> Py<PyTensor> {
+        arith_(x, "sub_", BinaryOp::Sub, other, alpha)
+    }
+    method fn mul_(x: Py<PyTensor>, other: &Obj<'_>) [other] -> Py<PyTensor> {
+        arith_(x, "mul_", BinaryOp::Mul, other, None)
+    }
+    method fn div_(x: Py<PyTensor>, other: &Obj<'_>, rounding_mode: Option<&str>)
+        [other, *, rounding_mode=None] -> Py<PyTensor> {
+        arith_(x, "div_", rounding_op(rounding_mode)?, other, None)
+    }
+    method fn pow_(x: Py<PyTensor>, exponent: &Obj<'_>) [exponent] -> Py<PyTensor> {
+        arith_(x, "pow_", BinaryOp::Pow, exponent, None)
+    }
 }
 
-#[pyfunction]
-fn logical_not(input: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-    Ok(unary::logical_not(&extract_tensor(
-        "logical_not",
-        "input",
-        input,
-    )?)?)
+// ---------------------------------------------------------------- unary ops
+
+/// `name => op`: `gradstream.name(input)` and `Tensor.name()`.
+macro_rules! unary_ops {
+    ($($name:ident => $op:ident),* $(,)?) => {
+        tensor_ops! { mod unary_fns; $(
+            both fn $name(x: Tensor) [] -> Tensor { Ok(unary(UnaryOp::$op, &x)?) }
+        )* }
+    };
 }
 
-#[pyfunction]
-fn bitwise_not(input: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-    Ok(unary::bitwise_not(&extract_tensor(
-        "bitwise_not",
-        "input",
-        input,
-    )?)?)
+unary_ops! {
+    neg => Neg, negative => Neg, abs => Abs, absolute => Abs, sign => Sign, square => Square,
+    reciprocal => Reciprocal, exp => Exp, log => Log, log2 => Log2, log10 => Log10,
+    log1p => Log1p, expm1 => Expm1, sqrt => Sqrt, rsqrt => Rsqrt, sin => Sin, cos => Cos,
+    tan => Tan, tanh => Tanh, sigmoid => Sigmoid, relu => Relu, erf => Erf, floor => Floor,
+    ceil => Ceil, trunc => Trunc, fix => Trunc, frac => Frac,
+}
+
+/// `name_ => op`: in place, `gradstream.name_(input)` and `Tensor.name_()`.
+macro_rules! unary_inplace_ops {
+    ($($name:ident => $op:ident),* $(,)?) => {
+        tensor_ops! { mod unary_inplace_fns; $(
+            both fn $name(x: Py<PyTensor>) [] -> Py<PyTensor> {
+                unary_(x, stringify!($name), UnaryOp::$op)
+            }
+        )* }
+    };
+}
+
+unary_inplace_ops! {
+    neg_ => Neg, exp_ => Exp, log_ => Log, sqrt_ => Sqrt, relu_ => Relu, sigmoid_ => Sigmoid,
+    tanh_ => Tanh, abs_ => Abs, reciprocal_ => Reciprocal, floor_ => Floor,
+}
+
+tensor_ops! { mod other_fns;
+    both fn round(x: Tensor, decimals: i64) [*, decimals=0] -> Tensor {
+        Ok(round_decimals(&x, decimals)?)
+    }
+    both fn isnan(x: Tensor) [] -> Tensor { Ok(predicate(Predicate::IsNan, &x)?) }
+    both fn isinf(x: Tensor) [] -> Tensor { Ok(predicate(Predicate::IsInf, &x)?) }
+    both fn isfinite(x: Tensor) [] -> Tensor { Ok(predicate(Predicate::IsFinite, &x)?) }
+    both fn logical_not(x: Tensor) [] -> Tensor { Ok(unary::logical_not(&x)?) }
+    both fn bitwise_not(x: Tensor) [] -> Tensor { Ok(unary::bitwise_not(&x)?) }
+
+    /// `silu(x) = x * sigmoid(x)`; `inplace=True` writes it into `x` (`nn.functional.silu`).
+    function fn silu(x: Py<PyTensor>, inplace: bool) [inplace=false] -> Py<PyTensor> {
+        if inplace {
+            return unary_(x, "silu_", UnaryOp::Silu);
+        }
+        tensor_result(unary(UnaryOp::Silu, &x.get().t)?)
+    }
+    /// `softplus(x, beta=1, threshold=20)`: `log(1 + exp(beta x)) / beta`, linear above the
+    /// threshold.
+    function fn softplus(x: Tensor, beta: f64, threshold: f64)
+        [beta=1.0, threshold=20.0] -> Tensor {
+        Ok(unary::softplus(&x, beta, threshold)?)
+    }
+    /// `gelu(x, approximate='none')`: exact (erf) or the tanh approximation.
+    function fn gelu(x: Tensor, approximate: &str) [*, approximate="none"] -> Tensor {
+        Ok(unary::gelu(&x, approximate)?)
+    }
+
+    /// `threshold(input, threshold, value)`: `input` where `input > threshold`, else `value`.
+    /// Its backward saves one bit per element.
+    function fn threshold(x: Tensor, threshold: f64, value: f64) [threshold, value] -> Tensor {
+        Ok(crate::ops::threshold::threshold(&x, threshold, value)?)
+    }
+    /// `threshold_(input, threshold, value)`: `threshold` in place, returning `input`.
+    function fn threshold_(x: Py<PyTensor>, threshold: f64, value: f64)
+        [threshold, value] -> Py<PyTensor> {
+        // Without masks the backward reads the input, which is about to be overwritten.
+        let saves_input = !crate::ops::threshold::bitmask_enabled();
+        update(x, "threshold_", &[], saves_input, |t| {
+            crate::ops::threshold::threshold(t, threshold, value)
+        })
+    }
+
+    /// Clamp to `[min, max]`; either bound may be None, a number or a tensor.
+    both fn clamp(x: Tensor, min: Option<&Obj<'_>>, max: Option<&Obj<'_>>)
+        [min=None, max=None] -> Tensor {
+        clamp_to(&x, min, max)
+    }
+    both fn clip(x: Tensor, min: Option<&Obj<'_>>, max: Option<&Obj<'_>>)
+        [min=None, max=None] -> Tensor {
+        clamp_to(&x, min, max)
+    }
+    both fn clamp_min(x: Tensor, min: &Obj<'_>) [min] -> Tensor { clamp_to(&x, Some(min), None) }
+    both fn clamp_max(x: Tensor, max: &Obj<'_>) [max] -> Tensor { clamp_to(&x, None, Some(max)) }
+    both fn clamp_(x: Py<PyTensor>, min: Option<&Obj<'_>>, max: Option<&Obj<'_>>)
+        [min=None, max=None] -> Py<PyTensor> {
+        clamp_inplace(x, min, max)
+    }
+    both fn clip_(x: Py<PyTensor>, min: Option<&Obj<'_>>, max: Option<&Obj<'_>>)
+        [min=None, max=None] -> Py<PyTensor> {
+        clamp_inplace(x, min, max)
+    }
+
+    /// `input + value * tensor1 * tensor2`.
+    both fn addcmul(x: Tensor, tensor1: &Obj<'_>, tensor2: &Obj<'_>, value: f64)
+        [tensor1, tensor2, *, value=1.0] -> Tensor {
+        addc(BinaryOp::Mul, &x, tensor1, tensor2, value)
+    }
+    /// `input + value * tensor1 / tensor2`.
+    both fn addcdiv(x: Tensor, tensor1: &Obj<'_>, tensor2: &Obj<'_>, value: f64)
+        [tensor1, tensor2, *, value=1.0] -> Tensor {
+        addc(BinaryOp::Div, &x, tensor1, tensor2, value)
+    }
+    /// `input + weight * (end - input)`.
+    both fn lerp(x: Tensor, end: &Obj<'_>, weight: &Obj<'_>) [end, weight] -> Tensor {
+        lerp_value(&x, end, weight)
+    }
+    method fn addcmul_(x: Py<PyTensor>, tensor1: &Obj<'_>, tensor2: &Obj<'_>, value: f64)
+        [tensor1, tensor2, *, value=1.0] -> Py<PyTensor> {
+        let new = addc(BinaryOp::Mul, &x.get().t, tensor1, tensor2, value)?;
+        update(x, "addcmul_", &[], false, move |_| Ok(new))
+    }
+    method fn addcdiv_(x: Py<PyTensor>, tensor1: &Obj<'_>, tensor2: &Obj<'_>, value: f64)
+        [tensor1, tensor2, *, value=1.0] -> Py<PyTensor> {
+        let new = addc(BinaryOp::Div, &x.get().t, tensor1, tensor2, value)?;
+        update(x, "addcdiv_", &[], false, move |_| Ok(new))
+    }
+    method fn lerp_(x: Py<PyTensor>, end: &Obj<'_>, weight: &Obj<'_>)
+        [end, weight] -> Py<PyTensor> {
+        // lerp's graph keeps only `weight`, never the old value of `self`
+        let new = lerp_value(&x.get().t, end, weight)?;
+        update(x, "lerp_", &[], false, move |_| Ok(new))
+    }
+}
+
+fn clamp_inplace(
+    x: Py<PyTensor>,
+    min: Option<&Obj<'_>>,
+    max: Option<&Obj<'_>>,
+) -> PyResult<Py<PyTensor>> {
+    let (lo, hi) = (opt_operand("clamp_", min)?, opt_operand("clamp_", max)?);
+    let bounds: Vec<Tensor> = [&lo, &hi]
+        .into_iter()
+        .filter_map(|b| match b {
+            Some(Operand::Tensor(t)) => Some(t.clone()),
+            _ => None,
+        })
+        .collect();
+    let bounds: Vec<&Tensor> = bounds.iter().collect();
+    update(x, "clamp_", &bounds, true, |t| {
+        binary::clamp(t, lo.as_ref(), hi.as_ref())
+    })
 }
 
 /// `where(condition, input, other)`: `input` where `condition`, else `other`.
-#[pyfunction]
-#[pyo3(name = "where")]
-fn where_fn(
-    condition: &Bound<'_, PyAny>,
-    input: &Bound<'_, PyAny>,
-    other: &Bound<'_, PyAny>,
-) -> PyResult<Tensor> {
+fn select_where(condition: &Obj<'_>, input: &Operand, other: &Obj<'_>) -> PyResult<Tensor> {
     let c = extract_tensor("where", "condition", condition)?;
-    Ok(where_(
-        &c,
-        &operand("where", input)?,
-        &operand("where", other)?,
-    )?)
+    Ok(binary::where_(&c, input, &operand("where", other)?)?)
 }
 
-#[pyfunction]
-#[pyo3(name = "clamp", signature = (input, min=None, max=None))]
-fn clamp_fn(
-    input: &Bound<'_, PyAny>,
-    min: Option<&Bound<'_, PyAny>>,
-    max: Option<&Bound<'_, PyAny>>,
-) -> PyResult<Tensor> {
-    clamp_args(&extract_tensor("clamp", "input", input)?, min, max)
+#[pymethods]
+impl PyTensor {
+    /// `self` where `condition`, else `other`.
+    #[pyo3(name = "where")]
+    fn where_method(&self, condition: &Obj<'_>, other: &Obj<'_>) -> PyResult<Tensor> {
+        select_where(condition, &(&self.t).into(), other)
+    }
 }
 
-#[pyfunction]
-#[pyo3(signature = (input, min=None, max=None))]
-fn clip(
-    input: &Bound<'_, PyAny>,
-    min: Option<&Bound<'_, PyAny>>,
-    max: Option<&Bound<'_, PyAny>>,
-) -> PyResult<Tensor> {
-    clamp_args(&extract_tensor("clip", "input", input)?, min, max)
-}
-
-#[pyfunction]
-fn clamp_min(input: &Bound<'_, PyAny>, min: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-    clamp_args(
-        &extract_tensor("clamp_min", "input", input)?,
-        Some(min),
-        None,
-    )
-}
-
-#[pyfunction]
-fn clamp_max(input: &Bound<'_, PyAny>, max: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-    clamp_args(
-        &extract_tensor("clamp_max", "input", input)?,
-        None,
-        Some(max),
-    )
-}
-
-#[pyfunction]
-#[pyo3(signature = (input, tensor1, tensor2, *, value=1.0))]
-fn addcmul(
-    input: &Bound<'_, PyAny>,
-    tensor1: &Bound<'_, PyAny>,
-    tensor2: &Bound<'_, PyAny>,
-    value: f64,
-) -> PyResult<Tensor> {
-    let t = extract_tensor("addcmul", "input", input)?;
-    addc(BinaryOp::Mul, &t, tensor1, tensor2, value)
-}
-
-#[pyfunction]
-#[pyo3(signature = (input, tensor1, tensor2, *, value=1.0))]
-fn addcdiv(
-    input: &Bound<'_, PyAny>,
-    tensor1: &Bound<'_, PyAny>,
-    tensor2: &Bound<'_, PyAny>,
-    value: f64,
-) -> PyResult<Tensor> {
-    let t = extract_tensor("addcdiv", "input", input)?;
-    addc(BinaryOp::Div, &t, tensor1, tensor2, value)
-}
-
-#[pyfunction]
-fn lerp(
-    input: &Bound<'_, PyAny>,
-    end: &Bound<'_, PyAny>,
-    weight: &Bound<'_, PyAny>,
-) -> PyResult<Tensor> {
-    lerp_value(&extract_tensor("lerp", "input", input)?, end, weight)
-}
-
-/// `relu_(x)` / `sigmoid_(x)`: in place, returning `x`.
-#[pyfunction]
-fn relu_<'py>(input: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyTensor>> {
-    let t = input
-        .cast::<PyTensor>()
-        .map_err(|_| type_error("relu_", input))?;
-    unary_inplace(t, "relu_", UnaryOp::Relu)
-}
-
-#[pyfunction]
-fn sigmoid_<'py>(input: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyTensor>> {
-    let t = input
-        .cast::<PyTensor>()
-        .map_err(|_| type_error("sigmoid_", input))?;
-    unary_inplace(t, "sigmoid_", UnaryOp::Sigmoid)
-}
-
-fn type_error(op: &str, obj: &Bound<'_, PyAny>) -> PyErr {
-    let name = obj
-        .get_type()
-        .name()
-        .map(|n| n.to_string())
-        .unwrap_or_default();
-    PyTypeError::new_err(format!(
-        "{op}(): argument 'input' must be Tensor, not {name}"
-    ))
+/// `where(condition, input, other)`: `input` where `condition`, else `other`.
+#[pyfunction(name = "where")]
+fn where_fn(condition: &Obj<'_>, input: &Obj<'_>, other: &Obj<'_>) -> PyResult<Tensor> {
+    select_where(condition, &operand("where", input)?, other)
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    macro_rules! reg {
-        ($($f:ident),* $(,)?) => {
-            $(m.add_function(wrap_pyfunction!($f, m)?)?;)*
-        };
-    }
-    reg!(
-        add,
-        sub,
-        subtract,
-        mul,
-        multiply,
-        div,
-        divide,
-        true_divide,
-        floor_divide,
-        remainder,
-        fmod,
-        pow,
-        maximum,
-        minimum,
-        bitwise_and,
-        bitwise_or,
-        bitwise_xor,
-        bitwise_not,
-        eq,
-        ne,
-        lt,
-        le,
-        gt,
-        ge,
-        logical_and,
-        logical_or,
-        logical_xor,
-        logical_not,
-        neg,
-        negative,
-        abs,
-        absolute,
-        sign,
-        square,
-        reciprocal,
-        exp,
-        log,
-        log2,
-        log10,
-        log1p,
-        expm1,
-        sqrt,
-        rsqrt,
-        sin,
-        cos,
-        tan,
-        tanh,
-        sigmoid,
-        relu,
-        silu,
-        erf,
-        floor,
-        ceil,
-        round,
-        trunc,
-        fix,
-        frac,
-        softplus,
-        gelu,
-        isnan,
-        isinf,
-        isfinite,
-        where_fn,
-        clamp_fn,
-        clip,
-        clamp_min,
-        clamp_max,
-        addcmul,
-        addcdiv,
-        lerp,
-        relu_,
-        sigmoid_,
-    );
-    Ok(())
+    m.add_function(wrap_pyfunction!(where_fn, m)?)?;
+    binary_fns::register(m)?;
+    compare_fns::register(m)?;
+    logical_fns::register(m)?;
+    arith_fns::register(m)?;
+    unary_fns::register(m)?;
+    unary_inplace_fns::register(m)?;
+    other_fns::register(m)
 }

@@ -4,7 +4,8 @@
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
-use crate::memory::{self, Label};
+use crate::bindings::add_functions;
+use crate::memory::{self, Category, Label};
 
 /// Bytes of tensor storage alive now.
 #[pyfunction]
@@ -27,26 +28,27 @@ fn reset_peak_memory_stats() {
     memory::reset_peak_memory_stats()
 }
 
-/// Bytes by category now: parameter, optimizer_state, gradient, activation, other.
-#[pyfunction]
-#[pyo3(name = "_memory_by_category")]
-fn memory_by_category<'py>(py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+/// `{category name: bytes}` in the categories' order.
+fn by_name(py: Python<'_>, bytes: [(Category, i64); 5]) -> PyResult<Bound<'_, PyDict>> {
     let d = PyDict::new(py);
-    for (c, b) in memory::bytes_by_category() {
+    for (c, b) in bytes {
         d.set_item(c.name(), b)?;
     }
     Ok(d)
 }
 
+/// Bytes by category now: parameter, optimizer_state, gradient, activation, other.
+#[pyfunction]
+#[pyo3(name = "_memory_by_category")]
+fn memory_by_category(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    by_name(py, memory::bytes_by_category())
+}
+
 /// Peak bytes by category since start or the last reset.
 #[pyfunction]
 #[pyo3(name = "_memory_peak_by_category")]
-fn memory_peak_by_category<'py>(py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-    let d = PyDict::new(py);
-    for (c, b) in memory::peak_bytes_by_category() {
-        d.set_item(c.name(), b)?;
-    }
-    Ok(d)
+fn memory_peak_by_category(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    by_name(py, memory::peak_bytes_by_category())
 }
 
 /// Buffer counters: `(num_allocs, num_frees, bytes_allocated, bytes_freed, live, live_peak)`.
@@ -177,18 +179,11 @@ fn memory_live_blocks<'py>(py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_function(wrap_pyfunction!(memory_allocated, m)?)?;
-    m.add_function(wrap_pyfunction!(max_memory_allocated, m)?)?;
-    m.add_function(wrap_pyfunction!(reset_peak_memory_stats, m)?)?;
-    m.add_function(wrap_pyfunction!(memory_by_category, m)?)?;
-    m.add_function(wrap_pyfunction!(memory_peak_by_category, m)?)?;
-    m.add_function(wrap_pyfunction!(memory_counts, m)?)?;
-    m.add_function(wrap_pyfunction!(memory_accounting_mode, m)?)?;
-    m.add_function(wrap_pyfunction!(set_memory_accounting_mode, m)?)?;
-    m.add_function(wrap_pyfunction!(set_memory_context, m)?)?;
-    m.add_function(wrap_pyfunction!(set_memory_phase, m)?)?;
-    m.add_function(wrap_pyfunction!(record_memory_history, m)?)?;
-    m.add_function(wrap_pyfunction!(memory_history, m)?)?;
-    m.add_function(wrap_pyfunction!(memory_live_blocks, m)?)?;
+    add_functions! { m,
+        memory_allocated, max_memory_allocated, reset_peak_memory_stats, memory_by_category,
+        memory_peak_by_category, memory_counts, memory_accounting_mode,
+        set_memory_accounting_mode, set_memory_context, set_memory_phase, record_memory_history,
+        memory_history, memory_live_blocks
+    }
     Ok(())
 }

@@ -10,6 +10,7 @@ pub mod math;
 pub mod memory;
 pub mod nerf;
 pub mod nn;
+pub mod op;
 pub mod optim;
 pub mod reduce;
 pub mod saved_hooks;
@@ -21,6 +22,9 @@ use pyo3::prelude::*;
 
 use crate::dtype::DType;
 
+/// A Python argument as the bindings receive it.
+pub type Obj<'py> = Bound<'py, PyAny>;
+
 /// Run heavy Rust work with the interpreter released, so other Python threads go on.
 pub fn detached<T: Send>(
     py: Python<'_>,
@@ -28,6 +32,14 @@ pub fn detached<T: Send>(
 ) -> PyResult<T> {
     Ok(py.detach(f)?)
 }
+
+/// `add_functions!(m, f, g)`: add the `#[pyfunction]`s `f`, `g` to module `m`.
+macro_rules! add_functions {
+    ($m:ident, $($f:ident),* $(,)?) => {
+        $($m.add_function(pyo3::wrap_pyfunction!(self::$f, $m)?)?;)*
+    };
+}
+pub(crate) use add_functions;
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<tensor::PyTensor>()?;

@@ -2,17 +2,11 @@
 
 use pyo3::prelude::*;
 
-use crate::bindings::convert::extract_tensor;
+use crate::bindings::convert::{extract_tensor, opt_tensor};
 use crate::bindings::detached;
+use crate::bindings::Obj;
 use crate::ops::volume_render::volume_render;
 use crate::tensor::Tensor;
-
-fn opt_tensor(name: &str, obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Tensor>> {
-    match obj {
-        Some(o) if !o.is_none() => Ok(Some(extract_tensor("volume_render", name, o)?)),
-        _ => Ok(None),
-    }
-}
 
 /// NeRF volume rendering of `raw` (..., S, 4) along `z_vals` (..., S): one fused kernel
 /// with its own O(S)-per-ray backward that saves only the inputs.
@@ -30,16 +24,16 @@ fn opt_tensor(name: &str, obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Ten
 #[pyo3(signature = (raw, z_vals, rays_d=None, noise=None, white_background=false))]
 fn _volume_render(
     py: Python<'_>,
-    raw: &Bound<'_, PyAny>,
-    z_vals: &Bound<'_, PyAny>,
-    rays_d: Option<&Bound<'_, PyAny>>,
-    noise: Option<&Bound<'_, PyAny>>,
+    raw: &Obj<'_>,
+    z_vals: &Obj<'_>,
+    rays_d: Option<&Obj<'_>>,
+    noise: Option<&Obj<'_>>,
     white_background: bool,
 ) -> PyResult<Tensor> {
     let raw = extract_tensor("volume_render", "raw", raw)?;
     let z = extract_tensor("volume_render", "z_vals", z_vals)?;
-    let d = opt_tensor("rays_d", rays_d)?;
-    let n = opt_tensor("noise", noise)?;
+    let d = opt_tensor("volume_render", "rays_d", rays_d)?;
+    let n = opt_tensor("volume_render", "noise", noise)?;
     detached(py, || {
         volume_render(&raw, &z, d.as_ref(), n.as_ref(), white_background)
     })

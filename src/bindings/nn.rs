@@ -6,59 +6,24 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use rand_distr::{Distribution, StandardNormal};
 
-use crate::bindings::convert::extract_tensor;
+use crate::bindings::add_functions;
+use crate::bindings::convert::{extract_tensor, opt_tensor};
 use crate::bindings::creation::with_rng;
+use crate::bindings::Obj;
 use crate::dtype::DType;
 use crate::error::{CandleContext, Error};
 use crate::ops::inplace::{update_data, Update};
-use crate::ops::{nn, unary};
+use crate::ops::nn;
 use crate::tensor::Tensor;
-
-fn opt_tensor(op: &str, name: &str, obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Tensor>> {
-    match obj {
-        Some(o) if !o.is_none() => Ok(Some(extract_tensor(op, name, o)?)),
-        _ => Ok(None),
-    }
-}
-
-/// `sigmoid(x)` (the same op as `gradstream.sigmoid`).
-#[pyfunction]
-fn _nn_sigmoid(x: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-    Ok(unary::sigmoid(&extract_tensor("sigmoid", "input", x)?)?)
-}
-
-/// `silu(x) = x * sigmoid(x)`.
-#[pyfunction]
-fn _nn_silu(x: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-    Ok(unary::silu(&extract_tensor("silu", "input", x)?)?)
-}
-
-/// `softplus(x, beta, threshold)`.
-#[pyfunction]
-#[pyo3(signature = (x, beta=1.0, threshold=20.0))]
-fn _nn_softplus(x: &Bound<'_, PyAny>, beta: f64, threshold: f64) -> PyResult<Tensor> {
-    let x = extract_tensor("softplus", "input", x)?;
-    Ok(unary::softplus(&x, beta, threshold)?)
-}
-
-/// `gelu(x, approximate='none'|'tanh')`.
-#[pyfunction]
-#[pyo3(signature = (x, approximate="none"))]
-fn _nn_gelu(x: &Bound<'_, PyAny>, approximate: &str) -> PyResult<Tensor> {
-    Ok(unary::gelu(
-        &extract_tensor("gelu", "input", x)?,
-        approximate,
-    )?)
-}
 
 /// `layer_norm` over the last `k` dims.
 #[pyfunction]
 #[pyo3(signature = (x, k, weight=None, bias=None, eps=1e-5))]
 fn _nn_layer_norm(
-    x: &Bound<'_, PyAny>,
+    x: &Obj<'_>,
     k: usize,
-    weight: Option<&Bound<'_, PyAny>>,
-    bias: Option<&Bound<'_, PyAny>>,
+    weight: Option<&Obj<'_>>,
+    bias: Option<&Obj<'_>>,
     eps: f64,
 ) -> PyResult<Tensor> {
     let x = extract_tensor("layer_norm", "input", x)?;
@@ -69,11 +34,7 @@ fn _nn_layer_norm(
 
 /// `x[i, target[i]]` for `x` of shape [N, C] (0 at `ignore_index`).
 #[pyfunction]
-fn _nn_gather_rows(
-    x: &Bound<'_, PyAny>,
-    target: &Bound<'_, PyAny>,
-    ignore_index: i64,
-) -> PyResult<Tensor> {
+fn _nn_gather_rows(x: &Obj<'_>, target: &Obj<'_>, ignore_index: i64) -> PyResult<Tensor> {
     let x = extract_tensor("nll_loss", "input", x)?;
     let t = extract_tensor("nll_loss", "target", target)?;
     Ok(nn::gather_rows(&x, &t, ignore_index)?)
@@ -81,7 +42,7 @@ fn _nn_gather_rows(
 
 /// Move the class dim (1) of `[N, C, d...]` last and flatten to `[N*d..., C]`.
 #[pyfunction]
-fn _nn_class_last(x: &Bound<'_, PyAny>) -> PyResult<Tensor> {
+fn _nn_class_last(x: &Obj<'_>) -> PyResult<Tensor> {
     let x = extract_tensor("cross_entropy", "input", x)?;
     if x.rank() < 2 {
         return Err(PyValueError::new_err(format!(
@@ -95,11 +56,7 @@ fn _nn_class_last(x: &Bound<'_, PyAny>) -> PyResult<Tensor> {
 /// Rows of `weight` at `idx` (shape `idx.shape + [D]`).
 #[pyfunction]
 #[pyo3(signature = (weight, idx, padding_idx=None))]
-fn _nn_embedding(
-    weight: &Bound<'_, PyAny>,
-    idx: &Bound<'_, PyAny>,
-    padding_idx: Option<i64>,
-) -> PyResult<Tensor> {
+fn _nn_embedding(weight: &Obj<'_>, idx: &Obj<'_>, padding_idx: Option<i64>) -> PyResult<Tensor> {
     let w = extract_tensor("embedding", "weight", weight)?;
     let i = extract_tensor("embedding", "input", idx)?;
     Ok(nn::embedding(&w, &i, padding_idx, None)?)
@@ -107,7 +64,7 @@ fn _nn_embedding(
 
 /// Inverted dropout with the global generator (`manual_seed` makes masks repeatable).
 #[pyfunction]
-fn _nn_dropout(x: &Bound<'_, PyAny>, p: f64) -> PyResult<Tensor> {
+fn _nn_dropout(x: &Obj<'_>, p: f64) -> PyResult<Tensor> {
     let x = extract_tensor("dropout", "input", x)?;
     Ok(nn::dropout(&x, p, |n| {
         with_rng(|r| (0..n).map(|_| (r.random::<f64>() >= p) as u8).collect())
@@ -130,7 +87,7 @@ fn fill_random(op: &'static str, t: &Tensor, v: Vec<f64>) -> PyResult<()> {
 
 /// Fill `t` in place with U(a, b) draws from the global generator.
 #[pyfunction]
-fn _nn_uniform_(t: &Bound<'_, PyAny>, a: f64, b: f64) -> PyResult<()> {
+fn _nn_uniform_(t: &Obj<'_>, a: f64, b: f64) -> PyResult<()> {
     let t = extract_tensor("uniform_", "tensor", t)?;
     let n = t.numel();
     let v = with_rng(|r| (0..n).map(|_| a + (b - a) * r.random::<f64>()).collect());
@@ -139,7 +96,7 @@ fn _nn_uniform_(t: &Bound<'_, PyAny>, a: f64, b: f64) -> PyResult<()> {
 
 /// Fill `t` in place with N(mean, std^2) draws from the global generator.
 #[pyfunction]
-fn _nn_normal_(t: &Bound<'_, PyAny>, mean: f64, std: f64) -> PyResult<()> {
+fn _nn_normal_(t: &Obj<'_>, mean: f64, std: f64) -> PyResult<()> {
     let t = extract_tensor("normal_", "tensor", t)?;
     let n = t.numel();
     let v = with_rng(|r| {
@@ -154,16 +111,9 @@ fn _nn_normal_(t: &Bound<'_, PyAny>, mean: f64, std: f64) -> PyResult<()> {
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_function(wrap_pyfunction!(_nn_sigmoid, m)?)?;
-    m.add_function(wrap_pyfunction!(_nn_silu, m)?)?;
-    m.add_function(wrap_pyfunction!(_nn_softplus, m)?)?;
-    m.add_function(wrap_pyfunction!(_nn_gelu, m)?)?;
-    m.add_function(wrap_pyfunction!(_nn_layer_norm, m)?)?;
-    m.add_function(wrap_pyfunction!(_nn_gather_rows, m)?)?;
-    m.add_function(wrap_pyfunction!(_nn_class_last, m)?)?;
-    m.add_function(wrap_pyfunction!(_nn_embedding, m)?)?;
-    m.add_function(wrap_pyfunction!(_nn_dropout, m)?)?;
-    m.add_function(wrap_pyfunction!(_nn_uniform_, m)?)?;
-    m.add_function(wrap_pyfunction!(_nn_normal_, m)?)?;
+    add_functions! { m,
+        _nn_layer_norm, _nn_gather_rows, _nn_class_last, _nn_embedding, _nn_dropout, _nn_uniform_,
+        _nn_normal_
+    }
     Ok(())
 }

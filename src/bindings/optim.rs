@@ -12,14 +12,16 @@ use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
+use crate::bindings::add_functions;
 use crate::bindings::convert::extract_tensor;
+use crate::bindings::Obj;
 use crate::dtype::DType;
 use crate::error::Error;
 use crate::optim::kernels::{self, GradPrep};
 use crate::optim::{self, Control, Group, Hyper, Kind, ParamState, Phase, State, StreamControl};
 use crate::tensor::Tensor;
 
-fn float_of(key: &str, v: &Bound<'_, PyAny>) -> PyResult<f64> {
+fn float_of(key: &str, v: &Obj<'_>) -> PyResult<f64> {
     v.call_method0("__float__")
         .and_then(|f| f.extract::<f64>())
         .map_err(|_| {
@@ -49,7 +51,7 @@ impl PyOptimGroup {
     }
 
     /// Write one hyperparameter; keys the kernels do not read are ignored.
-    fn set(&self, key: &str, value: &Bound<'_, PyAny>) -> PyResult<()> {
+    fn set(&self, key: &str, value: &Obj<'_>) -> PyResult<()> {
         let mut h = self.g.write();
         match key {
             "lr" => h.lr = float_of(key, value)?,
@@ -62,7 +64,7 @@ impl PyOptimGroup {
             "amsgrad" => h.amsgrad = value.is_truthy()?,
             "decoupled_weight_decay" => h.decoupled = value.is_truthy()?,
             "betas" => {
-                let b: Vec<Bound<'_, PyAny>> = value.try_iter()?.collect::<PyResult<_>>()?;
+                let b: Vec<Obj<'_>> = value.try_iter()?.collect::<PyResult<_>>()?;
                 if b.len() != 2 {
                     return Err(PyValueError::new_err(format!(
                         "betas must be a pair, got {} values",
@@ -139,7 +141,7 @@ impl PyParamState {
     }
 
     /// Replace the state from a PyTorch-layout dict; tensors are copied.
-    fn load(&self, param: &Bound<'_, PyAny>, state: &Bound<'_, PyDict>) -> PyResult<()> {
+    fn load(&self, param: &Obj<'_>, state: &Bound<'_, PyDict>) -> PyResult<()> {
         let p = extract_tensor("load_state_dict", "param", param)?;
         let mut s = ParamState::default();
         for (k, v) in state.iter() {
@@ -246,7 +248,7 @@ impl PyStreamControl {
     }
 }
 
-fn tensors(name: &str, obj: &Bound<'_, PyAny>) -> PyResult<Vec<Tensor>> {
+fn tensors(name: &str, obj: &Obj<'_>) -> PyResult<Vec<Tensor>> {
     obj.try_iter()?
         .map(|o| extract_tensor("optimizer", name, &o?))
         .collect()
@@ -257,7 +259,7 @@ fn tensors(name: &str, obj: &Bound<'_, PyAny>) -> PyResult<Vec<Tensor>> {
 #[pyfunction]
 fn _optim_step(
     py: Python<'_>,
-    params: &Bound<'_, PyAny>,
+    params: &Obj<'_>,
     group: &PyOptimGroup,
     states: &Bound<'_, PyList>,
 ) -> PyResult<()> {
@@ -294,7 +296,7 @@ fn _optim_step(
 /// per parameter). Returns the hook id for `_optim_detach`.
 #[pyfunction]
 fn _optim_attach(
-    param: &Bound<'_, PyAny>,
+    param: &Obj<'_>,
     group: &PyOptimGroup,
     state: &PyParamState,
     control: &PyStreamControl,
@@ -306,7 +308,7 @@ fn _optim_attach(
 }
 
 #[pyfunction]
-fn _optim_detach(param: &Bound<'_, PyAny>, hook_id: u64) -> PyResult<()> {
+fn _optim_detach(param: &Obj<'_>, hook_id: u64) -> PyResult<()> {
     let p = extract_tensor("optimizer", "param", param)?;
     p.remove_post_accumulate_hook(hook_id);
     Ok(())
@@ -314,7 +316,7 @@ fn _optim_detach(param: &Bound<'_, PyAny>, hook_id: u64) -> PyResult<()> {
 
 /// `sum |g|^p` over tensors (`max |g|` for p = inf), in float64.
 #[pyfunction]
-fn _norm_pow(py: Python<'_>, ts: &Bound<'_, PyAny>, norm_type: f64) -> PyResult<f64> {
+fn _norm_pow(py: Python<'_>, ts: &Obj<'_>, norm_type: f64) -> PyResult<f64> {
     let ts = tensors("tensors", ts)?;
     Ok(py.detach(|| -> Result<f64, Error> {
         let mut acc = 0.0f64;
@@ -332,7 +334,7 @@ fn _norm_pow(py: Python<'_>, ts: &Bound<'_, PyAny>, norm_type: f64) -> PyResult<
 
 /// `t *= factor` in place, without autograd (gradient clipping).
 #[pyfunction]
-fn _scale_(t: &Bound<'_, PyAny>, factor: f64) -> PyResult<()> {
+fn _scale_(t: &Obj<'_>, factor: f64) -> PyResult<()> {
     let t = extract_tensor("clip_grad", "tensor", t)?;
     kernels::scale_inplace(&t.data(), factor)?;
     t.bump_version();
@@ -341,7 +343,7 @@ fn _scale_(t: &Bound<'_, PyAny>, factor: f64) -> PyResult<()> {
 
 /// Clamp `t` into `[lo, hi]` in place, without autograd (`clip_grad_value_`).
 #[pyfunction]
-fn _clamp_(t: &Bound<'_, PyAny>, lo: f64, hi: f64) -> PyResult<()> {
+fn _clamp_(t: &Obj<'_>, lo: f64, hi: f64) -> PyResult<()> {
     let t = extract_tensor("clip_grad", "tensor", t)?;
     kernels::clamp_inplace(&t.data(), lo, hi)?;
     t.bump_version();
@@ -352,11 +354,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyOptimGroup>()?;
     m.add_class::<PyParamState>()?;
     m.add_class::<PyStreamControl>()?;
-    m.add_function(wrap_pyfunction!(_optim_step, m)?)?;
-    m.add_function(wrap_pyfunction!(_optim_attach, m)?)?;
-    m.add_function(wrap_pyfunction!(_optim_detach, m)?)?;
-    m.add_function(wrap_pyfunction!(_norm_pow, m)?)?;
-    m.add_function(wrap_pyfunction!(_scale_, m)?)?;
-    m.add_function(wrap_pyfunction!(_clamp_, m)?)?;
+    add_functions! { m, _optim_step, _optim_attach, _optim_detach, _norm_pow, _scale_, _clamp_ }
     Ok(())
 }

@@ -1,5 +1,5 @@
 //! `saved_tensors_hooks(pack_hook, unpack_hook)` with Python callables, the saved
-//! tensors of Python `Function`s, the relu/threshold bit-mask switch, and `threshold`.
+//! tensors of Python `Function`s, and the relu/threshold bit-mask switch.
 
 use std::any::Any;
 use std::sync::Arc;
@@ -10,11 +10,12 @@ use pyo3::prelude::*;
 
 use crate::autograd::saved::SavedTensor;
 use crate::autograd::saved_hooks::{self, Packed, SavedHooks};
+use crate::bindings::add_functions;
 use crate::bindings::convert::extract_tensor;
 use crate::bindings::tensor::PyTensor;
+use crate::bindings::Obj;
 use crate::error::{Error, Result};
 use crate::memory::Role;
-use crate::ops::binary::inplace;
 use crate::ops::threshold;
 use crate::tensor::Tensor;
 
@@ -129,7 +130,7 @@ fn _push_saved_tensors_bf16() {
 
 /// Whether the tensor's buffer is a parameter's (the built-in policies keep those as they are).
 #[pyfunction]
-fn _holds_parameter(t: &Bound<'_, PyAny>) -> PyResult<bool> {
+fn _holds_parameter(t: &Obj<'_>) -> PyResult<bool> {
     let t = extract_tensor("_holds_parameter", "t", t)?;
     Ok(saved_hooks::holds_parameter(&t))
 }
@@ -156,7 +157,7 @@ pub struct PySavedTensor {
 #[pymethods]
 impl PySavedTensor {
     #[new]
-    fn new(t: &Bound<'_, PyAny>) -> PyResult<Self> {
+    fn new(t: &Obj<'_>) -> PyResult<Self> {
         let t = extract_tensor("save_for_backward", "tensor", t)?;
         let saved = SavedTensor::input(&t);
         saved_hooks::check()?;
@@ -193,48 +194,12 @@ fn _relu_bitmask_enabled() -> bool {
     threshold::bitmask_enabled()
 }
 
-/// `threshold(input, threshold, value)`: `input` where `input > threshold`, else `value`.
-///
-/// Args:
-///     input: the tensor.
-///     threshold: the value to compare with.
-///     value: what replaces the elements at or below `threshold`.
-/// Returns:
-///     A new tensor of `input`'s dtype and shape. Its backward saves one bit per element.
-#[pyfunction(name = "threshold")]
-fn threshold_fn(input: &Bound<'_, PyAny>, threshold: f64, value: f64) -> PyResult<Tensor> {
-    let x = extract_tensor("threshold", "input", input)?;
-    Ok(threshold::threshold(&x, threshold, value)?)
-}
-
-/// `threshold_(input, threshold, value)`: `threshold` in place, returning `input`.
-#[pyfunction]
-fn threshold_<'py>(
-    input: &Bound<'py, PyAny>,
-    threshold: f64,
-    value: f64,
-) -> PyResult<Bound<'py, PyAny>> {
-    let x = extract_tensor("threshold_", "input", input)?;
-    // Without masks the backward reads the input, which is about to be overwritten.
-    let saves_input = !threshold::bitmask_enabled();
-    inplace("threshold_", &x, &[], saves_input, |t| {
-        threshold::threshold(t, threshold, value)
-    })?;
-    saved_hooks::check()?;
-    Ok(input.clone())
-}
-
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PySavedTensor>()?;
-    m.add_function(wrap_pyfunction!(_push_saved_tensors_hooks, m)?)?;
-    m.add_function(wrap_pyfunction!(_pop_saved_tensors_hooks, m)?)?;
-    m.add_function(wrap_pyfunction!(_push_saved_tensors_bf16, m)?)?;
-    m.add_function(wrap_pyfunction!(_saved_tensors_hooks_depth, m)?)?;
-    m.add_function(wrap_pyfunction!(_holds_parameter, m)?)?;
-    m.add_function(wrap_pyfunction!(_raise_saved_tensors_pack_error, m)?)?;
-    m.add_function(wrap_pyfunction!(_set_relu_bitmask, m)?)?;
-    m.add_function(wrap_pyfunction!(_relu_bitmask_enabled, m)?)?;
-    m.add_function(wrap_pyfunction!(threshold_fn, m)?)?;
-    m.add_function(wrap_pyfunction!(threshold_, m)?)?;
+    add_functions! { m,
+        _push_saved_tensors_hooks, _pop_saved_tensors_hooks, _push_saved_tensors_bf16,
+        _saved_tensors_hooks_depth, _holds_parameter, _raise_saved_tensors_pack_error,
+        _set_relu_bitmask, _relu_bitmask_enabled
+    }
     Ok(())
 }

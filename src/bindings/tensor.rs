@@ -10,8 +10,9 @@ use crate::bindings::convert::{
     check_device, extract_dtype, extract_operand, opt_dtype, tensor_from_data, tensor_to_numpy,
     PyDType, PyDevice,
 };
+use crate::bindings::Obj;
 use crate::dtype::DType;
-use crate::error::{CandleContext, Error};
+use crate::error::Error;
 use crate::ops;
 use crate::tensor::Tensor;
 
@@ -61,27 +62,18 @@ fn scalar_to_py<'py>(py: Python<'py>, t: &Tensor) -> PyResult<Bound<'py, PyAny>>
             t.numel()
         )));
     }
-    let d = t.data().flatten_all().op("item")?;
-    Ok(match t.dtype() {
-        DType::Bool => (d.to_vec1::<u8>().op("item")?[0] != 0)
-            .into_pyobject(py)?
-            .to_owned()
-            .into_any(),
-        dt if dt.is_floating_point() => d
-            .to_dtype(candle_core::DType::F64)
-            .op("item")?
-            .to_vec1::<f64>()
-            .op("item")?[0]
-            .into_pyobject(py)?
-            .into_any(),
-        _ => d
-            .to_dtype(candle_core::DType::I64)
-            .op("item")?
-            .to_vec1::<i64>()
-            .op("item")?[0]
-            .into_pyobject(py)?
-            .into_any(),
-    })
+    // NumPy's item() is the Python bool, int or float of each dtype.
+    numpy_copy(py, t)?.call_method0("item")
+}
+
+/// The values as a NumPy array; bfloat16, which NumPy lacks, as float32 (exact).
+fn numpy_copy<'py>(py: Python<'py>, t: &Tensor) -> PyResult<Bound<'py, PyAny>> {
+    match t.dtype() {
+        DType::BFloat16 => {
+            tensor_to_numpy(py, &ops::convert::to_dtype(&t.detach(), DType::Float32)?)
+        }
+        _ => tensor_to_numpy(py, &t.detach()),
+    }
 }
 
 #[pymethods]
@@ -199,12 +191,7 @@ impl PyTensor {
     }
 
     fn tolist<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let t = if self.t.dtype() == DType::BFloat16 {
-            ops::convert::to_dtype(&self.t.detach(), DType::Float32)?
-        } else {
-            self.t.clone()
-        };
-        tensor_to_numpy(py, &t)?.call_method0("tolist")
+        numpy_copy(py, &self.t)?.call_method0("tolist")
     }
 
     /// A NumPy copy of the data (gradstream buffers are not shared with NumPy).
@@ -308,13 +295,8 @@ impl PyTensor {
         let rebuild = py
             .import("gradstream._formatting")?
             .getattr("rebuild_tensor")?;
-        let arr = match t.dtype() {
-            // NumPy has no bfloat16: travel as float32, cast back on load.
-            DType::BFloat16 => {
-                tensor_to_numpy(py, &ops::convert::to_dtype(&t.detach(), DType::Float32)?)?
-            }
-            _ => tensor_to_numpy(py, &t.detach())?,
-        };
+        // A bfloat16 tensor travels as float32 and is cast back on load.
+        let arr = numpy_copy(py, t)?;
         let dtype = PyDType::object(py, t.dtype())?;
         Ok((rebuild, (arr, dtype, t.requires_grad()))
             .into_pyobject(py)?
@@ -328,8 +310,8 @@ impl PyTensor {
     fn to(
         &self,
         args: &Bound<'_, PyTuple>,
-        dtype: Option<&Bound<'_, PyAny>>,
-        device: Option<&Bound<'_, PyAny>>,
+        dtype: Option<&Obj<'_>>,
+        device: Option<&Obj<'_>>,
         copy: bool,
         non_blocking: bool,
     ) -> PyResult<Tensor> {
@@ -360,13 +342,13 @@ impl PyTensor {
         Ok(out)
     }
 
-    fn type_as(&self, other: &Bound<'_, PyAny>) -> PyResult<Tensor> {
+    fn type_as(&self, other: &Obj<'_>) -> PyResult<Tensor> {
         let o = crate::bindings::convert::extract_tensor("type_as", "other", other)?;
         Ok(ops::convert::to_dtype(&self.t, o.dtype())?)
     }
 
     #[pyo3(signature = (dtype=None))]
-    fn r#type(&self, py: Python<'_>, dtype: Option<&Bound<'_, PyAny>>) -> PyResult<Py<PyAny>> {
+    fn r#type(&self, py: Python<'_>, dtype: Option<&Obj<'_>>) -> PyResult<Py<PyAny>> {
         match dtype {
             None => Ok(format!("gradstream.{}Tensor", self.t.dtype().name())
                 .into_pyobject(py)?
@@ -379,39 +361,14 @@ impl PyTensor {
         }
     }
 
-    fn float(&self) -> PyResult<Tensor> {
-        Ok(ops::convert::to_dtype(&self.t, DType::Float32)?)
-    }
-    fn double(&self) -> PyResult<Tensor> {
-        Ok(ops::convert::to_dtype(&self.t, DType::Float64)?)
-    }
-    fn half(&self) -> PyResult<Tensor> {
-        Ok(ops::convert::to_dtype(&self.t, DType::Float16)?)
-    }
-    fn bfloat16(&self) -> PyResult<Tensor> {
-        Ok(ops::convert::to_dtype(&self.t, DType::BFloat16)?)
-    }
-    fn long(&self) -> PyResult<Tensor> {
-        Ok(ops::convert::to_dtype(&self.t, DType::Int64)?)
-    }
-    fn int(&self) -> PyResult<Tensor> {
-        Ok(ops::convert::to_dtype(&self.t, DType::Int32)?)
-    }
-    fn bool(&self) -> PyResult<Tensor> {
-        Ok(ops::convert::to_dtype(&self.t, DType::Bool)?)
-    }
-    fn byte(&self) -> PyResult<Tensor> {
-        Ok(ops::convert::to_dtype(&self.t, DType::UInt8)?)
-    }
-
     #[pyo3(signature = (memory_format=None))]
-    fn cpu(&self, memory_format: Option<&Bound<'_, PyAny>>) -> Tensor {
+    fn cpu(&self, memory_format: Option<&Obj<'_>>) -> Tensor {
         let _ = memory_format;
         self.t.clone()
     }
 
     #[pyo3(signature = (device=None, non_blocking=false))]
-    fn cuda(&self, device: Option<&Bound<'_, PyAny>>, non_blocking: bool) -> PyResult<Tensor> {
+    fn cuda(&self, device: Option<&Obj<'_>>, non_blocking: bool) -> PyResult<Tensor> {
         let _ = (device, non_blocking);
         Err(PyRuntimeError::new_err(
             "gradstream was built without CUDA support: cuda() is not available",
@@ -419,13 +376,13 @@ impl PyTensor {
     }
 
     #[pyo3(signature = (memory_format=None))]
-    fn contiguous(&self, memory_format: Option<&Bound<'_, PyAny>>) -> PyResult<Tensor> {
+    fn contiguous(&self, memory_format: Option<&Obj<'_>>) -> PyResult<Tensor> {
         let _ = memory_format;
         Ok(ops::convert::contiguous(&self.t)?)
     }
 
     #[pyo3(signature = (memory_format=None))]
-    fn clone(&self, memory_format: Option<&Bound<'_, PyAny>>) -> PyResult<Tensor> {
+    fn clone(&self, memory_format: Option<&Obj<'_>>) -> PyResult<Tensor> {
         let _ = memory_format;
         Ok(ops::convert::clone(&self.t)?)
     }
@@ -476,7 +433,7 @@ impl PyTensor {
     }
 
     #[setter]
-    fn set_data(&self, value: &Bound<'_, PyAny>) -> PyResult<()> {
+    fn set_data(&self, value: &Obj<'_>) -> PyResult<()> {
         let v = crate::bindings::convert::extract_tensor("data", "value", value)?;
         self.t.set_data(v.data(), v.dtype());
         Ok(())
@@ -498,7 +455,7 @@ impl PyTensor {
         "strided"
     }
 
-    fn __deepcopy__(slf: &Bound<'_, Self>, memo: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+    fn __deepcopy__(slf: &Bound<'_, Self>, memo: &Obj<'_>) -> PyResult<Py<PyAny>> {
         let _ = memo;
         let py = slf.py();
         let t = &slf.get().t;
@@ -518,3 +475,20 @@ impl PyTensor {
 pub fn value_error(msg: impl Into<String>) -> PyErr {
     PyValueError::new_err(msg.into())
 }
+
+/// `float()`, `long()`...: the tensor in that dtype (itself when it already is).
+macro_rules! dtype_methods {
+    ($($name:ident => $dt:ident),*) => {
+        #[pymethods]
+        impl PyTensor {
+            $(fn $name(&self) -> PyResult<Tensor> {
+                Ok(ops::convert::to_dtype(&self.t, DType::$dt)?)
+            })*
+        }
+    };
+}
+
+dtype_methods!(
+    float => Float32, double => Float64, half => Float16, bfloat16 => BFloat16, long => Int64,
+    int => Int32, bool => Bool, byte => UInt8
+);

@@ -1,7 +1,9 @@
 """`gradstream.nn.functional`: PyTorch's functional API.
 
-Activations, softmax, layer_norm, embedding, dropout and the row gather under nll_loss are
-fused Rust kernels with their own backward; losses are composed from them.
+An activation that is also a ``gradstream.X`` (``sigmoid``, ``tanh``, ``silu``, ``gelu``,
+``softplus``) is that very function: one binding, one behaviour. Layer norm, embedding,
+dropout and the row gather under nll_loss are fused Rust kernels with their own backward;
+losses are composed from them.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import math
 
 from .. import _core
-from .._core import Tensor
+from .._core import Tensor, gelu, sigmoid, silu, softplus, tanh
 
 __all__ = [
     "linear",
@@ -132,13 +134,10 @@ def embedding(
 
 def relu(input: Tensor, inplace: bool = False) -> Tensor:
     """``max(input, 0)``. Its backward saves one bit per element (see ``threshold``)."""
-    _check_tensor("relu", "input", input)
-    return input.relu_() if inplace else input.relu()
+    return _core.relu_(input) if inplace else _core.relu(input)
 
 
-def relu_(input: Tensor) -> Tensor:
-    _check_tensor("relu_", "input", input)
-    return input.relu_()
+relu_ = _core.relu_
 
 
 def threshold(input: Tensor, threshold: float, value: float, inplace: bool = False) -> Tensor:
@@ -149,36 +148,11 @@ def threshold(input: Tensor, threshold: float, value: float, inplace: bool = Fal
     activation shrinks 32x); ``gradstream.autograd.graph.set_relu_bitmask(False)`` saves
     the input instead, as PyTorch does.
     """
-    _check_tensor("threshold", "input", input)
-    if inplace:
-        return _core.threshold_(input, float(threshold), float(value))
-    return _core.threshold(input, float(threshold), float(value))
+    f = _core.threshold_ if inplace else _core.threshold
+    return f(input, float(threshold), float(value))
 
 
-def threshold_(input: Tensor, threshold: float, value: float) -> Tensor:
-    _check_tensor("threshold_", "input", input)
-    return _core.threshold_(input, float(threshold), float(value))
-
-
-def tanh(input: Tensor) -> Tensor:
-    return input.tanh()
-
-
-def sigmoid(input: Tensor) -> Tensor:
-    return _core._nn_sigmoid(input)
-
-
-def silu(input: Tensor, inplace: bool = False) -> Tensor:
-    return _core._nn_silu(input)
-
-
-def gelu(input: Tensor, approximate: str = "none") -> Tensor:
-    return _core._nn_gelu(input, approximate)
-
-
-def softplus(input: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
-    """``log(1 + exp(beta * x)) / beta``, linear where ``beta * x > threshold``."""
-    return _core._nn_softplus(input, float(beta), float(threshold))
+threshold_ = _core.threshold_
 
 
 def _softmax_dim(ndim: int) -> int:
@@ -186,19 +160,17 @@ def _softmax_dim(ndim: int) -> int:
 
 
 def softmax(input: Tensor, dim: int | None = None, _stacklevel: int = 3, dtype=None) -> Tensor:
-    if dtype is not None:
-        input = input.to(dtype)
+    """``gradstream.softmax``, with PyTorch's implicit ``dim`` when it is None."""
     if dim is None:
         dim = _softmax_dim(input.dim())
-    return _core.softmax(input, dim)
+    return _core.softmax(input, dim, dtype)
 
 
 def log_softmax(input: Tensor, dim: int | None = None, _stacklevel: int = 3, dtype=None) -> Tensor:
-    if dtype is not None:
-        input = input.to(dtype)
+    """``gradstream.log_softmax``, with PyTorch's implicit ``dim`` when it is None."""
     if dim is None:
         dim = _softmax_dim(input.dim())
-    return _core.log_softmax(input, dim)
+    return _core.log_softmax(input, dim, dtype)
 
 
 # ---- losses ----
@@ -379,7 +351,7 @@ def binary_cross_entropy_with_logits(
             f"Target size ({target.shape}) must be the same as input size ({input.shape})"
         )
     # (1 - t) x + w_pos softplus(-x) = (1 - t) x - w_pos log(sigmoid(x)): stable for any x.
-    softplus_neg = _core._nn_softplus(-input, 1.0, 20.0)
+    softplus_neg = softplus(-input)
     if pos_weight is not None:
         log_weight = (pos_weight - 1) * target + 1
         loss = (1 - target) * input + log_weight * softplus_neg

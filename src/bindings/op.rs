@@ -1,0 +1,128 @@
+//! One definition per tensor op. A `tensor_ops!` row is the op's one binding: its body is
+//! the function `gradstream.X(input, ...)`, and the method `Tensor.X(...)` calls that same
+//! function with itself as `input`. Both share one body, one signature, one docstring and
+//! one set of errors.
+
+use pyo3::exceptions::PyTypeError;
+use pyo3::prelude::*;
+
+use crate::bindings::convert::{extract_operand, type_name};
+use crate::bindings::tensor::PyTensor;
+use crate::bindings::Obj;
+use crate::ops::Operand;
+use crate::tensor::Tensor;
+
+/// What an op takes its `input` (or `self`) as.
+pub trait Input: Sized {
+    fn extract(op: &str, obj: &Obj<'_>) -> PyResult<Self>;
+}
+
+impl Input for Tensor {
+    fn extract(op: &str, obj: &Obj<'_>) -> PyResult<Self> {
+        Ok(tensor_object(op, obj)?.get().t.clone())
+    }
+}
+
+/// The arithmetic ops also take a number as `input`, as PyTorch's do (`add(2, t)`).
+impl Input for Operand {
+    fn extract(op: &str, obj: &Obj<'_>) -> PyResult<Self> {
+        extract_operand(op, obj).map_err(|e| match e.is_instance_of::<PyTypeError>(obj.py()) {
+            true => input_type_error(op, obj),
+            false => e,
+        })
+    }
+}
+
+/// In-place ops hand back the very object they changed (a `Parameter` stays one).
+impl Input for Py<PyTensor> {
+    fn extract(op: &str, obj: &Obj<'_>) -> PyResult<Self> {
+        Ok(tensor_object(op, obj)?.clone().unbind())
+    }
+}
+
+fn tensor_object<'a, 'py>(op: &str, obj: &'a Obj<'py>) -> PyResult<&'a Bound<'py, PyTensor>> {
+    obj.cast::<PyTensor>()
+        .map_err(|_| input_type_error(op, obj))
+}
+
+fn input_type_error(op: &str, obj: &Obj<'_>) -> PyErr {
+    PyTypeError::new_err(format!(
+        "{op}(): argument 'input' (position 1) must be Tensor, not {}",
+        type_name(obj)
+    ))
+}
+
+/// `tensor_ops! { mod NAME; rows }`, a row being
+///
+/// ```text
+/// /// Docstring.
+/// both fn name(x: Tensor, arg: T, ...) [signature after input] -> R { body }
+/// ```
+///
+/// `x` is the input, taken as any [`Input`]. `both` makes `gradstream.name` and
+/// `Tensor.name`, `function` only `gradstream.name`, `method` only `Tensor.name`.
+/// `NAME::register` adds the functions to the module.
+macro_rules! tensor_ops {
+    (mod $m:ident; $(
+        $(#[$($attr:tt)*])*
+        $kind:ident fn $name:ident($x:ident: $xty:ty $(, $arg:ident: $ty:ty)* $(,)?)
+            [$($sig:tt)*] -> $ret:ty $body:block
+    )*) => {
+        pub mod $m {
+            #[allow(unused_imports)]
+            use super::*;
+            $($crate::bindings::op::op_fn! {
+                $kind $(#[$($attr)*])* $name($x: $xty $(, $arg: $ty)*) [$($sig)*] -> $ret $body
+            })*
+            pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+                $($crate::bindings::op::op_fn!(@register $kind m $name);)*
+                Ok(())
+            }
+        }
+        $($crate::bindings::op::op_fn! {
+            @method $kind $m $(#[$($attr)*])* $name($($arg: $ty),*) [$($sig)*] -> $ret
+        })*
+    };
+}
+
+/// The parts of one row: its body (a `#[pyfunction]` unless the row is `method`), its
+/// registration, and its `Tensor` method (unless the row is `function`).
+macro_rules! op_fn {
+    (@register method $m:ident $name:ident) => {};
+    (@register $kind:ident $m:ident $name:ident) => {
+        $m.add_function(wrap_pyfunction!(self::$name, $m)?)?
+    };
+    (@method function $($rest:tt)*) => {};
+    (@method $kind:ident $m:ident $(#[$($attr:tt)*])* $name:ident($($arg:ident: $ty:ty),*)
+        [$($sig:tt)*] -> $ret:ty) => {
+        #[pymethods]
+        impl $crate::bindings::tensor::PyTensor {
+            $(#[$($attr)*])*
+            #[pyo3(signature = ($($sig)*))]
+            fn $name(slf: &Bound<'_, Self>, $($arg: $ty),*) -> PyResult<$ret> {
+                $m::$name(slf.as_any(), $($arg),*)
+            }
+        }
+    };
+    (method $(#[$($attr:tt)*])* $name:ident($x:ident: $xty:ty $(, $arg:ident: $ty:ty)*)
+        [$($sig:tt)*] -> $ret:ty $body:block) => {
+        #[allow(unused_braces)]
+        pub fn $name(input: &$crate::bindings::Obj<'_>, $($arg: $ty),*) -> PyResult<$ret> {
+            let $x: $xty = $crate::bindings::op::Input::extract(stringify!($name), input)?;
+            $body
+        }
+    };
+    ($kind:ident $(#[$($attr:tt)*])* $name:ident($x:ident: $xty:ty $(, $arg:ident: $ty:ty)*)
+        [$($sig:tt)*] -> $ret:ty $body:block) => {
+        $(#[$($attr)*])*
+        #[pyfunction]
+        #[pyo3(signature = (input, $($sig)*))]
+        #[allow(unused_braces)]
+        pub fn $name(input: &$crate::bindings::Obj<'_>, $($arg: $ty),*) -> PyResult<$ret> {
+            let $x: $xty = $crate::bindings::op::Input::extract(stringify!($name), input)?;
+            $body
+        }
+    };
+}
+
+pub(crate) use {op_fn, tensor_ops};
