@@ -11,7 +11,7 @@ use crate::error::{CandleContext, Error, Result};
 use crate::ops::binary::{add, mul, mul_scalar};
 use crate::ops::convert::{cast_data, dense_copy};
 use crate::ops::shape::{expand, reshape, transpose, unsqueeze};
-use crate::ops::{broadcast_shape, promote, result_dtype};
+use crate::ops::{broadcast_shape, broadcasts_to, promote, result_dtype};
 use crate::tensor::{shape_str, Tensor};
 
 /// Same dtype for both operands, and one gemm supports (PyTorch refuses bool).
@@ -335,14 +335,7 @@ pub fn addmm(input: &Tensor, m1: &Tensor, m2: &Tensor, beta: f64, alpha: f64) ->
     check_dtypes("addmm", input, m1)?;
     let (d1, d2) = (m1.dims(), m2.dims());
     let out_dims = [d1[0], d2[1]];
-    let fits = input.rank() <= 2
-        && input
-            .dims()
-            .iter()
-            .rev()
-            .zip(out_dims.iter().rev())
-            .all(|(&i, &o)| i == o || i == 1);
-    if !fits {
+    if !broadcasts_to(&input.dims(), &out_dims) {
         return Err(Error::shape(format!(
             "addmm: the input of shape {} cannot be broadcast to the product's shape {} \
              (mat1 {}, mat2 {})",

@@ -123,6 +123,17 @@ pub fn broadcast_shape(op: &str, a: &[usize], b: &[usize]) -> Result<Vec<usize>>
     Ok(out)
 }
 
+/// Whether `from` broadcasts to exactly `to` (`expand`'s rule): no more dims, and each of its
+/// dims, aligned from the right, is 1 or equal.
+pub fn broadcasts_to(from: &[usize], to: &[usize]) -> bool {
+    from.len() <= to.len()
+        && from
+            .iter()
+            .rev()
+            .zip(to.iter().rev())
+            .all(|(&a, &b)| a == b || a == 1)
+}
+
 /// Sum `grad` down to `shape`: the backward of broadcasting.
 pub fn sum_to(grad: &Tensor, shape: &[usize]) -> Result<Tensor> {
     let gd = grad.dims();

@@ -9,7 +9,7 @@ pub use view::{compute_stride, view, view_dims};
 
 use crate::autograd::function::record;
 use crate::error::{CandleContext, Error, Result};
-use crate::ops::sum_to;
+use crate::ops::{broadcasts_to, sum_to};
 use crate::tensor::{shape_str, Tensor};
 
 /// Wrap `data` computed from `x`: a view when it shares x's buffer.
@@ -230,13 +230,7 @@ pub fn expand(x: &Tensor, dims: &[usize]) -> Result<Tensor> {
     if in_dims == dims {
         return Ok(x.clone());
     }
-    let ok = dims.len() >= in_dims.len()
-        && in_dims
-            .iter()
-            .rev()
-            .zip(dims.iter().rev())
-            .all(|(&a, &b)| a == b || a == 1);
-    if !ok {
+    if !broadcasts_to(&in_dims, dims) {
         return Err(Error::shape(format!(
             "expand: the expanded size of the tensor must match the existing size at \
              non-singleton dimensions (target sizes {}, tensor sizes {})",
