@@ -74,11 +74,7 @@ MODULES = {
 
 # Differences in the ops themselves (src/ops, not the bindings), one per (op, input dtype):
 # such a case may differ from PyTorch until the op is fixed; every other case may not.
-KNOWN_GAPS = {
-    ("relu", "bool"): "ops::unary raises NotImplementedError; PyTorch raises RuntimeError",
-    ("argmax", "bool"): "ops::reduce::minmax accepts bool; PyTorch raises RuntimeError",
-    ("argmin", "bool"): "ops::reduce::minmax accepts bool; PyTorch raises RuntimeError",
-}
+KNOWN_GAPS: dict[tuple[str, str], str] = {}
 
 DTYPES = ["float32", "float64", "int64", "bool"]
 LAYOUTS = ["contiguous", "transposed", "sliced", "expanded"]

@@ -54,9 +54,12 @@ fn threshold_op(
     value: f64,
 ) -> Result<Tensor> {
     if x.dtype() == DType::Bool {
-        return Err(Error::NotImplemented(format!(
-            "{name}: not implemented for bool tensors"
-        )));
+        // PyTorch's classes: relu checks its input, threshold finds no bool kernel.
+        return Err(if name == "relu" {
+            Error::dtype("relu: Boolean inputs not supported for relu")
+        } else {
+            Error::NotImplemented(format!("{name}: not implemented for bool tensors"))
+        });
     }
     let recording = should_record(&[x]);
     let masked = recording && bitmask_enabled();

@@ -144,6 +144,9 @@ fn one_hot_along(idx: &Tensor, n: usize, dim: usize, rank: usize, dtype: DType) 
 /// `argmax`/`argmin`: along `dim`, or of the flattened tensor when `dim` is `None`.
 pub fn argmax(x: &Tensor, dim: Option<usize>, keepdim: bool, max: bool) -> Result<Tensor> {
     let op = if max { "argmax" } else { "argmin" };
+    if x.dtype() == DType::Bool {
+        return Err(Error::dtype(format!("{op}(): does not support bool input")));
+    }
     let in_dims = x.dims();
     let d = x.data();
     let r = match dim {
