@@ -6,7 +6,7 @@ import threading
 
 import numpy as np
 import pytest
-from helpers import assert_close, to_torch
+from helpers import assert_close, to_numpy, to_torch
 
 import gradstream as gs
 from gradstream.autograd import gradcheck
@@ -603,3 +603,21 @@ def test_inplace_on_leaf_requiring_grad_is_refused():
         x.zero_()
     with gs.no_grad():
         x.zero_()  # allowed, as in PyTorch
+
+
+def test_grad_held_by_the_user_is_summed_in_place_like_pytorch(torch_ref):
+    """A later backward adds into the very `.grad` tensor, even while the user holds it."""
+    for lib in (gs, torch_ref):
+        x = lib.tensor([1.0, 2.0], requires_grad=True)
+        (x * 3).sum().backward()
+        g = x.grad
+        (x * x).sum().backward()
+        np.testing.assert_allclose(to_numpy(g), [5.0, 7.0])  # g is the same buffer
+        np.testing.assert_allclose(to_numpy(x.grad), [5.0, 7.0])
+    # A gradient also handed to another leaf is copied before it becomes `.grad`.
+    a = gs.tensor([1.0], requires_grad=True)
+    b = gs.tensor([1.0], requires_grad=True)
+    (a + b).sum().backward()
+    (a * 2).sum().backward()
+    np.testing.assert_allclose(to_numpy(a.grad), [3.0])
+    np.testing.assert_allclose(to_numpy(b.grad), [1.0])

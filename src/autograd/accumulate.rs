@@ -44,6 +44,12 @@ impl AccumulateGrad {
         }
         let new_grad = match leaf.take_grad() {
             None => first_grad(grad, create_graph)?,
+            // `.grad` belongs to its leaf (the engine never stores a shared buffer there), so
+            // it is summed in place even while the user holds it, as PyTorch does.
+            Some(old) if !create_graph && ops::inplace::can_add_into(&old, &grad) => {
+                ops::inplace::add_into(&old, &grad)?;
+                old
+            }
             Some(old) => add_grads(old, &grad, create_graph)?,
         };
         leaf.set_grad(Some(new_grad))?;
