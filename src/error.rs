@@ -28,6 +28,9 @@ pub enum Error {
     Autograd(String),
     #[error("{0}")]
     NotImplemented(String),
+    /// Any other bad argument where PyTorch raises RuntimeError.
+    #[error("{0}")]
+    Runtime(String),
     #[error("KeyboardInterrupt")]
     Interrupted,
     /// An error raised by Python code the engine called (a hook), carried through unchanged.
@@ -61,6 +64,7 @@ constructors! {
     index => Index,
     value => Value,
     autograd => Autograd,
+    runtime => Runtime,
 }
 
 /// Attach the op name to a candle error: `t.exp().op("exp")?`.
@@ -77,7 +81,9 @@ impl<T> CandleContext<T> for candle_core::Result<T> {
 impl From<Error> for PyErr {
     fn from(err: Error) -> PyErr {
         match err {
-            Error::Shape(m) | Error::DType(m) | Error::Autograd(m) => PyRuntimeError::new_err(m),
+            Error::Shape(m) | Error::DType(m) | Error::Autograd(m) | Error::Runtime(m) => {
+                PyRuntimeError::new_err(m)
+            }
             Error::Type(m) => PyTypeError::new_err(m),
             Error::Index(m) => PyIndexError::new_err(m),
             Error::Value(m) => PyValueError::new_err(m),

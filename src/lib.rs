@@ -9,6 +9,7 @@ pub mod error;
 pub mod memory;
 pub mod ops;
 pub mod optim;
+pub mod random;
 pub mod tensor;
 
 use pyo3::prelude::*;

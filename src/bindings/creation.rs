@@ -1,14 +1,9 @@
 //! `tensor`, `zeros`, `arange`, `rand`... and `manual_seed`.
 
-use std::sync::OnceLock;
-
-use ::rand::{Rng, SeedableRng};
 use numpy::PyUntypedArray;
-use parking_lot::Mutex;
-use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
-use rand_distr::{Distribution, StandardNormal};
 
 use crate::bindings::add_functions;
 use crate::bindings::convert::{
@@ -19,36 +14,15 @@ use crate::bindings::op::Input;
 use crate::bindings::tensor::PyTensor;
 use crate::bindings::Obj;
 use crate::dtype::{DType, DEFAULT_FLOAT};
-use crate::error::{CandleContext, Error};
 use crate::ops::{self, Scalar};
+use crate::random;
 use crate::tensor::Tensor;
-
-fn rng() -> &'static Mutex<::rand::rngs::StdRng> {
-    static R: OnceLock<Mutex<::rand::rngs::StdRng>> = OnceLock::new();
-    R.get_or_init(|| Mutex::new(::rand::rngs::StdRng::seed_from_u64(0x5eed)))
-}
-
-/// Run `f` with the global generator (also used by dropout and `nn.init`).
-pub fn with_rng<R>(f: impl FnOnce(&mut ::rand::rngs::StdRng) -> R) -> R {
-    f(&mut rng().lock())
-}
 
 fn finish(t: Tensor, requires_grad: bool) -> PyResult<Tensor> {
     if requires_grad {
         t.set_requires_grad(true)?;
     }
     Ok(t)
-}
-
-/// A tensor of `dtype` from values computed in `T`.
-fn from_vec<T: candle_core::WithDType>(
-    v: Vec<T>,
-    dims: &[usize],
-    dtype: DType,
-) -> PyResult<Tensor> {
-    let t = candle_core::Tensor::from_vec(v, dims, &candle_core::Device::Cpu).op("tensor")?;
-    let src = DType::from_candle(t.dtype())?;
-    Ok(ops::convert::to_dtype(&Tensor::new(t, src), dtype)?)
 }
 
 /// `tensor(data, dtype=None, device=None, requires_grad=False)`: always copies.
@@ -106,10 +80,10 @@ fn from_numpy(array: &Obj<'_>) -> PyResult<Tensor> {
     tensor_from_numpy(arr)
 }
 
-/// A new tensor of `dims` filled with `value`: `zeros`, `ones_like`, `full`...
-fn filled(
+/// A new tensor `make(dims, dtype)`, with the arguments every factory function takes.
+fn make(
+    make: impl FnOnce(&[usize], DType) -> crate::error::Result<Tensor>,
     dims: &[usize],
-    value: f64,
     dtype: Option<&Obj<'_>>,
     default: DType,
     device: Option<&Obj<'_>>,
@@ -117,13 +91,15 @@ fn filled(
 ) -> PyResult<Tensor> {
     check_device(device)?;
     let dt = opt_dtype(dtype)?.unwrap_or(default);
-    finish(ops::creation::full(dims, value, dt)?, requires_grad)
+    finish(make(dims, dt)?, requires_grad)
 }
 
-macro_rules! filled {
-    ($name:ident, $value:expr) => {
+/// `zeros(*size)` (float32 unless `dtype=`) and `zeros_like(input)` (input's shape and
+/// dtype), and so on for each factory.
+macro_rules! factories {
+    ($($name:ident / $like:ident => $make:expr),* $(,)?) => {$(
         #[pyfunction]
-        #[pyo3(signature = (*size, dtype=None, device=None, requires_grad=false, out=None, layout=None, pin_memory=false))]
+        #[pyo3(signature = (*size, dtype=None, device=None, requires_grad=false, out=None, layout=None, pin_memory=false, generator=None))]
         #[allow(clippy::too_many_arguments)]
         fn $name(
             size: &Bound<'_, PyTuple>,
@@ -133,17 +109,36 @@ macro_rules! filled {
             out: Option<&Obj<'_>>,
             layout: Option<&Obj<'_>>,
             pin_memory: bool,
+            generator: Option<&Obj<'_>>,
         ) -> PyResult<Tensor> {
-            let _ = (out, layout, pin_memory);
+            let _ = (out, layout, pin_memory, generator);
             let dims = to_dims(stringify!($name), &extract_size(stringify!($name), size)?)?;
-            filled(&dims, $value, dtype, DEFAULT_FLOAT, device, requires_grad)
+            make($make, &dims, dtype, DEFAULT_FLOAT, device, requires_grad)
         }
-    };
+
+        #[pyfunction]
+        #[pyo3(signature = (input, *, dtype=None, device=None, requires_grad=false, memory_format=None))]
+        fn $like(
+            input: &Obj<'_>,
+            dtype: Option<&Obj<'_>>,
+            device: Option<&Obj<'_>>,
+            requires_grad: bool,
+            memory_format: Option<&Obj<'_>>,
+        ) -> PyResult<Tensor> {
+            let _ = memory_format;
+            let t = Tensor::extract(stringify!($like), input)?;
+            make($make, &t.dims(), dtype, t.dtype(), device, requires_grad)
+        }
+    )*};
 }
 
-filled!(zeros, 0.0);
-filled!(ones, 1.0);
-filled!(empty, 0.0);
+factories! {
+    zeros / zeros_like => |d, dt| ops::creation::full(d, 0.0, dt),
+    ones / ones_like => |d, dt| ops::creation::full(d, 1.0, dt),
+    empty / empty_like => |d, dt| ops::creation::full(d, 0.0, dt),
+    rand / rand_like => random::rand,
+    randn / randn_like => random::randn,
+}
 
 #[pyfunction]
 #[pyo3(signature = (size, fill_value, *, dtype=None, device=None, requires_grad=false))]
@@ -159,14 +154,8 @@ fn full(
         &extract_size("full", &PyTuple::new(size.py(), [size])?)?,
     )?;
     let s = fill_scalar("full", fill_value)?;
-    filled(
-        &dims,
-        s.as_f64(),
-        dtype,
-        scalar_dtype(s),
-        device,
-        requires_grad,
-    )
+    let fill = |d: &[usize], dt| ops::creation::full(d, s.as_f64(), dt);
+    make(fill, &dims, dtype, scalar_dtype(s), device, requires_grad)
 }
 
 fn fill_scalar(op: &str, v: &Obj<'_>) -> PyResult<Scalar> {
@@ -197,28 +186,6 @@ fn scalar_dtype(s: Scalar) -> DType {
     }
 }
 
-macro_rules! filled_like {
-    ($name:ident, $value:expr) => {
-        #[pyfunction]
-        #[pyo3(signature = (input, *, dtype=None, device=None, requires_grad=false, memory_format=None))]
-        fn $name(
-            input: &Obj<'_>,
-            dtype: Option<&Obj<'_>>,
-            device: Option<&Obj<'_>>,
-            requires_grad: bool,
-            memory_format: Option<&Obj<'_>>,
-        ) -> PyResult<Tensor> {
-            let _ = memory_format;
-            let t = Tensor::extract(stringify!($name), input)?;
-            filled(&t.dims(), $value, dtype, t.dtype(), device, requires_grad)
-        }
-    };
-}
-
-filled_like!(zeros_like, 0.0);
-filled_like!(ones_like, 1.0);
-filled_like!(empty_like, 0.0);
-
 #[pyfunction]
 #[pyo3(signature = (input, fill_value, *, dtype=None, device=None, requires_grad=false))]
 fn full_like(
@@ -230,14 +197,8 @@ fn full_like(
 ) -> PyResult<Tensor> {
     let t = Tensor::extract("full_like", input)?;
     let s = fill_scalar("full_like", fill_value)?;
-    filled(
-        &t.dims(),
-        s.as_f64(),
-        dtype,
-        t.dtype(),
-        device,
-        requires_grad,
-    )
+    let fill = |d: &[usize], dt| ops::creation::full(d, s.as_f64(), dt);
+    make(fill, &t.dims(), dtype, t.dtype(), device, requires_grad)
 }
 
 /// `arange(end)`, `arange(start, end, step=1)`: int64 for integer arguments, else float32.
@@ -252,38 +213,20 @@ fn arange(
     requires_grad: bool,
 ) -> PyResult<Tensor> {
     check_device(device)?;
-    let num = |o: &Obj<'_>| fill_scalar("arange", o);
-    let (s, e) = match end {
-        Some(e) if !e.is_none() => (num(start)?, num(e)?),
-        _ => (Scalar::Int(0), num(start)?),
+    let num = |o: Option<&Obj<'_>>| o.filter(|o| !o.is_none()).map(|o| fill_scalar("arange", o));
+    let (s, e) = match num(end) {
+        Some(e) => (fill_scalar("arange", start)?, e?),
+        None => (Scalar::Int(0), fill_scalar("arange", start)?),
     };
-    let st = match step {
-        Some(x) if !x.is_none() => num(x)?,
-        _ => Scalar::Int(1),
-    };
+    let st = num(step).transpose()?.unwrap_or(Scalar::Int(1));
     let any_float = [s, e, st].iter().any(|x| matches!(x, Scalar::Float(_)));
-    let dt = opt_dtype(dtype)?.unwrap_or(if any_float {
+    let default = if any_float {
         DEFAULT_FLOAT
     } else {
         DType::Int64
-    });
-    let (a, b, c) = (s.as_f64(), e.as_f64(), st.as_f64());
-    if c == 0.0 {
-        return Err(PyRuntimeError::new_err("arange: step must be nonzero"));
-    }
-    if (b - a) / c < 0.0 {
-        return Err(PyRuntimeError::new_err(format!(
-            "arange: upper bound and larger bound inconsistent with step sign (start={a}, end={b}, step={c})"
-        )));
-    }
-    let n = ((b - a) / c).ceil() as usize;
-    let t = if !any_float {
-        let (a, c) = (a as i64, c as i64);
-        from_vec((0..n as i64).map(|i| a + i * c).collect(), &[n], dt)?
-    } else {
-        from_vec((0..n).map(|i| a + i as f64 * c).collect(), &[n], dt)?
     };
-    finish(t, requires_grad)
+    let dt = opt_dtype(dtype)?.unwrap_or(default);
+    finish(ops::creation::arange(s, e, st, dt)?, requires_grad)
 }
 
 #[pyfunction]
@@ -297,29 +240,11 @@ fn linspace(
     requires_grad: bool,
 ) -> PyResult<Tensor> {
     check_device(device)?;
-    if steps < 0 {
-        return Err(PyRuntimeError::new_err(format!(
-            "linspace: number of steps must be non-negative, got {steps}"
-        )));
-    }
-    let n = steps as usize;
-    let step = if n > 1 {
-        (end - start) / (n - 1) as f64
-    } else {
-        0.0
-    };
-    // Symmetric from both ends, as PyTorch computes it.
-    let v: Vec<f64> = (0..n)
-        .map(|i| {
-            if i < n / 2 {
-                start + step * i as f64
-            } else {
-                end - step * (n - 1 - i) as f64
-            }
-        })
-        .collect();
     let dt = opt_dtype(dtype)?.unwrap_or(DEFAULT_FLOAT);
-    finish(from_vec(v, &[n], dt)?, requires_grad)
+    finish(
+        ops::creation::linspace(start, end, steps, dt)?,
+        requires_grad,
+    )
 }
 
 #[pyfunction]
@@ -332,79 +257,9 @@ fn eye(
     requires_grad: bool,
 ) -> PyResult<Tensor> {
     check_device(device)?;
-    let m = m.unwrap_or(n);
-    if n < 0 || m < 0 {
-        return Err(PyRuntimeError::new_err(format!(
-            "eye: n and m must be non-negative, got n={n}, m={m}"
-        )));
-    }
-    let (n, m) = (n as usize, m as usize);
-    let mut v = vec![0f64; n * m];
-    for i in 0..n.min(m) {
-        v[i * m + i] = 1.0;
-    }
     let dt = opt_dtype(dtype)?.unwrap_or(DEFAULT_FLOAT);
-    finish(from_vec(v, &[n, m], dt)?, requires_grad)
+    finish(ops::creation::eye(n, m.unwrap_or(n), dt)?, requires_grad)
 }
-
-fn random_float(op: &str, dims: &[usize], dt: DType, normal: bool) -> PyResult<Tensor> {
-    if !dt.is_floating_point() {
-        return Err(PyTypeError::new_err(format!(
-            "{op}: expected a floating point dtype, got {}",
-            dt.name()
-        )));
-    }
-    let n: usize = dims.iter().product();
-    let v: Vec<f32> = with_rng(|r| {
-        if normal {
-            (0..n).map(|_| StandardNormal.sample(r)).collect()
-        } else {
-            (0..n).map(|_| r.random::<f32>()).collect()
-        }
-    });
-    from_vec(v, dims, dt)
-}
-
-/// `rand(*size)` / `randn(*size)`: U(0, 1) / N(0, 1) draws from the global generator.
-macro_rules! random {
-    ($name:ident, $normal:expr) => {
-        #[pyfunction]
-        #[pyo3(signature = (*size, dtype=None, device=None, requires_grad=false, generator=None))]
-        fn $name(
-            size: &Bound<'_, PyTuple>,
-            dtype: Option<&Obj<'_>>,
-            device: Option<&Obj<'_>>,
-            requires_grad: bool,
-            generator: Option<&Obj<'_>>,
-        ) -> PyResult<Tensor> {
-            let _ = generator;
-            check_device(device)?;
-            let op = stringify!($name);
-            let dims = to_dims(op, &extract_size(op, size)?)?;
-            let dt = opt_dtype(dtype)?.unwrap_or(DEFAULT_FLOAT);
-            finish(random_float(op, &dims, dt, $normal)?, requires_grad)
-        }
-    };
-}
-
-random!(rand, false);
-random!(randn, true);
-
-/// `rand_like(input)` / `randn_like(input)`.
-macro_rules! random_like {
-    ($name:ident, $normal:expr) => {
-        #[pyfunction]
-        #[pyo3(signature = (input, *, dtype=None))]
-        fn $name(input: &Obj<'_>, dtype: Option<&Obj<'_>>) -> PyResult<Tensor> {
-            let t = Tensor::extract(stringify!($name), input)?;
-            let dt = opt_dtype(dtype)?.unwrap_or(t.dtype());
-            random_float(stringify!($name), &t.dims(), dt, $normal)
-        }
-    };
-}
-
-random_like!(rand_like, false);
-random_like!(randn_like, true);
 
 /// `randint(high, size)` or `randint(low, high, size)`.
 #[pyfunction]
@@ -438,18 +293,9 @@ fn randint(
     };
     let sz =
         sz.ok_or_else(|| PyTypeError::new_err("randint() missing required argument 'size'"))?;
-    if low >= high {
-        return Err(PyRuntimeError::new_err(format!(
-            "random_ expects 'from' to be less than 'to', but got from={low} >= to={high}"
-        )));
-    }
-    let dims = to_dims(
-        "randint",
-        &extract_size("randint", &PyTuple::new(sz.py(), [sz])?)?,
-    )?;
-    let n: usize = dims.iter().product();
-    let v: Vec<i64> = with_rng(|r| (0..n).map(|_| r.random_range(low..high)).collect());
-    from_vec(v, &dims, opt_dtype(dtype)?.unwrap_or(DType::Int64))
+    let size = extract_size("randint", &PyTuple::new(sz.py(), [sz])?)?;
+    let dt = opt_dtype(dtype)?.unwrap_or(DType::Int64);
+    Ok(random::randint(low, high, &to_dims("randint", &size)?, dt)?)
 }
 
 #[pyfunction]
@@ -463,29 +309,22 @@ fn randperm(
 ) -> PyResult<Tensor> {
     let _ = (generator, requires_grad);
     check_device(device)?;
-    if n < 0 {
-        return Err(PyRuntimeError::new_err(format!(
-            "randperm: n must be non-negative, got {n}"
-        )));
-    }
-    let mut v: Vec<i64> = (0..n).collect();
-    with_rng(|r| {
-        use ::rand::seq::SliceRandom;
-        v.shuffle(r)
-    });
-    from_vec(v, &[n as usize], opt_dtype(dtype)?.unwrap_or(DType::Int64))
+    Ok(random::randperm(
+        n,
+        opt_dtype(dtype)?.unwrap_or(DType::Int64),
+    )?)
 }
 
 /// A saved state of the global generator (`get_rng_state` / `set_rng_state`).
 #[pyclass(name = "RngState", module = "gradstream", frozen)]
 pub struct PyRngState {
-    rng: ::rand::rngs::StdRng,
+    state: random::State,
 }
 
 #[pyfunction]
 fn get_rng_state() -> PyRngState {
     PyRngState {
-        rng: with_rng(|r| r.clone()),
+        state: random::get_state(),
     }
 }
 
@@ -494,23 +333,19 @@ fn set_rng_state(state: &Obj<'_>) -> PyResult<()> {
     let s = state.cast::<PyRngState>().map_err(|_| {
         PyTypeError::new_err("set_rng_state() expects a state returned by get_rng_state()")
     })?;
-    let rng = s.get().rng.clone();
-    with_rng(|r| *r = rng);
+    random::set_state(s.get().state.clone());
     Ok(())
 }
 
 /// Seed the global generator: the same seed gives the same `rand`, `randn`, dropout masks.
 #[pyfunction]
-fn manual_seed(seed: i64) -> PyResult<()> {
-    with_rng(|r| *r = ::rand::rngs::StdRng::seed_from_u64(seed as u64));
-    Ok(())
+fn manual_seed(seed: i64) {
+    random::manual_seed(seed as u64)
 }
 
 #[pyfunction]
 fn seed() -> u64 {
-    let s: u64 = ::rand::rng().random();
-    with_rng(|r| *r = ::rand::rngs::StdRng::seed_from_u64(s));
-    s
+    random::seed()
 }
 
 /// `meshgrid(*tensors, indexing="ij")`: views of each 1-D input expanded to the grid.
@@ -540,31 +375,7 @@ fn meshgrid(
             )))
         }
     };
-    for t in &ts {
-        if t.rank() > 1 {
-            return Err(PyRuntimeError::new_err(format!(
-                "meshgrid: Expected 0D or 1D tensor in the tensor list but got: {}D",
-                t.rank()
-            )));
-        }
-    }
-    let mut sizes: Vec<usize> = ts.iter().map(|t| t.numel()).collect();
-    let n = ts.len();
-    if xy && n >= 2 {
-        sizes.swap(0, 1);
-    }
-    let out = ts
-        .iter()
-        .enumerate()
-        .map(|(i, t)| {
-            let pos = if xy && n >= 2 && i < 2 { 1 - i } else { i };
-            let mut shape = vec![1; n];
-            shape[pos] = t.numel();
-            let r = ops::shape::reshape(t, &shape)?;
-            ops::shape::expand(&r, &sizes)
-        })
-        .collect::<Result<Vec<_>, Error>>()?;
-    Ok(PyTuple::new(py, out)?.unbind())
+    Ok(PyTuple::new(py, ops::shape::meshgrid(&ts, xy)?)?.unbind())
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -1,19 +1,15 @@
 //! Python surface of the fused nn functionals (`gradstream.nn.functional` wraps these)
 //! and the in-place random fills of `gradstream.nn.init`.
 
-use ::rand::Rng;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use rand_distr::{Distribution, StandardNormal};
 
 use crate::bindings::add_functions;
 use crate::bindings::convert::{extract_tensor, opt_tensor};
-use crate::bindings::creation::with_rng;
 use crate::bindings::Obj;
-use crate::dtype::DType;
-use crate::error::{CandleContext, Error};
-use crate::ops::inplace::{update_data, Update};
+
 use crate::ops::nn;
+use crate::random;
 use crate::tensor::Tensor;
 
 /// `layer_norm` over the last `k` dims.
@@ -66,48 +62,27 @@ fn _nn_embedding(weight: &Obj<'_>, idx: &Obj<'_>, padding_idx: Option<i64>) -> P
 #[pyfunction]
 fn _nn_dropout(x: &Obj<'_>, p: f64) -> PyResult<Tensor> {
     let x = extract_tensor("dropout", "input", x)?;
-    Ok(nn::dropout(&x, p, |n| {
-        with_rng(|r| (0..n).map(|_| (r.random::<f64>() >= p) as u8).collect())
-    })?)
-}
-
-fn fill_random(op: &'static str, t: &Tensor, v: Vec<f64>) -> PyResult<()> {
-    if !t.dtype().is_floating_point() {
-        return Err(Error::type_(format!(
-            "{op}: expected a floating point tensor, got {}",
-            t.dtype().name()
-        ))
-        .into());
-    }
-    let src = candle_core::Tensor::from_vec(v, t.dims(), &candle_core::Device::Cpu).op(op)?;
-    let src = Tensor::new(src, DType::Float64);
-    update_data(op, t, &src, Update::Assign)?;
-    Ok(())
+    Ok(nn::dropout(&x, p, |n| random::keep_mask(n, p))?)
 }
 
 /// Fill `t` in place with U(a, b) draws from the global generator.
 #[pyfunction]
 fn _nn_uniform_(t: &Obj<'_>, a: f64, b: f64) -> PyResult<()> {
-    let t = extract_tensor("uniform_", "tensor", t)?;
-    let n = t.numel();
-    let v = with_rng(|r| (0..n).map(|_| a + (b - a) * r.random::<f64>()).collect());
-    fill_random("uniform_", &t, v)
+    Ok(random::uniform_(
+        &extract_tensor("uniform_", "tensor", t)?,
+        a,
+        b,
+    )?)
 }
 
 /// Fill `t` in place with N(mean, std^2) draws from the global generator.
 #[pyfunction]
 fn _nn_normal_(t: &Obj<'_>, mean: f64, std: f64) -> PyResult<()> {
-    let t = extract_tensor("normal_", "tensor", t)?;
-    let n = t.numel();
-    let v = with_rng(|r| {
-        (0..n)
-            .map(|_| {
-                let z: f64 = StandardNormal.sample(r);
-                mean + std * z
-            })
-            .collect()
-    });
-    fill_random("normal_", &t, v)
+    Ok(random::normal_(
+        &extract_tensor("normal_", "tensor", t)?,
+        mean,
+        std,
+    )?)
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -397,3 +397,28 @@ pub fn repeat(x: &Tensor, repeats: &[usize]) -> Result<Tensor> {
     }
     Ok(t)
 }
+
+/// `meshgrid(*tensors, indexing)`: each 0-d or 1-D input viewed along its own axis and
+/// expanded to the grid; `xy` indexing swaps the first two axes.
+pub fn meshgrid(ts: &[Tensor], xy: bool) -> Result<Vec<Tensor>> {
+    if let Some(t) = ts.iter().find(|t| t.rank() > 1) {
+        return Err(Error::runtime(format!(
+            "meshgrid: Expected 0D or 1D tensor in the tensor list but got: {}D",
+            t.rank()
+        )));
+    }
+    let n = ts.len();
+    let axis = |i: usize| if xy && n >= 2 && i < 2 { 1 - i } else { i };
+    let mut sizes = vec![0; n];
+    for (i, t) in ts.iter().enumerate() {
+        sizes[axis(i)] = t.numel();
+    }
+    ts.iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let mut shape = vec![1; n];
+            shape[axis(i)] = t.numel();
+            expand(&reshape(t, &shape)?, &sizes)
+        })
+        .collect()
+}
