@@ -10,7 +10,7 @@ use _core::backend::candle::Candle;
 use _core::backend::cpu::Cpu;
 use _core::backend::{
     AdamStep, Bin, ElementwiseOps, GradPrep, InplaceOps, LineKernel, MaskOps, NnOps, OptimOps,
-    ReduceOps, Un, Update,
+    ReduceOps, UnaryOp, Update,
 };
 use candle_core::{Device, Tensor};
 
@@ -62,17 +62,17 @@ fn main() {
             || drop(cpu.threshold("relu", &x, 0.0, 0.0, true).unwrap()),
             || drop(cdl.threshold("relu", &x, 0.0, 0.0, true).unwrap()),
         );
-        let softplus = Un::Softplus {
+        let softplus = UnaryOp::Softplus {
             beta: 1.0,
             threshold: 20.0,
         };
         for (name, op) in [
-            ("sigmoid", Un::Sigmoid),
-            ("silu", Un::Silu),
-            ("gelu", Un::Gelu),
-            ("gelu tanh", Un::GeluTanh),
+            ("sigmoid", UnaryOp::Sigmoid),
+            ("silu", UnaryOp::Silu),
+            ("gelu", UnaryOp::Gelu),
+            ("gelu tanh", UnaryOp::GeluTanh),
             ("softplus", softplus),
-            ("exp", Un::Exp),
+            ("exp", UnaryOp::Exp),
         ] {
             row(
                 name,
@@ -82,8 +82,8 @@ fn main() {
             );
         }
         for (name, op) in [
-            ("sigmoid backward", Bin::Grad(Un::Sigmoid)),
-            ("gelu backward", Bin::Grad(Un::Gelu)),
+            ("sigmoid backward", Bin::Grad(UnaryOp::Sigmoid)),
+            ("gelu backward", Bin::Grad(UnaryOp::Gelu)),
             ("add", Bin::Add),
             ("mul", Bin::Mul),
         ] {

@@ -23,7 +23,7 @@ mod tests {
     use super::Candle;
     use crate::backend::cpu::Cpu;
     use crate::backend::{
-        Bin, ElementwiseOps, InplaceOps, LineKernel, MaskOps, NnOps, ReduceOps, Un, Update,
+        Bin, ElementwiseOps, InplaceOps, LineKernel, MaskOps, NnOps, ReduceOps, UnaryOp, Update,
     };
     use crate::error::Error;
 
@@ -44,16 +44,16 @@ mod tests {
     fn fallback_matches_the_cpu_kernels() {
         let x = sample();
         let g = x.affine(0.5, 1.0).unwrap();
-        let softplus = Un::Softplus {
+        let softplus = UnaryOp::Softplus {
             beta: 2.0,
             threshold: 3.0,
         };
         for op in [
-            Un::Exp,
-            Un::Sigmoid,
-            Un::Silu,
-            Un::Gelu,
-            Un::GeluTanh,
+            UnaryOp::Exp,
+            UnaryOp::Sigmoid,
+            UnaryOp::Silu,
+            UnaryOp::Gelu,
+            UnaryOp::GeluTanh,
             softplus,
         ] {
             close(
@@ -61,7 +61,7 @@ mod tests {
                 &Cpu.unary("t", op, &x).unwrap(),
             );
             let grad = Bin::Grad(op);
-            if op != Un::Exp {
+            if op != UnaryOp::Exp {
                 close(
                     &Candle.binary("t", grad, &g, &x).unwrap(),
                     &Cpu.binary("t", grad, &g, &x).unwrap(),
@@ -89,7 +89,9 @@ mod tests {
 
     #[test]
     fn missing_kernels_name_the_op_and_device() {
-        let err = Candle.unary("log1p", Un::Log1p, &sample()).unwrap_err();
+        let err = Candle
+            .unary("log1p", UnaryOp::Log1p, &sample())
+            .unwrap_err();
         match err {
             Error::NotImplemented(m) => assert!(m.starts_with("log1p:") && m.contains("'cpu'")),
             other => panic!("{other:?}"),

@@ -10,7 +10,7 @@ use crate::error::{CandleContext, Result};
 
 /// A unary element-wise function.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Un {
+pub enum UnaryOp {
     Neg,
     Abs,
     Sign,
@@ -75,7 +75,7 @@ pub enum Bin {
     Xor,
     /// A fused backward `g * f'(s)` of a pointwise `f`: the first operand is the
     /// gradient, the second what `f` saved (its output for sigmoid, else its input).
-    Grad(Un),
+    Grad(UnaryOp),
 }
 
 /// A float predicate (`isnan`...) giving 0/1 bytes.
@@ -88,7 +88,7 @@ pub enum Pred {
 
 pub trait ElementwiseOps {
     /// `op(x)`, dense, in `x`'s dtype.
-    fn unary(&self, name: &'static str, op: Un, x: &Tensor) -> Result<Tensor> {
+    fn unary(&self, name: &'static str, op: UnaryOp, x: &Tensor) -> Result<Tensor> {
         candle_unary(name, op, x)
     }
 
@@ -115,60 +115,63 @@ fn sigmoid(x: &Tensor) -> candle_core::Result<Tensor> {
 
 /// Unary ops from candle's own; those candle lacks, or computes unlike PyTorch (log1p,
 /// round-half-to-even), are not implemented.
-fn candle_unary(name: &'static str, op: Un, x: &Tensor) -> Result<Tensor> {
+fn candle_unary(name: &'static str, op: UnaryOp, x: &Tensor) -> Result<Tensor> {
     let r = match op {
-        Un::Neg => x.neg(),
-        Un::Abs => x.abs(),
-        Un::Sign => x.sign(),
-        Un::Square => x.sqr(),
-        Un::Reciprocal => x.recip(),
-        Un::Exp => x.exp(),
-        Un::Log => x.log(),
-        Un::Log2 => x.log().and_then(|l| l.affine(1.0 / LN_2, 0.0)),
-        Un::Log10 => x.log().and_then(|l| l.affine(1.0 / LN_10, 0.0)),
-        Un::Sqrt => x.sqrt(),
-        Un::Rsqrt => x.sqrt().and_then(|s| s.recip()),
-        Un::Sin => x.sin(),
-        Un::Cos => x.cos(),
-        Un::Tan => x.sin().and_then(|s| s.div(&x.cos()?)),
-        Un::Tanh => x.tanh(),
-        Un::Sigmoid => sigmoid(x),
-        Un::Relu => x.relu(),
-        Un::Softplus { beta, threshold } => (|| {
+        UnaryOp::Neg => x.neg(),
+        UnaryOp::Abs => x.abs(),
+        UnaryOp::Sign => x.sign(),
+        UnaryOp::Square => x.sqr(),
+        UnaryOp::Reciprocal => x.recip(),
+        UnaryOp::Exp => x.exp(),
+        UnaryOp::Log => x.log(),
+        UnaryOp::Log2 => x.log().and_then(|l| l.affine(1.0 / LN_2, 0.0)),
+        UnaryOp::Log10 => x.log().and_then(|l| l.affine(1.0 / LN_10, 0.0)),
+        UnaryOp::Sqrt => x.sqrt(),
+        UnaryOp::Rsqrt => x.sqrt().and_then(|s| s.recip()),
+        UnaryOp::Sin => x.sin(),
+        UnaryOp::Cos => x.cos(),
+        UnaryOp::Tan => x.sin().and_then(|s| s.div(&x.cos()?)),
+        UnaryOp::Tanh => x.tanh(),
+        UnaryOp::Sigmoid => sigmoid(x),
+        UnaryOp::Relu => x.relu(),
+        UnaryOp::Softplus { beta, threshold } => (|| {
             let bx = x.affine(beta, 0.0)?;
             let soft = bx.exp()?.affine(1.0, 1.0)?.log()?.affine(1.0 / beta, 0.0)?;
             bx.gt(threshold)?.where_cond(x, &soft)
         })(),
-        Un::Gelu => x.gelu_erf(),
-        Un::GeluTanh => x.gelu(),
-        Un::Silu => x.silu(),
-        Un::Erf => x.erf(),
-        Un::Floor => x.floor(),
-        Un::Ceil => x.ceil(),
-        Un::PowScalar(e) => x.powf(e),
-        Un::ScalarPow(b) => x.affine(b.ln(), 0.0).and_then(|y| y.exp()),
-        Un::Log1p | Un::Expm1 | Un::Round | Un::Trunc | Un::Frac | Un::BitNot => {
-            return Err(not_implemented(name, x.device()))
-        }
+        UnaryOp::Gelu => x.gelu_erf(),
+        UnaryOp::GeluTanh => x.gelu(),
+        UnaryOp::Silu => x.silu(),
+        UnaryOp::Erf => x.erf(),
+        UnaryOp::Floor => x.floor(),
+        UnaryOp::Ceil => x.ceil(),
+        UnaryOp::PowScalar(e) => x.powf(e),
+        UnaryOp::ScalarPow(b) => x.affine(b.ln(), 0.0).and_then(|y| y.exp()),
+        UnaryOp::Log1p
+        | UnaryOp::Expm1
+        | UnaryOp::Round
+        | UnaryOp::Trunc
+        | UnaryOp::Frac
+        | UnaryOp::BitNot => return Err(not_implemented(name, x.device())),
     };
     r.op(name)
 }
 
 /// `g * f'(s)` with candle's ops.
-fn candle_grad(f: Un, g: &Tensor, s: &Tensor) -> candle_core::Result<Option<Tensor>> {
+fn candle_grad(f: UnaryOp, g: &Tensor, s: &Tensor) -> candle_core::Result<Option<Tensor>> {
     let d = match f {
         // s is the output y: y (1 - y)
-        Un::Sigmoid => s.mul(&s.affine(-1.0, 1.0)?)?,
-        Un::Silu => {
+        UnaryOp::Sigmoid => s.mul(&s.affine(-1.0, 1.0)?)?,
+        UnaryOp::Silu => {
             let sg = sigmoid(s)?;
             sg.mul(&s.mul(&sg.affine(-1.0, 1.0)?)?.affine(1.0, 1.0)?)?
         }
-        Un::Gelu => {
+        UnaryOp::Gelu => {
             let cdf = s.affine(FRAC_1_SQRT_2, 0.0)?.erf()?.affine(0.5, 0.5)?;
             let pdf = s.sqr()?.affine(-0.5, 0.0)?.exp()?;
             cdf.add(&s.mul(&pdf)?.affine(1.0 / (2.0 * PI).sqrt(), 0.0)?)?
         }
-        Un::GeluTanh => {
+        UnaryOp::GeluTanh => {
             let (k, c) = ((2.0 / PI).sqrt(), 0.044715);
             let x2 = s.sqr()?;
             let t = s.mul(&x2.affine(c, 1.0)?)?.affine(k, 0.0)?.tanh()?;
@@ -176,7 +179,7 @@ fn candle_grad(f: Un, g: &Tensor, s: &Tensor) -> candle_core::Result<Option<Tens
             let right = s.mul(&t.sqr()?.affine(-1.0, 1.0)?)?.mul(&slope)?;
             t.affine(0.5, 0.5)?.add(&right.affine(0.5, 0.0)?)?
         }
-        Un::Softplus { beta, threshold } => {
+        UnaryOp::Softplus { beta, threshold } => {
             let bx = s.affine(beta, 0.0)?;
             bx.gt(threshold)?
                 .where_cond(&bx.ones_like()?, &sigmoid(&bx)?)?

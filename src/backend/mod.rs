@@ -10,7 +10,7 @@
 //!
 //! | family (trait)                | CPU (`cpu::Cpu`): ours                             | fallback (`Candle`)                      |
 //! |-------------------------------|----------------------------------------------------|------------------------------------------|
-//! | `ElementwiseOps::unary`       | all of `Un` (rayon, strided, fused gelu/silu/...)  | candle's unary ops; not log1p/expm1/round/trunc/frac/bitwise |
+//! | `ElementwiseOps::unary`       | all of `UnaryOp` (rayon, strided, fused gelu/silu/...)  | candle's unary ops; not log1p/expm1/round/trunc/frac/bitwise |
 //! | `ElementwiseOps::binary`      | all of `Bin` (Python `//` and `%`, int pow, fused backward) | add/sub/mul/div/max/min               |
 //! | `ElementwiseOps::predicate`   | isnan/isinf/isfinite                               | candle comparisons                       |
 //! | `InplaceOps`                  | strided `copy_`/`add_`..., `fill_`, dense copy     | contiguous destinations (`slice_set`)    |
@@ -43,7 +43,7 @@ use candle_core::Device;
 
 use crate::error::Error;
 
-pub use elementwise::{Bin, ElementwiseOps, Pred, Un};
+pub use elementwise::{Bin, ElementwiseOps, Pred, UnaryOp};
 pub use index::IndexOps;
 pub use inplace::{InplaceOps, Update};
 pub use lines::{LineKernel, Lines, ReduceOps};

@@ -8,9 +8,10 @@ use crate::bindings::convert::{extract_operand, extract_tensor};
 use crate::bindings::op::tensor_ops;
 use crate::bindings::tensor::PyTensor;
 use crate::bindings::Obj;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::ops::binary::{self, arith_inplace, binary, compare, inplace, BinaryOp, CompareOp};
 use crate::ops::binary::{logical, scale, LogicalOp};
+use crate::ops::threshold as thresh;
 use crate::ops::unary::{self, predicate, unary, Predicate, UnaryOp};
 use crate::ops::Operand;
 use crate::tensor::Tensor;
@@ -41,53 +42,28 @@ fn with_alpha(op: BinaryOp, a: &Operand, other: &Obj<'_>, alpha: Option<f64>) ->
     Ok(binary(op, a, &b)?)
 }
 
-fn rounding_op(mode: Option<&str>) -> PyResult<BinaryOp> {
-    match mode {
-        None => Ok(BinaryOp::Div),
-        Some("trunc") => Ok(BinaryOp::TruncDivide),
-        Some("floor") => Ok(BinaryOp::FloorDivide),
-        Some(m) => Err(Error::dtype(format!(
-            "div expected rounding_mode to be one of None, 'trunc', or 'floor' but found '{m}'"
-        ))
-        .into()),
-    }
-}
-
 fn clamp_to(t: &Tensor, min: Option<&Obj<'_>>, max: Option<&Obj<'_>>) -> PyResult<Tensor> {
     let (lo, hi) = (opt_operand("clamp", min)?, opt_operand("clamp", max)?);
     Ok(binary::clamp(t, lo.as_ref(), hi.as_ref())?)
 }
 
-/// `round(x, decimals=d)`: scale, round half to even, scale back.
-fn round_decimals(t: &Tensor, decimals: i64) -> Result<Tensor> {
-    if decimals == 0 {
-        return unary(UnaryOp::Round, t);
-    }
-    let m = 10f64.powi(decimals as i32);
-    let scaled = binary(BinaryOp::Mul, &t.into(), &m.into())?;
-    let rounded = unary(UnaryOp::Round, &scaled)?;
-    binary(BinaryOp::Div, &(&rounded).into(), &m.into())
-}
-
-/// `input + value * t1 * t2` (or `/ t2`).
+/// `addcmul` (`op` = Mul) or `addcdiv` (Div) of `input` and the tensors `t1`, `t2`.
 fn addc(op: BinaryOp, input: &Tensor, t1: &Obj<'_>, t2: &Obj<'_>, value: f64) -> PyResult<Tensor> {
     let name = if op == BinaryOp::Mul {
         "addcmul"
     } else {
         "addcdiv"
     };
-    let a = extract_tensor(name, "tensor1", t1)?;
-    let b = extract_tensor(name, "tensor2", t2)?;
-    let prod = Operand::Tensor(binary(op, &(&a).into(), &(&b).into())?);
-    Ok(binary(BinaryOp::Add, &input.into(), &scale(&prod, value)?)?)
+    let (a, b) = (
+        extract_tensor(name, "tensor1", t1)?,
+        extract_tensor(name, "tensor2", t2)?,
+    );
+    Ok(binary::addc(op, input, &a, &b, value)?)
 }
 
-/// `input + weight * (end - input)`.
-fn lerp_value(input: &Tensor, end: &Obj<'_>, weight: &Obj<'_>) -> PyResult<Tensor> {
+fn lerp_to(input: &Tensor, end: &Obj<'_>, weight: &Obj<'_>) -> PyResult<Tensor> {
     let e = extract_tensor("lerp", "end", end)?;
-    let diff = binary(BinaryOp::Sub, &(&e).into(), &input.into())?;
-    let step = binary(BinaryOp::Mul, &operand("lerp", weight)?, &(&diff).into())?;
-    Ok(binary(BinaryOp::Add, &input.into(), &(&step).into())?)
+    Ok(binary::lerp(input, &e, &operand("lerp", weight)?)?)
 }
 
 /// Write `f(x)` into `x` (the op named `name`) and hand `x` back.
@@ -105,11 +81,7 @@ fn update(
 
 /// An in-place unary op; those whose backward reads their input keep its old value aside.
 fn unary_(x: Py<PyTensor>, name: &str, op: UnaryOp) -> PyResult<Py<PyTensor>> {
-    let saves_input = matches!(
-        op,
-        UnaryOp::Abs | UnaryOp::Log | UnaryOp::Sin | UnaryOp::Cos | UnaryOp::Silu
-    );
-    update(x, name, &[], saves_input, |t| unary(op, t))
+    update(x, name, &[], op.saves_input(), |t| unary(op, t))
 }
 
 /// `x op= other` (`add_`...), handing `x` back.
@@ -286,11 +258,11 @@ tensor_ops! { mod arith_fns;
     }
     both fn div(x: Operand, other: &Obj<'_>, rounding_mode: Option<&str>)
         [other, *, rounding_mode=None] -> Tensor {
-        bin(rounding_op(rounding_mode)?, &x, other)
+        bin(BinaryOp::division(rounding_mode)?, &x, other)
     }
     both fn divide(x: Operand, other: &Obj<'_>, rounding_mode: Option<&str>)
         [other, *, rounding_mode=None] -> Tensor {
-        bin(rounding_op(rounding_mode)?, &x, other)
+        bin(BinaryOp::division(rounding_mode)?, &x, other)
     }
     method fn add_(x: Py<PyTensor>, other: &Obj<'_>, alpha: Option<f64>)
         [other, *, alpha=None] -> Py<PyTensor> {
@@ -305,7 +277,7 @@ tensor_ops! { mod arith_fns;
     }
     method fn div_(x: Py<PyTensor>, other: &Obj<'_>, rounding_mode: Option<&str>)
         [other, *, rounding_mode=None] -> Py<PyTensor> {
-        arith_(x, "div_", rounding_op(rounding_mode)?, other, None)
+        arith_(x, "div_", BinaryOp::division(rounding_mode)?, other, None)
     }
     method fn pow_(x: Py<PyTensor>, exponent: &Obj<'_>) [exponent] -> Py<PyTensor> {
         arith_(x, "pow_", BinaryOp::Pow, exponent, None)
@@ -327,7 +299,7 @@ unary_ops! {
     neg => Neg, negative => Neg, abs => Abs, absolute => Abs, sign => Sign, square => Square,
     reciprocal => Reciprocal, exp => Exp, log => Log, log2 => Log2, log10 => Log10,
     log1p => Log1p, expm1 => Expm1, sqrt => Sqrt, rsqrt => Rsqrt, sin => Sin, cos => Cos,
-    tan => Tan, tanh => Tanh, sigmoid => Sigmoid, relu => Relu, erf => Erf, floor => Floor,
+    tan => Tan, tanh => Tanh, sigmoid => Sigmoid, erf => Erf, floor => Floor,
     ceil => Ceil, trunc => Trunc, fix => Trunc, frac => Frac,
 }
 
@@ -343,13 +315,18 @@ macro_rules! unary_inplace_ops {
 }
 
 unary_inplace_ops! {
-    neg_ => Neg, exp_ => Exp, log_ => Log, sqrt_ => Sqrt, relu_ => Relu, sigmoid_ => Sigmoid,
+    neg_ => Neg, exp_ => Exp, log_ => Log, sqrt_ => Sqrt, sigmoid_ => Sigmoid,
     tanh_ => Tanh, abs_ => Abs, reciprocal_ => Reciprocal, floor_ => Floor,
 }
 
 tensor_ops! { mod other_fns;
     both fn round(x: Tensor, decimals: i64) [*, decimals=0] -> Tensor {
-        Ok(round_decimals(&x, decimals)?)
+        Ok(unary::round(&x, decimals)?)
+    }
+    /// `max(x, 0)`; its backward keeps a 1-bit mask (`ops/threshold.rs`).
+    both fn relu(x: Tensor) [] -> Tensor { Ok(thresh::relu(&x)?) }
+    both fn relu_(x: Py<PyTensor>) [] -> Py<PyTensor> {
+        update(x, "relu_", &[], false, thresh::relu)
     }
     both fn isnan(x: Tensor) [] -> Tensor { Ok(predicate(Predicate::IsNan, &x)?) }
     both fn isinf(x: Tensor) [] -> Tensor { Ok(predicate(Predicate::IsInf, &x)?) }
@@ -378,15 +355,15 @@ tensor_ops! { mod other_fns;
     /// `threshold(input, threshold, value)`: `input` where `input > threshold`, else `value`.
     /// Its backward saves one bit per element.
     function fn threshold(x: Tensor, threshold: f64, value: f64) [threshold, value] -> Tensor {
-        Ok(crate::ops::threshold::threshold(&x, threshold, value)?)
+        Ok(thresh::threshold(&x, threshold, value)?)
     }
     /// `threshold_(input, threshold, value)`: `threshold` in place, returning `input`.
     function fn threshold_(x: Py<PyTensor>, threshold: f64, value: f64)
         [threshold, value] -> Py<PyTensor> {
         // Without masks the backward reads the input, which is about to be overwritten.
-        let saves_input = !crate::ops::threshold::bitmask_enabled();
+        let saves_input = !thresh::bitmask_enabled();
         update(x, "threshold_", &[], saves_input, |t| {
-            crate::ops::threshold::threshold(t, threshold, value)
+            thresh::threshold(t, threshold, value)
         })
     }
 
@@ -422,7 +399,7 @@ tensor_ops! { mod other_fns;
     }
     /// `input + weight * (end - input)`.
     both fn lerp(x: Tensor, end: &Obj<'_>, weight: &Obj<'_>) [end, weight] -> Tensor {
-        lerp_value(&x, end, weight)
+        lerp_to(&x, end, weight)
     }
     method fn addcmul_(x: Py<PyTensor>, tensor1: &Obj<'_>, tensor2: &Obj<'_>, value: f64)
         [tensor1, tensor2, *, value=1.0] -> Py<PyTensor> {
@@ -437,7 +414,7 @@ tensor_ops! { mod other_fns;
     method fn lerp_(x: Py<PyTensor>, end: &Obj<'_>, weight: &Obj<'_>)
         [end, weight] -> Py<PyTensor> {
         // lerp's graph keeps only `weight`, never the old value of `self`
-        let new = lerp_value(&x.get().t, end, weight)?;
+        let new = lerp_to(&x.get().t, end, weight)?;
         update(x, "lerp_", &[], false, move |_| Ok(new))
     }
 }

@@ -40,6 +40,18 @@ struct Saves {
 }
 
 impl BinaryOp {
+    /// `div`'s `rounding_mode`: None (true division), `"trunc"` or `"floor"`.
+    pub fn division(rounding_mode: Option<&str>) -> Result<BinaryOp> {
+        match rounding_mode {
+            None => Ok(BinaryOp::Div),
+            Some("trunc") => Ok(BinaryOp::TruncDivide),
+            Some("floor") => Ok(BinaryOp::FloorDivide),
+            Some(m) => Err(Error::dtype(format!(
+                "div expected rounding_mode to be one of None, 'trunc', or 'floor' but found '{m}'"
+            ))),
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             BinaryOp::Add => "add",
@@ -712,4 +724,17 @@ fn other_and<'a>(dst: &'a Tensor, other: &'a Operand) -> Vec<&'a Tensor> {
         Operand::Tensor(t) => vec![dst, t],
         Operand::Scalar(_) => vec![dst],
     }
+}
+
+/// `addcmul`/`addcdiv`: `input + value * (t1 op t2)`, `op` being `Mul` or `Div`.
+pub fn addc(op: BinaryOp, input: &Tensor, t1: &Tensor, t2: &Tensor, value: f64) -> Result<Tensor> {
+    let prod = Operand::Tensor(binary(op, &t1.into(), &t2.into())?);
+    binary(BinaryOp::Add, &input.into(), &scale(&prod, value)?)
+}
+
+/// `lerp`: `input + weight * (end - input)`.
+pub fn lerp(input: &Tensor, end: &Tensor, weight: &Operand) -> Result<Tensor> {
+    let diff = binary(BinaryOp::Sub, &end.into(), &input.into())?;
+    let step = binary(BinaryOp::Mul, weight, &(&diff).into())?;
+    binary(BinaryOp::Add, &input.into(), &(&step).into())
 }

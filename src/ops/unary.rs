@@ -9,48 +9,17 @@
 use crate::autograd::function::record;
 use crate::autograd::grad_mode;
 use crate::autograd::saved::SavedTensor;
-use crate::backend::{self, Bin, Pred, Un};
+pub use crate::backend::UnaryOp;
+use crate::backend::{self, Bin, Pred};
 use crate::dtype::{DType, DEFAULT_FLOAT};
 use crate::error::{CandleContext, Error, Result};
 use crate::ops::binary::{
-    add_scalar, compare, div, mul, mul_scalar, pow_scalar, rsub_scalar, where_, CompareOp,
+    add_scalar, binary, compare, div, mul, mul_scalar, pow_scalar, rsub_scalar, where_, BinaryOp,
+    CompareOp,
 };
 use crate::ops::convert::to_dtype;
 use crate::ops::creation;
 use crate::tensor::Tensor;
-
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum UnaryOp {
-    Neg,
-    Abs,
-    Sign,
-    Square,
-    Reciprocal,
-    Exp,
-    Log,
-    Log2,
-    Log10,
-    Log1p,
-    Expm1,
-    Sqrt,
-    Rsqrt,
-    Sin,
-    Cos,
-    Tan,
-    Tanh,
-    Sigmoid,
-    Relu,
-    Softplus { beta: f64, threshold: f64 },
-    Gelu,
-    GeluTanh,
-    Silu,
-    Erf,
-    Floor,
-    Ceil,
-    Round,
-    Trunc,
-    Frac,
-}
 
 /// What a backward rule needs kept alive.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -94,7 +63,6 @@ impl UnaryOp {
             UnaryOp::Tan => "tan",
             UnaryOp::Tanh => "tanh",
             UnaryOp::Sigmoid => "sigmoid",
-            UnaryOp::Relu => "relu",
             UnaryOp::Softplus { .. } => "softplus",
             UnaryOp::Gelu | UnaryOp::GeluTanh => "gelu",
             UnaryOp::Silu => "silu",
@@ -104,6 +72,9 @@ impl UnaryOp {
             UnaryOp::Round => "round",
             UnaryOp::Trunc => "trunc",
             UnaryOp::Frac => "frac",
+            UnaryOp::Relu => "relu",
+            UnaryOp::PowScalar(_) | UnaryOp::ScalarPow(_) => "pow",
+            UnaryOp::BitNot => "bitwise_not",
         }
     }
 
@@ -127,7 +98,6 @@ impl UnaryOp {
             UnaryOp::Tan => "TanBackward0",
             UnaryOp::Tanh => "TanhBackward0",
             UnaryOp::Sigmoid => "SigmoidBackward0",
-            UnaryOp::Relu => "ReluBackward0",
             UnaryOp::Softplus { .. } => "SoftplusBackward0",
             UnaryOp::Gelu | UnaryOp::GeluTanh => "GeluBackward0",
             UnaryOp::Silu => "SiluBackward0",
@@ -137,56 +107,30 @@ impl UnaryOp {
             UnaryOp::Round => "RoundBackward0",
             UnaryOp::Trunc => "TruncBackward0",
             UnaryOp::Frac => "FracBackward0",
-        }
-    }
-
-    fn kernel(self) -> Un {
-        match self {
-            UnaryOp::Neg => Un::Neg,
-            UnaryOp::Abs => Un::Abs,
-            UnaryOp::Sign => Un::Sign,
-            UnaryOp::Square => Un::Square,
-            UnaryOp::Reciprocal => Un::Reciprocal,
-            UnaryOp::Exp => Un::Exp,
-            UnaryOp::Log => Un::Log,
-            UnaryOp::Log2 => Un::Log2,
-            UnaryOp::Log10 => Un::Log10,
-            UnaryOp::Log1p => Un::Log1p,
-            UnaryOp::Expm1 => Un::Expm1,
-            UnaryOp::Sqrt => Un::Sqrt,
-            UnaryOp::Rsqrt => Un::Rsqrt,
-            UnaryOp::Sin => Un::Sin,
-            UnaryOp::Cos => Un::Cos,
-            UnaryOp::Tan => Un::Tan,
-            UnaryOp::Tanh => Un::Tanh,
-            UnaryOp::Sigmoid => Un::Sigmoid,
-            UnaryOp::Relu => Un::Relu,
-            UnaryOp::Softplus { beta, threshold } => Un::Softplus { beta, threshold },
-            UnaryOp::Gelu => Un::Gelu,
-            UnaryOp::GeluTanh => Un::GeluTanh,
-            UnaryOp::Silu => Un::Silu,
-            UnaryOp::Erf => Un::Erf,
-            UnaryOp::Floor => Un::Floor,
-            UnaryOp::Ceil => Un::Ceil,
-            UnaryOp::Round => Un::Round,
-            UnaryOp::Trunc => Un::Trunc,
-            UnaryOp::Frac => Un::Frac,
+            UnaryOp::Relu => "ReluBackward0",
+            UnaryOp::PowScalar(_) => "PowBackward0",
+            UnaryOp::ScalarPow(_) => "PowBackward1",
+            UnaryOp::BitNot => "BitwiseNotBackward0",
         }
     }
 
     fn int_inputs(self) -> IntInputs {
         match self {
-            UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Sign | UnaryOp::Square | UnaryOp::Relu => {
-                IntInputs::Keep
-            }
+            UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Sign | UnaryOp::Square => IntInputs::Keep,
             UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round | UnaryOp::Trunc => IntInputs::Identity,
             UnaryOp::Softplus { .. }
             | UnaryOp::Gelu
             | UnaryOp::GeluTanh
             | UnaryOp::Silu
             | UnaryOp::Frac => IntInputs::Refuse,
+            UnaryOp::Relu | UnaryOp::BitNot => IntInputs::Keep,
             _ => IntInputs::ToFloat,
         }
+    }
+
+    /// Whether the backward reads the input: an in-place form must keep its old value.
+    pub fn saves_input(self) -> bool {
+        self.saves() == Saves::Input
     }
 
     fn saves(self) -> Saves {
@@ -197,7 +141,9 @@ impl UnaryOp {
             | UnaryOp::Ceil
             | UnaryOp::Round
             | UnaryOp::Trunc
-            | UnaryOp::Frac => Saves::Nothing,
+            | UnaryOp::Frac
+            | UnaryOp::BitNot => Saves::Nothing,
+            UnaryOp::Relu | UnaryOp::ScalarPow(_) => Saves::Output,
             UnaryOp::Reciprocal
             | UnaryOp::Exp
             | UnaryOp::Expm1
@@ -205,8 +151,7 @@ impl UnaryOp {
             | UnaryOp::Rsqrt
             | UnaryOp::Tan
             | UnaryOp::Tanh
-            | UnaryOp::Sigmoid
-            | UnaryOp::Relu => Saves::Output,
+            | UnaryOp::Sigmoid => Saves::Output,
             _ => Saves::Input,
         }
     }
@@ -221,6 +166,17 @@ impl UnaryOp {
                 creation::zeros(&g.dims(), g.dtype())
             }
             UnaryOp::Frac => Ok(g.clone()),
+            UnaryOp::BitNot => Err(Error::autograd("bitwise_not is not differentiable")),
+            // g where y > 0
+            UnaryOp::Relu => where_(
+                &compare(CompareOp::Gt, &s().into(), &0.0.into())?,
+                &g.into(),
+                &0.0.into(),
+            ),
+            // g e x^(e-1)
+            UnaryOp::PowScalar(e) => mul(g, &mul_scalar(&pow_scalar(s(), e - 1.0)?, e)?),
+            // g y ln(b)
+            UnaryOp::ScalarPow(b) => mul(g, &mul_scalar(s(), b.ln())?),
             UnaryOp::Square => mul(g, &mul_scalar(s(), 2.0)?),
             // -g * y^2
             UnaryOp::Reciprocal => mul(g, &unary(UnaryOp::Neg, &square(s())?)?),
@@ -301,9 +257,6 @@ impl UnaryOp {
                 )?;
                 mul(g, &d)
             }
-            UnaryOp::Relu => Err(Error::autograd(
-                "relu: recorded by ops::threshold, which has its own backward",
-            )),
         }
     }
 }
@@ -311,7 +264,7 @@ impl UnaryOp {
 /// `g * f'(s)` for a pointwise activation, in one fused kernel pass (records nothing).
 fn fused_grad(op: UnaryOp, g: &Tensor, s: &Tensor) -> Result<Tensor> {
     let (gd, sd) = (g.data(), s.data());
-    let data = backend::on(&gd).binary(op.name(), Bin::Grad(op.kernel()), &gd, &sd)?;
+    let data = backend::on(&gd).binary(op.name(), Bin::Grad(op), &gd, &sd)?;
     Ok(Tensor::new(data, g.dtype()))
 }
 
@@ -350,21 +303,17 @@ fn prepare(op: UnaryOp, x: &Tensor) -> Result<Tensor> {
 }
 
 /// Run a kernel on a tensor's data (no autograd).
-pub fn apply_kernel(name: &'static str, x: &Tensor, k: Un) -> Result<candle_core::Tensor> {
+pub fn apply_kernel(name: &'static str, x: &Tensor, k: UnaryOp) -> Result<candle_core::Tensor> {
     let d = x.data();
     backend::on(&d).unary(name, k, &d)
 }
 
 pub fn unary(op: UnaryOp, x: &Tensor) -> Result<Tensor> {
-    if op == UnaryOp::Relu {
-        // One pass that also writes the 1-bit mask its backward needs (ops/threshold.rs).
-        return crate::ops::threshold::relu(x);
-    }
     let x = prepare(op, x)?;
     let data = if !x.dtype().is_floating_point() && op.int_inputs() == IntInputs::Identity {
         crate::ops::convert::dense_copy(&x.data())?
     } else {
-        apply_kernel(op.name(), &x, op.kernel())?
+        apply_kernel(op.name(), &x, op)?
     };
     let out = Tensor::new(data, x.dtype());
     let saves = op.saves();
@@ -406,9 +355,19 @@ unary_fns! {
     cos => UnaryOp::Cos,
     tanh => UnaryOp::Tanh,
     sigmoid => UnaryOp::Sigmoid,
-    relu => UnaryOp::Relu,
     silu => UnaryOp::Silu,
     erf => UnaryOp::Erf,
+}
+
+/// `round(x, decimals=d)`: scale, round half to even, scale back.
+pub fn round(x: &Tensor, decimals: i64) -> Result<Tensor> {
+    if decimals == 0 {
+        return unary(UnaryOp::Round, x);
+    }
+    let m = 10f64.powi(decimals as i32);
+    let scaled = binary(BinaryOp::Mul, &x.into(), &m.into())?;
+    let rounded = unary(UnaryOp::Round, &scaled)?;
+    binary(BinaryOp::Div, &(&rounded).into(), &m.into())
 }
 
 pub fn softplus(x: &Tensor, beta: f64, threshold: f64) -> Result<Tensor> {
@@ -465,6 +424,9 @@ pub fn bitwise_not(x: &Tensor) -> Result<Tensor> {
             "bitwise_not: not implemented for floating point dtype {}",
             dt.name()
         ))),
-        dt => Ok(Tensor::new(apply_kernel("bitwise_not", x, Un::BitNot)?, dt)),
+        dt => Ok(Tensor::new(
+            apply_kernel("bitwise_not", x, UnaryOp::BitNot)?,
+            dt,
+        )),
     }
 }

@@ -16,7 +16,7 @@ use rayon::prelude::*;
 
 use super::scalar::{signed, Int, Real};
 use super::{Cpu, PAR_MIN};
-use crate::backend::{Bin, ElementwiseOps, Pred, Un};
+use crate::backend::{Bin, ElementwiseOps, Pred, UnaryOp};
 use crate::error::{CandleContext, Result};
 
 // ---------------------------------------------------------------- traversal
@@ -192,14 +192,14 @@ pub(crate) fn sigmoid<F: Real>(x: F) -> F {
     F::of(1.0) / (F::of(1.0) + (-x).exp())
 }
 
-fn float_un<F: Real>(op: Un, v: &[F], l: &Layout) -> candle_core::Result<Vec<F>> {
+fn float_un<F: Real>(op: UnaryOp, v: &[F], l: &Layout) -> candle_core::Result<Vec<F>> {
     let one = F::of(1.0);
     let zero = F::of(0.0);
     Ok(match op {
-        Un::Neg => map1(v, l, |x| -x),
-        Un::Abs => map1(v, l, |x| x.abs()),
+        UnaryOp::Neg => map1(v, l, |x| -x),
+        UnaryOp::Abs => map1(v, l, |x| x.abs()),
         // sign(NaN) is 0, as PyTorch's kernel gives
-        Un::Sign => map1(v, l, |x| {
+        UnaryOp::Sign => map1(v, l, |x| {
             if x > zero {
                 one
             } else if x < zero {
@@ -208,24 +208,24 @@ fn float_un<F: Real>(op: Un, v: &[F], l: &Layout) -> candle_core::Result<Vec<F>>
                 zero
             }
         }),
-        Un::Square => map1(v, l, |x| x * x),
-        Un::Reciprocal => map1(v, l, |x| one / x),
-        Un::Exp => map1(v, l, |x| x.exp()),
-        Un::Log => map1(v, l, |x| x.ln()),
-        Un::Log2 => map1(v, l, |x| x.log2()),
-        Un::Log10 => map1(v, l, |x| x.log10()),
-        Un::Log1p => map1(v, l, |x| x.ln_1p()),
-        Un::Expm1 => map1(v, l, |x| x.exp_m1()),
-        Un::Sqrt => map1(v, l, |x| x.sqrt()),
-        Un::Rsqrt => map1(v, l, |x| one / x.sqrt()),
-        Un::Sin => map1(v, l, |x| x.sin()),
-        Un::Cos => map1(v, l, |x| x.cos()),
-        Un::Tan => map1(v, l, |x| x.tan()),
-        Un::Tanh => map1(v, l, |x| x.tanh()),
-        Un::Sigmoid => map1(v, l, sigmoid),
+        UnaryOp::Square => map1(v, l, |x| x * x),
+        UnaryOp::Reciprocal => map1(v, l, |x| one / x),
+        UnaryOp::Exp => map1(v, l, |x| x.exp()),
+        UnaryOp::Log => map1(v, l, |x| x.ln()),
+        UnaryOp::Log2 => map1(v, l, |x| x.log2()),
+        UnaryOp::Log10 => map1(v, l, |x| x.log10()),
+        UnaryOp::Log1p => map1(v, l, |x| x.ln_1p()),
+        UnaryOp::Expm1 => map1(v, l, |x| x.exp_m1()),
+        UnaryOp::Sqrt => map1(v, l, |x| x.sqrt()),
+        UnaryOp::Rsqrt => map1(v, l, |x| one / x.sqrt()),
+        UnaryOp::Sin => map1(v, l, |x| x.sin()),
+        UnaryOp::Cos => map1(v, l, |x| x.cos()),
+        UnaryOp::Tan => map1(v, l, |x| x.tan()),
+        UnaryOp::Tanh => map1(v, l, |x| x.tanh()),
+        UnaryOp::Sigmoid => map1(v, l, sigmoid),
         // NaN propagates (a comparison with NaN is false).
-        Un::Relu => map1(v, l, |x| if x < zero { zero } else { x }),
-        Un::Softplus { beta, threshold } => {
+        UnaryOp::Relu => map1(v, l, |x| if x < zero { zero } else { x }),
+        UnaryOp::Softplus { beta, threshold } => {
             let (b, t) = (F::of(beta), F::of(threshold));
             map1(v, l, move |x| {
                 let bx = x * b;
@@ -236,25 +236,25 @@ fn float_un<F: Real>(op: Un, v: &[F], l: &Layout) -> candle_core::Result<Vec<F>>
                 }
             })
         }
-        Un::Gelu => {
+        UnaryOp::Gelu => {
             let r = F::of(std::f64::consts::FRAC_1_SQRT_2);
             map1(v, l, move |x| F::of(0.5) * x * (one + (x * r).erf()))
         }
-        Un::GeluTanh => {
+        UnaryOp::GeluTanh => {
             let k = F::of((2.0 / std::f64::consts::PI).sqrt());
             let c = F::of(0.044715);
             map1(v, l, move |x| {
                 F::of(0.5) * x * (one + (k * (x + c * x * x * x)).tanh())
             })
         }
-        Un::Silu => map1(v, l, |x| x * sigmoid(x)),
-        Un::Erf => map1(v, l, |x| x.erf()),
-        Un::Floor => map1(v, l, |x| x.floor()),
-        Un::Ceil => map1(v, l, |x| x.ceil()),
-        Un::Round => map1(v, l, |x| x.round_even()),
-        Un::Trunc => map1(v, l, |x| x.trunc()),
-        Un::Frac => map1(v, l, |x| x - x.trunc()),
-        Un::PowScalar(e) => {
+        UnaryOp::Silu => map1(v, l, |x| x * sigmoid(x)),
+        UnaryOp::Erf => map1(v, l, |x| x.erf()),
+        UnaryOp::Floor => map1(v, l, |x| x.floor()),
+        UnaryOp::Ceil => map1(v, l, |x| x.ceil()),
+        UnaryOp::Round => map1(v, l, |x| x.round_even()),
+        UnaryOp::Trunc => map1(v, l, |x| x.trunc()),
+        UnaryOp::Frac => map1(v, l, |x| x - x.trunc()),
+        UnaryOp::PowScalar(e) => {
             if e == 2.0 {
                 map1(v, l, |x| x * x)
             } else if e == 1.0 {
@@ -266,11 +266,11 @@ fn float_un<F: Real>(op: Un, v: &[F], l: &Layout) -> candle_core::Result<Vec<F>>
                 map1(v, l, move |x| x.powf(e))
             }
         }
-        Un::ScalarPow(b) => {
+        UnaryOp::ScalarPow(b) => {
             let b = F::of(b);
             map1(v, l, move |x| b.powf(x))
         }
-        Un::BitNot => candle_core::bail!("bitwise not is not implemented for floating point"),
+        UnaryOp::BitNot => candle_core::bail!("bitwise not is not implemented for floating point"),
     })
 }
 
@@ -302,18 +302,18 @@ fn int_pow<I: Int>(b: I, ei: i64) -> I {
     acc
 }
 
-fn int_un<I: Int>(op: Un, v: &[I], l: &Layout) -> candle_core::Result<Vec<I>> {
+fn int_un<I: Int>(op: UnaryOp, v: &[I], l: &Layout) -> candle_core::Result<Vec<I>> {
     let zero = I::zero();
     Ok(match op {
-        Un::Neg => map1(v, l, |x| x.wrapping_neg()),
-        Un::Abs => map1(v, l, |x| {
+        UnaryOp::Neg => map1(v, l, |x| x.wrapping_neg()),
+        UnaryOp::Abs => map1(v, l, |x| {
             if signed::<I>() && x < zero {
                 x.wrapping_neg()
             } else {
                 x
             }
         }),
-        Un::Sign => map1(v, l, |x| {
+        UnaryOp::Sign => map1(v, l, |x| {
             if x > zero {
                 I::one()
             } else if x < zero {
@@ -322,11 +322,11 @@ fn int_un<I: Int>(op: Un, v: &[I], l: &Layout) -> candle_core::Result<Vec<I>> {
                 zero
             }
         }),
-        Un::Square => map1(v, l, |x| x.wrapping_mul(&x)),
-        Un::Relu => map1(v, l, |x| if x < zero { zero } else { x }),
-        Un::Floor | Un::Ceil | Un::Round | Un::Trunc => map1(v, l, |x| x),
-        Un::BitNot => map1(v, l, |x| !x),
-        Un::PowScalar(e) => {
+        UnaryOp::Square => map1(v, l, |x| x.wrapping_mul(&x)),
+        UnaryOp::Relu => map1(v, l, |x| if x < zero { zero } else { x }),
+        UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round | UnaryOp::Trunc => map1(v, l, |x| x),
+        UnaryOp::BitNot => map1(v, l, |x| !x),
+        UnaryOp::PowScalar(e) => {
             let e = e as i64;
             map1(v, l, move |x| int_pow(x, e))
         }
@@ -338,8 +338,8 @@ fn to_f32<T: Copy + Send + Sync>(v: &[T], l: &Layout, f: impl Fn(T) -> f32 + Syn
     map1(v, l, f)
 }
 
-/// `CustomOp1` applying a `Un` to any storage dtype (half types compute in f32).
-pub struct UnaryKernel(pub Un);
+/// `CustomOp1` applying a `UnaryOp` to any storage dtype (half types compute in f32).
+pub struct UnaryKernel(pub UnaryOp);
 
 impl CustomOp1 for UnaryKernel {
     fn name(&self) -> &'static str {
@@ -479,7 +479,7 @@ fn float_bin<F: Real>(
 
 /// `g * f'(s)` in one pass (`s` is sigmoid's output, the other functions' input).
 fn float_grad<F: Real>(
-    f: Un,
+    f: UnaryOp,
     g: &[F],
     lg: &Layout,
     s: &[F],
@@ -487,18 +487,18 @@ fn float_grad<F: Real>(
 ) -> candle_core::Result<Vec<F>> {
     let (one, half) = (F::of(1.0), F::of(0.5));
     Ok(match f {
-        Un::Sigmoid => map2(g, lg, s, ls, move |g, y| g * y * (one - y)),
-        Un::Silu => map2(g, lg, s, ls, move |g, x| {
+        UnaryOp::Sigmoid => map2(g, lg, s, ls, move |g, y| g * y * (one - y)),
+        UnaryOp::Silu => map2(g, lg, s, ls, move |g, x| {
             let sg = sigmoid(x);
             g * sg * (one + x * (one - sg))
         }),
-        Un::Gelu => {
+        UnaryOp::Gelu => {
             let (r, k) = (F::of(FRAC_1_SQRT_2), F::of(1.0 / (2.0 * PI).sqrt()));
             map2(g, lg, s, ls, move |g, x| {
                 g * (half * (one + (x * r).erf()) + x * k * (-half * x * x).exp())
             })
         }
-        Un::GeluTanh => {
+        UnaryOp::GeluTanh => {
             let (k, c) = (F::of((2.0 / PI).sqrt()), F::of(0.044715));
             let c3 = F::of(3.0 * 0.044715);
             map2(g, lg, s, ls, move |g, x| {
@@ -507,7 +507,7 @@ fn float_grad<F: Real>(
                 g * (half * (one + t) + half * x * (one - t * t) * k * (one + c3 * x2))
             })
         }
-        Un::Softplus { beta, threshold } => {
+        UnaryOp::Softplus { beta, threshold } => {
             let (b, th) = (F::of(beta), F::of(threshold));
             map2(g, lg, s, ls, move |g, x| {
                 let bx = x * b;
@@ -645,7 +645,7 @@ impl CustomOp2 for BinaryKernel {
 }
 
 impl ElementwiseOps for Cpu {
-    fn unary(&self, name: &'static str, op: Un, x: &Tensor) -> Result<Tensor> {
+    fn unary(&self, name: &'static str, op: UnaryOp, x: &Tensor) -> Result<Tensor> {
         x.apply_op1_no_bwd(&UnaryKernel(op)).op(name)
     }
     fn binary(&self, name: &'static str, op: Bin, a: &Tensor, b: &Tensor) -> Result<Tensor> {
