@@ -457,6 +457,23 @@ impl Tensor {
     }
 }
 
+/// `got` must have `want`'s shape and dtype (a gradient and its tensor). On a mismatch the
+/// error is `shape(got, want)` of the two shapes, or `dtype(got, want)` of the dtype names.
+pub fn check_like(
+    got: &Tensor,
+    want: &Tensor,
+    shape: impl FnOnce(String, String) -> Error,
+    dtype: impl FnOnce(&str, &str) -> Error,
+) -> Result<()> {
+    if got.dims() != want.dims() {
+        return Err(shape(shape_str(&got.dims()), shape_str(&want.dims())));
+    }
+    if got.dtype() != want.dtype() {
+        return Err(dtype(got.dtype().name(), want.dtype().name()));
+    }
+    Ok(())
+}
+
 pub fn shape_str(dims: &[usize]) -> String {
     format!(
         "[{}]",

@@ -7,8 +7,8 @@ use std::sync::{Arc, Weak};
 use parking_lot::Mutex;
 
 use crate::autograd::accumulate::AccumulateGrad;
-use crate::error::Result;
-use crate::tensor::{GradHook, Tensor, TensorImpl};
+use crate::error::{Error, Result};
+use crate::tensor::{check_like, shape_str, GradHook, Tensor, TensorImpl};
 
 /// Where a gradient goes: output `input_nr` of the node that produced a tensor (0 but for
 /// ops with several outputs, like `split`), or a leaf's sink.
@@ -94,12 +94,28 @@ impl NodeBase {
     }
 }
 
-/// Run gradient hooks in order; a hook that returns a tensor replaces the gradient.
+/// Run gradient hooks in order; a hook that returns a tensor replaces the gradient, which
+/// must keep its shape and dtype.
 pub fn run_hooks(hooks: &[GradHook], mut grad: Tensor) -> Result<Tensor> {
     for h in hooks {
-        if let Some(g) = h(&grad)? {
-            grad = g;
-        }
+        let Some(g) = h(&grad)? else { continue };
+        check_like(
+            &g,
+            &grad,
+            |got, want| {
+                Error::shape(format!(
+                    "hook: hook has changed the size of value: it returned a gradient of shape \
+                     {got} but the gradient has shape {want}"
+                ))
+            },
+            |got, want| {
+                Error::type_(format!(
+                    "hook: hook has changed the type of value (was {want} got {got}), shape {}",
+                    shape_str(&grad.dims())
+                ))
+            },
+        )?;
+        grad = g;
     }
     Ok(grad)
 }

@@ -15,7 +15,7 @@ use crate::bindings::convert::extract_tensor;
 use crate::bindings::tensor::PyTensor;
 use crate::bindings::Obj;
 use crate::error::{Error, Result};
-use crate::tensor::{shape_str, Tensor, TensorImpl};
+use crate::tensor::{Tensor, TensorImpl};
 
 /// `grad_fn`: a read-only view of a backward node.
 #[pyclass(name = "Node", module = "gradstream.autograd", frozen)]
@@ -109,6 +109,15 @@ impl PyHookHandle {
     fn __exit__(&self, _a: &Obj<'_>, _b: &Obj<'_>, _c: &Obj<'_>) {
         self.remove()
     }
+}
+
+fn hookable(t: &Tensor) -> PyResult<()> {
+    if t.requires_grad() {
+        return Ok(());
+    }
+    Err(PyRuntimeError::new_err(
+        "cannot register a hook on a tensor that doesn't require gradient",
+    ))
 }
 
 fn interrupt_check() -> Result<()> {
@@ -281,11 +290,7 @@ impl PyTensor {
     /// `register_hook(fn)`: `fn(grad)` runs before the gradient is used; it may return a
     /// replacement of the same shape.
     fn register_hook(&self, hook: Py<PyAny>) -> PyResult<PyHookHandle> {
-        if !self.t.requires_grad() {
-            return Err(PyRuntimeError::new_err(
-                "cannot register a hook on a tensor that doesn't require gradient",
-            ));
-        }
+        hookable(&self.t)?;
         let h = Arc::new(move |g: &Tensor| -> Result<Option<Tensor>> {
             Python::attach(|py| {
                 let r = hook.call1(py, (g.clone(),))?;
@@ -293,24 +298,7 @@ impl PyTensor {
                 if r.is_none() {
                     return Ok(None);
                 }
-                let t = extract_tensor("hook", "return value", r)?;
-                if t.dims() != g.dims() {
-                    return Err(Error::shape(format!(
-                        "hook: hook has changed the size of value: it returned a gradient of \
-                         shape {} but the gradient has shape {}",
-                        shape_str(&t.dims()),
-                        shape_str(&g.dims())
-                    )));
-                }
-                if t.dtype() != g.dtype() {
-                    return Err(Error::type_(format!(
-                        "hook: hook has changed the type of value (was {} got {}), shape {}",
-                        g.dtype().name(),
-                        t.dtype().name(),
-                        shape_str(&g.dims())
-                    )));
-                }
-                Ok(Some(t))
+                Ok(Some(extract_tensor("hook", "return value", r)?))
             })
         });
         let id = self.t.add_grad_hook(h);
@@ -328,11 +316,7 @@ impl PyTensor {
         hook: Py<PyAny>,
     ) -> PyResult<PyHookHandle> {
         let t = &slf.get().t;
-        if !t.requires_grad() {
-            return Err(PyRuntimeError::new_err(
-                "cannot register a hook on a tensor that doesn't require gradient",
-            ));
-        }
+        hookable(t)?;
         // The hook receives the very Python object it was registered on (a Parameter
         // stays a Parameter); held weakly, since the tensor holds the hook.
         let me: Py<PyWeakrefReference> = PyWeakrefReference::new(slf.as_any())?.unbind();

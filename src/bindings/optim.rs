@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::RwLock;
 use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
@@ -16,9 +16,8 @@ use crate::bindings::add_functions;
 use crate::bindings::convert::extract_tensor;
 use crate::bindings::Obj;
 use crate::dtype::DType;
-use crate::error::Error;
-use crate::optim::kernels::{self, GradPrep};
-use crate::optim::{self, Control, Group, Hyper, Kind, ParamState, Phase, State, StreamControl};
+use crate::optim::kernels;
+use crate::optim::{self, Control, Field, Group, Hyper, Kind, ParamState, Phase, State};
 use crate::tensor::Tensor;
 
 fn float_of(key: &str, v: &Obj<'_>) -> PyResult<f64> {
@@ -53,47 +52,34 @@ impl PyOptimGroup {
     /// Write one hyperparameter; keys the kernels do not read are ignored.
     fn set(&self, key: &str, value: &Obj<'_>) -> PyResult<()> {
         let mut h = self.g.write();
-        match key {
-            "lr" => h.lr = float_of(key, value)?,
-            "momentum" => h.momentum = float_of(key, value)?,
-            "dampening" => h.dampening = float_of(key, value)?,
-            "weight_decay" => h.weight_decay = float_of(key, value)?,
-            "eps" => h.eps = float_of(key, value)?,
-            "nesterov" => h.nesterov = value.is_truthy()?,
-            "maximize" => h.maximize = value.is_truthy()?,
-            "amsgrad" => h.amsgrad = value.is_truthy()?,
-            "decoupled_weight_decay" => h.decoupled = value.is_truthy()?,
-            "betas" => {
-                let b: Vec<Obj<'_>> = value.try_iter()?.collect::<PyResult<_>>()?;
-                if b.len() != 2 {
-                    return Err(PyValueError::new_err(format!(
-                        "betas must be a pair, got {} values",
-                        b.len()
-                    )));
-                }
-                h.beta1 = float_of("betas", &b[0])?;
-                h.beta2 = float_of("betas", &b[1])?;
-            }
-            _ => {}
+        match h.field(key) {
+            Some(Field::Number(x)) => *x = float_of(key, value)?,
+            Some(Field::Flag(f)) => *f = value.is_truthy()?,
+            None => {}
+        }
+        if key == "betas" {
+            let b: Vec<Obj<'_>> = value.try_iter()?.collect::<PyResult<_>>()?;
+            let [b1, b2] = b.as_slice() else {
+                return Err(PyValueError::new_err(format!(
+                    "betas must be a pair, got {} values",
+                    b.len()
+                )));
+            };
+            (h.beta1, h.beta2) = (float_of("betas", b1)?, float_of("betas", b2)?);
         }
         Ok(())
     }
 
     /// The value the kernels will use for `key` (for tests of the write-through).
     fn get<'py>(&self, py: Python<'py>, key: &str) -> PyResult<Bound<'py, PyAny>> {
-        let h = self.g.read();
-        Ok(match key {
-            "lr" => h.lr.into_pyobject(py)?.into_any(),
-            "momentum" => h.momentum.into_pyobject(py)?.into_any(),
-            "dampening" => h.dampening.into_pyobject(py)?.into_any(),
-            "weight_decay" => h.weight_decay.into_pyobject(py)?.into_any(),
-            "eps" => h.eps.into_pyobject(py)?.into_any(),
-            "nesterov" => h.nesterov.into_pyobject(py)?.to_owned().into_any(),
-            "maximize" => h.maximize.into_pyobject(py)?.to_owned().into_any(),
-            "amsgrad" => h.amsgrad.into_pyobject(py)?.to_owned().into_any(),
-            "betas" => PyTuple::new(py, [h.beta1, h.beta2])?.into_any(),
-            _ => return Err(PyKeyError::new_err(key.to_string())),
-        })
+        let mut h = self.g.read().clone();
+        let betas = PyTuple::new(py, [h.beta1, h.beta2])?.into_any();
+        match h.field(key) {
+            Some(Field::Number(x)) => Ok(x.into_pyobject(py)?.into_any()),
+            Some(Field::Flag(f)) => Ok(f.into_pyobject(py)?.to_owned().into_any()),
+            None if key == "betas" => Ok(betas),
+            None => Err(PyKeyError::new_err(key.to_string())),
+        }
     }
 }
 
@@ -103,22 +89,18 @@ pub struct PyParamState {
     pub s: State,
 }
 
-fn state_tensor(t: &Option<Tensor>) -> Option<Tensor> {
-    t.as_ref().map(Tensor::detach)
-}
-
 #[pymethods]
 impl PyParamState {
     #[new]
     fn new() -> Self {
         PyParamState {
-            s: Arc::new(Mutex::new(ParamState::default())),
+            s: State::default(),
         }
     }
 
     /// PyTorch's `optimizer.state[p]` layout: the tensors are the live buffers.
     fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let s = self.s.lock();
+        let mut s = self.s.lock();
         let d = PyDict::new(py);
         if let Some(step) = s.step {
             let t = crate::ops::creation::scalar_tensor(
@@ -127,14 +109,9 @@ impl PyParamState {
             )?;
             d.set_item("step", t)?;
         }
-        for (k, v) in [
-            ("momentum_buffer", &s.momentum_buffer),
-            ("exp_avg", &s.exp_avg),
-            ("exp_avg_sq", &s.exp_avg_sq),
-            ("max_exp_avg_sq", &s.max_exp_avg_sq),
-        ] {
-            if let Some(t) = state_tensor(v) {
-                d.set_item(k, t)?;
+        for key in optim::BUFFERS {
+            if let Some(t) = s.buffer(key).and_then(|b| b.as_ref()) {
+                d.set_item(key, t.detach())?;
             }
         }
         Ok(d)
@@ -151,17 +128,12 @@ impl PyParamState {
             }
             match key.as_str() {
                 "step" => s.step = Some(float_of("step", &v)?),
-                "momentum_buffer" | "exp_avg" | "exp_avg_sq" | "max_exp_avg_sq" => {
-                    let t = extract_tensor("load_state_dict", &key, &v)?;
-                    let t = optim::adopt_state(&p, &t, &key)?;
-                    match key.as_str() {
-                        "momentum_buffer" => s.momentum_buffer = Some(t),
-                        "exp_avg" => s.exp_avg = Some(t),
-                        "exp_avg_sq" => s.exp_avg_sq = Some(t),
-                        _ => s.max_exp_avg_sq = Some(t),
+                _ => {
+                    if let Some(buf) = s.buffer(&key) {
+                        let t = extract_tensor("load_state_dict", &key, &v)?;
+                        *buf = Some(optim::adopt_state(&p, &t, &key)?);
                     }
                 }
-                _ => {}
             }
         }
         *self.s.lock() = s;
@@ -198,7 +170,7 @@ impl PyStreamControl {
     #[new]
     fn new() -> Self {
         PyStreamControl {
-            c: Arc::new(Mutex::new(StreamControl::default())),
+            c: Control::default(),
         }
     }
 
@@ -276,20 +248,7 @@ fn _optim_step(
         )));
     }
     let h = group.g.read().clone();
-    py.detach(|| -> Result<(), Error> {
-        for (p, s) in ps.iter().zip(&ss) {
-            if let Some(g) = p.grad() {
-                let prep = GradPrep {
-                    scale: 1.0,
-                    clip_value: None,
-                    maximize: false,
-                };
-                optim::step(p, &g, &h, &mut s.lock(), prep)?;
-            }
-        }
-        Ok(())
-    })?;
-    Ok(())
+    Ok(py.detach(|| optim::step_all(&ps, &ss, &h))?)
 }
 
 /// Install the in-backward step on `param`: a Rust post-accumulate hook (no Python call
@@ -318,18 +277,7 @@ fn _optim_detach(param: &Obj<'_>, hook_id: u64) -> PyResult<()> {
 #[pyfunction]
 fn _norm_pow(py: Python<'_>, ts: &Obj<'_>, norm_type: f64) -> PyResult<f64> {
     let ts = tensors("tensors", ts)?;
-    Ok(py.detach(|| -> Result<f64, Error> {
-        let mut acc = 0.0f64;
-        for t in &ts {
-            let n = kernels::norm_pow(&t.data(), norm_type)?;
-            acc = if norm_type.is_infinite() {
-                acc.max(n)
-            } else {
-                acc + n
-            };
-        }
-        Ok(acc)
-    })?)
+    Ok(py.detach(|| kernels::total_norm_pow(&ts, norm_type))?)
 }
 
 /// `t *= factor` in place, without autograd (gradient clipping).

@@ -12,6 +12,20 @@ pub fn norm_pow(grad: &Tensor, norm_type: f64) -> Result<f64> {
     backend::on(grad).norm_pow(grad, norm_type)
 }
 
+/// `sum |g|^p` over many tensors (`max |g|` for p = inf), in f64: gradient clipping's norm.
+pub fn total_norm_pow(ts: &[crate::tensor::Tensor], norm_type: f64) -> Result<f64> {
+    let mut acc = 0.0f64;
+    for t in ts {
+        let n = norm_pow(&t.data(), norm_type)?;
+        acc = if norm_type.is_infinite() {
+            acc.max(n)
+        } else {
+            acc + n
+        };
+    }
+    Ok(acc)
+}
+
 /// `t *= factor`, in place (contiguous floating point `t`).
 pub fn scale_inplace(t: &Tensor, factor: f64) -> Result<()> {
     backend::on(t).scale_inplace(t, factor)

@@ -15,7 +15,7 @@ use crate::backend;
 use crate::error::{Error, Result};
 use crate::memory::Role;
 use crate::ops;
-use crate::tensor::{shape_str, Tensor};
+use crate::tensor::{check_like, shape_str, Tensor};
 use kernels::{AdamStep, GradPrep, SgdStep};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -71,6 +71,28 @@ impl Hyper {
             decoupled: kind == Kind::AdamW,
         }
     }
+
+    /// The hyperparameter a param-group key names (`betas` is two of them, set apart).
+    pub fn field(&mut self, key: &str) -> Option<Field<'_>> {
+        Some(match key {
+            "lr" => Field::Number(&mut self.lr),
+            "momentum" => Field::Number(&mut self.momentum),
+            "dampening" => Field::Number(&mut self.dampening),
+            "weight_decay" => Field::Number(&mut self.weight_decay),
+            "eps" => Field::Number(&mut self.eps),
+            "nesterov" => Field::Flag(&mut self.nesterov),
+            "maximize" => Field::Flag(&mut self.maximize),
+            "amsgrad" => Field::Flag(&mut self.amsgrad),
+            "decoupled_weight_decay" => Field::Flag(&mut self.decoupled),
+            _ => return None,
+        })
+    }
+}
+
+/// One hyperparameter of a [`Hyper`], by its kind.
+pub enum Field<'a> {
+    Number(&'a mut f64),
+    Flag(&'a mut bool),
 }
 
 pub type Group = Arc<RwLock<Hyper>>;
@@ -96,7 +118,21 @@ impl ParamState {
             && self.exp_avg_sq.is_none()
             && self.max_exp_avg_sq.is_none()
     }
+
+    /// The state buffer PyTorch's state dict names `key`.
+    pub fn buffer(&mut self, key: &str) -> Option<&mut Option<Tensor>> {
+        Some(match key {
+            "momentum_buffer" => &mut self.momentum_buffer,
+            "exp_avg" => &mut self.exp_avg,
+            "exp_avg_sq" => &mut self.exp_avg_sq,
+            "max_exp_avg_sq" => &mut self.max_exp_avg_sq,
+            _ => return None,
+        })
+    }
 }
+
+/// The state dict's buffer keys, in PyTorch's order.
+pub const BUFFERS: [&str; 4] = ["momentum_buffer", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"];
 
 pub type State = Arc<Mutex<ParamState>>;
 
@@ -123,6 +159,22 @@ pub fn adopt_state(p: &Tensor, t: &Tensor, name: &str) -> Result<Tensor> {
     Ok(c)
 }
 
+/// `optimizer.step()`: one fused in-place step per parameter that has a `.grad` (the
+/// others are skipped, as PyTorch does).
+pub fn step_all(params: &[Tensor], states: &[State], h: &Hyper) -> Result<()> {
+    for (p, s) in params.iter().zip(states) {
+        if let Some(g) = p.grad() {
+            let prep = GradPrep {
+                scale: 1.0,
+                clip_value: None,
+                maximize: false,
+            };
+            step(p, &g, h, &mut s.lock(), prep)?;
+        }
+    }
+    Ok(())
+}
+
 /// Step one parameter with `grad`. `prep` carries in-stream clipping.
 pub fn step(
     param: &Tensor,
@@ -131,20 +183,20 @@ pub fn step(
     st: &mut ParamState,
     prep: GradPrep,
 ) -> Result<()> {
-    if grad.dims() != param.dims() {
-        return Err(Error::shape(format!(
-            "optimizer step: gradient of shape {} does not match parameter of shape {}",
-            shape_str(&grad.dims()),
-            shape_str(&param.dims())
-        )));
-    }
-    if grad.dtype() != param.dtype() {
-        return Err(Error::type_(format!(
-            "optimizer step: gradient dtype {} does not match parameter dtype {}",
-            grad.dtype().name(),
-            param.dtype().name()
-        )));
-    }
+    check_like(
+        grad,
+        param,
+        |got, want| {
+            Error::shape(format!(
+                "optimizer step: gradient of shape {got} does not match parameter of shape {want}"
+            ))
+        },
+        |got, want| {
+            Error::type_(format!(
+                "optimizer step: gradient dtype {got} does not match parameter dtype {want}"
+            ))
+        },
+    )?;
     if !param.dtype().is_floating_point() {
         return Err(Error::type_(format!(
             "optimizer step: parameters must be floating point, got {}",
