@@ -66,12 +66,12 @@ def default_collate(batch):
     if isinstance(elem, Mapping):
         return _rebuild_mapping(elem, {k: default_collate([d[k] for d in batch]) for k in elem})
     if _is_namedtuple(elem):
-        return type(elem)(*(default_collate(list(field)) for field in zip(*batch, strict=True)))
+        return type(elem)(*(default_collate(field) for field in zip(*batch, strict=True)))
     if isinstance(elem, Sequence):
         size = len(elem)
         if any(len(e) != size for e in batch):
             raise RuntimeError("each element in list of batch should be of equal size")
-        fields = [default_collate(list(field)) for field in zip(*batch, strict=True)]
+        fields = [default_collate(field) for field in zip(*batch, strict=True)]
         if isinstance(elem, tuple):
             return fields
         try:

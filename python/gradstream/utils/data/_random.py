@@ -41,5 +41,6 @@ def randint(high: int, size: int, generator=None) -> list[int]:
 
 
 def base_seed(generator=None) -> int:
-    """A fresh 63-bit seed, e.g. for the worker processes of one DataLoader iterator."""
-    return python_rng(generator).getrandbits(63)
+    """A fresh seed for the worker processes of one DataLoader iterator (62 bits, so that
+    adding a worker id keeps it a valid seed)."""
+    return python_rng(generator).getrandbits(62)

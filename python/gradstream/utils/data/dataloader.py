@@ -220,6 +220,9 @@ class _BaseIter:
         self._batch_size = loader.batch_size
         self._drop_last = loader.drop_last
         self._length = loader.__len__
+        # Drawn whether or not there are workers, so that a shuffled order does not depend
+        # on num_workers.
+        self._base_seed = base_seed(loader.generator)
 
     def __iter__(self):
         return self
@@ -264,7 +267,6 @@ class _MultiProcessIter(_BaseIter):
         self._timeout = loader.timeout
         self._persistent = loader.persistent_workers
         context = loader.multiprocessing_context or multiprocessing.get_context("spawn")
-        seed = base_seed(loader.generator)
         self._result_queue = context.Queue()
         self._index_queues = []
         self._workers = []
@@ -282,7 +284,7 @@ class _MultiProcessIter(_BaseIter):
                     self._collate_fn,
                     self._batch_size,
                     self._drop_last,
-                    seed + worker_id,
+                    self._base_seed + worker_id,
                     loader.worker_init_fn,
                     worker_id,
                     self._num_workers,

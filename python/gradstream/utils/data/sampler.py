@@ -128,8 +128,12 @@ class WeightedRandomSampler(Sampler):
 
     def __iter__(self) -> Iterator[int]:
         w = self.weights
-        if (w < 0).any() or not np.isfinite(w).all():
+        if not np.isfinite(w).all():
             raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0")
+        if (w < 0).any():
+            raise RuntimeError(
+                "invalid multinomial distribution (encountering probability entry < 0)"
+            )
         if w.sum() == 0:
             raise RuntimeError("invalid multinomial distribution (sum of probabilities <= 0)")
         if not self.replacement and self.num_samples > len(w):
