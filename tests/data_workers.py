@@ -1,6 +1,8 @@
 """Datasets for the DataLoader worker tests. They live in their own light module because
 worker processes are spawned: each one imports the module that defines its dataset."""
 
+import time
+
 import gradstream as gs
 from gradstream.utils.data import Dataset, IterableDataset, get_worker_info
 
@@ -54,3 +56,36 @@ class Stream(IterableDataset):
 
     def __len__(self):
         return self.n
+
+
+INITIALIZED_AS = None
+
+
+def remember_worker(worker_id):
+    """A worker_init_fn: records its worker id where `SeenInit` reads it."""
+    global INITIALIZED_AS
+    INITIALIZED_AS = worker_id
+
+
+class SeenInit(Dataset):
+    """Sample i: what `remember_worker` recorded in the loading process (-1: nothing)."""
+
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        return -1 if INITIALIZED_AS is None else INITIALIZED_AS
+
+
+class Slow(Dataset):
+    """Takes `seconds` per sample."""
+
+    def __init__(self, seconds):
+        self.seconds = seconds
+
+    def __len__(self):
+        return 2
+
+    def __getitem__(self, i):
+        time.sleep(self.seconds)
+        return i

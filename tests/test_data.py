@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("hypothesis")
 
 import torch.utils.data as tdata  # noqa: E402
-from data_workers import Squares, Stream, WhoLoaded  # noqa: E402
+from data_workers import SeenInit, Slow, Squares, Stream, WhoLoaded, remember_worker  # noqa: E402
 from helpers import assert_close, to_numpy  # noqa: E402
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
@@ -525,3 +525,15 @@ def test_worker_exception_reaches_the_main_process():
         next(loader)
     with pytest.raises(ValueError, match="bad sample 13"):
         next(loader)
+
+
+def test_worker_init_fn_runs_in_each_worker():
+    loader = DataLoader(SeenInit(), batch_size=1, num_workers=2, worker_init_fn=remember_worker)
+    assert [b.item() for b in loader] == [0, 1, 0, 1]
+    assert [b.item() for b in DataLoader(SeenInit(), batch_size=1)] == [-1] * 4
+
+
+def test_timeout_waiting_for_a_worker():
+    loader = DataLoader(Slow(1.0), batch_size=1, num_workers=1, timeout=0.2)
+    with pytest.raises(RuntimeError, match=r"DataLoader timed out after 0.2 seconds"):
+        next(iter(loader))

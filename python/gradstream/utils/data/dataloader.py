@@ -267,6 +267,7 @@ class _MultiProcessIter(_BaseIter):
         self._timeout = loader.timeout
         self._persistent = loader.persistent_workers
         context = loader.multiprocessing_context or multiprocessing.get_context("spawn")
+        self._shutdown = False
         self._result_queue = context.Queue()
         self._index_queues = []
         self._workers = []
@@ -294,7 +295,6 @@ class _MultiProcessIter(_BaseIter):
             worker.start()
             self._index_queues.append(index_queue)
             self._workers.append(worker)
-        self._shutdown = False
         self._epoch = -1
         self._start_epoch(loader)
 
@@ -385,4 +385,5 @@ class _MultiProcessIter(_BaseIter):
             q.close()
 
     def __del__(self) -> None:
-        self._shutdown_workers()
+        if hasattr(self, "_shutdown"):  # not when __init__ failed before the queues existed
+            self._shutdown_workers()
