@@ -110,10 +110,10 @@ def worker_loop(
             try:
                 if is_iterable:
                     if task_epoch != epoch:
-                        epoch = task_epoch
                         fetcher = IterableFetcher(
                             dataset, auto_collation, collate_fn, batch_size, drop_last
                         )
+                        epoch = task_epoch
                     try:
                         data = fetcher.fetch()
                     except StopIteration:
