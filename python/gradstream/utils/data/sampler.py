@@ -1,0 +1,191 @@
+"""Samplers: the order in which a map-style dataset's indices (or batches of them) are drawn."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+
+import numpy as np
+
+from ._random import python_rng, randint, randperm
+
+__all__ = [
+    "Sampler",
+    "SequentialSampler",
+    "RandomSampler",
+    "SubsetRandomSampler",
+    "WeightedRandomSampler",
+    "BatchSampler",
+]
+
+
+class Sampler:
+    """Iterates over indices of a dataset (or over lists of them, for a batch sampler)."""
+
+    def __init__(self, data_source=None) -> None:
+        pass
+
+    def __iter__(self) -> Iterator:
+        raise NotImplementedError
+
+
+class SequentialSampler(Sampler):
+    """0, 1, ..., len(data_source) - 1."""
+
+    def __init__(self, data_source) -> None:
+        self.data_source = data_source
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(range(len(self.data_source)))
+
+    def __len__(self) -> int:
+        return len(self.data_source)
+
+
+class RandomSampler(Sampler):
+    """A random permutation of the indices each epoch, or `num_samples` indices drawn with
+    `replacement`.
+
+    Without a generator the draws come from gradstream's global RNG (`gradstream.manual_seed`);
+    with one, from a Python RNG seeded by `generator.initial_seed()`, and the generator is
+    re-seeded so that the next epoch differs. For the same seed the order differs from
+    PyTorch's (a different RNG), but the same seed always gives the same order here.
+    """
+
+    def __init__(
+        self, data_source, replacement: bool = False, num_samples: int | None = None, generator=None
+    ) -> None:
+        self.data_source = data_source
+        self.replacement = replacement
+        self._num_samples = num_samples
+        self.generator = generator
+        if not isinstance(self.replacement, bool):
+            raise TypeError(
+                f"replacement should be a boolean value, but got replacement={self.replacement}"
+            )
+        if not isinstance(self.num_samples, int) or self.num_samples <= 0:
+            raise ValueError(
+                f"num_samples should be a positive integer value, but got "
+                f"num_samples={self.num_samples}"
+            )
+
+    @property
+    def num_samples(self) -> int:
+        return len(self.data_source) if self._num_samples is None else self._num_samples
+
+    def __iter__(self) -> Iterator[int]:
+        n = len(self.data_source)
+        if self.replacement:
+            yield from randint(n, self.num_samples, self.generator)
+            return
+        # More samples than indices: whole permutations, then the head of one more.
+        for _ in range(self.num_samples // n):
+            yield from randperm(n, self.generator)
+        yield from randperm(n, self.generator)[: self.num_samples % n]
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+
+class SubsetRandomSampler(Sampler):
+    """The given indices in a random order, without replacement."""
+
+    def __init__(self, indices: Sequence[int], generator=None) -> None:
+        self.indices = indices
+        self.generator = generator
+
+    def __iter__(self) -> Iterator[int]:
+        for i in randperm(len(self.indices), self.generator):
+            yield self.indices[i]
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+
+class WeightedRandomSampler(Sampler):
+    """`num_samples` indices in [0, len(weights)), index i drawn with probability proportional
+    to `weights[i]`, with or without replacement (see `RandomSampler` for the RNG)."""
+
+    def __init__(
+        self, weights: Sequence[float], num_samples: int, replacement: bool = True, generator=None
+    ) -> None:
+        if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples <= 0:
+            raise ValueError(
+                f"num_samples should be a positive integer value, but got num_samples={num_samples}"
+            )
+        if not isinstance(replacement, bool):
+            raise ValueError(
+                f"replacement should be a boolean value, but got replacement={replacement}"
+            )
+        w = np.asarray(weights.tolist() if hasattr(weights, "tolist") else weights, np.float64)
+        if w.ndim != 1:
+            raise ValueError(
+                f"weights should be a 1d sequence but given weights have shape {tuple(w.shape)}"
+            )
+        self.weights = w
+        self.num_samples = num_samples
+        self.replacement = replacement
+        self.generator = generator
+
+    def __iter__(self) -> Iterator[int]:
+        w = self.weights
+        if not np.isfinite(w).all():
+            raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0")
+        if (w < 0).any():
+            raise RuntimeError(
+                "invalid multinomial distribution (encountering probability entry < 0)"
+            )
+        if w.sum() == 0:
+            raise RuntimeError("invalid multinomial distribution (sum of probabilities <= 0)")
+        if not self.replacement and self.num_samples > len(w):
+            raise RuntimeError(
+                "cannot sample n_sample > prob_dist.size(-1) samples without replacement"
+            )
+        rng = python_rng(self.generator)
+        indices = list(range(len(w)))
+        if self.replacement:
+            yield from rng.choices(indices, weights=w.tolist(), k=self.num_samples)
+            return
+        remaining = w.tolist()
+        unpicked = set(indices)
+        for _ in range(self.num_samples):
+            if sum(remaining) > 0:
+                i = rng.choices(indices, weights=remaining)[0]
+            else:  # only zero weights left: as PyTorch, the rest are drawn uniformly
+                i = rng.choice(sorted(unpicked))
+            remaining[i] = 0.0
+            unpicked.discard(i)
+            yield i
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+
+class BatchSampler(Sampler):
+    """Groups the indices of `sampler` into lists of `batch_size`; the last, shorter list is
+    kept unless `drop_last`."""
+
+    def __init__(self, sampler: Sampler | Iterable[int], batch_size: int, drop_last: bool) -> None:
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
+            raise ValueError(
+                f"batch_size should be a positive integer value, but got batch_size={batch_size}"
+            )
+        if not isinstance(drop_last, bool):
+            raise ValueError(f"drop_last should be a boolean value, but got drop_last={drop_last}")
+        self.sampler = sampler
+        self.batch_size = batch_size
+        self.drop_last = drop_last
+
+    def __iter__(self) -> Iterator[list[int]]:
+        batch = []
+        for idx in self.sampler:
+            batch.append(idx)
+            if len(batch) == self.batch_size:
+                yield batch
+                batch = []
+        if batch and not self.drop_last:
+            yield batch
+
+    def __len__(self) -> int:
+        if self.drop_last:
+            return len(self.sampler) // self.batch_size  # type: ignore[arg-type]
+        return -(-len(self.sampler) // self.batch_size)  # type: ignore[arg-type]
