@@ -381,3 +381,22 @@ def test_parameter_like_subclass_keeps_its_type():
     q = (p * 2).sum()
     q.backward()
     assert p.grad.tolist() == [2.0, 2.0]
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+def test_type_names_and_python_conversions_match_torch(torch_ref, dtype):
+    t = torch_ref.ones(3, dtype=getattr(torch_ref, str(dtype).split(".")[1]))
+    g = gs.ones(3, dtype=dtype)
+    assert g.type() == t.type().replace("torch.", "gradstream.")
+    assert g.type(gs.float64).dtype == gs.float64
+    assert g.element_size() == t.element_size() and g.nbytes == t.nbytes
+    assert [type(v) for v in g.tolist()] == [type(v) for v in t.tolist()]
+    assert len(g) == len(t) == 3 and g.ndim == t.ndim == 1
+    assert [v.shape for v in g] == [tuple(v.shape) for v in t]
+    one = g[:1]
+    assert bool(one) == bool(t[:1]) and float(one) == float(t[:1])
+    assert int(one) == int(t[:1])
+    with pytest.raises(RuntimeError):
+        bool(g)
+    with pytest.raises(TypeError):
+        len(gs.ones((), dtype=dtype))

@@ -195,6 +195,11 @@ PARAMS = {
 
 # Where an op gives a parameter a type its name does not: "op.param" or "Class.op.param".
 OVERRIDES = {
+    "_run_backward.roots": "list[Tensor]",
+    "_run_backward.grads": "list[Tensor | None]",
+    "_run_backward.retain_graph": "bool",
+    "_run_backward.inputs": "list[Tensor] | None",
+    "_run_backward.consumer": "Callable[[Tensor, Tensor], object] | None",
     **dict.fromkeys(
         [
             f"{op}.input"
@@ -283,15 +288,14 @@ OVERRIDES = {
 # Return types other than `Tensor`, by name ("Class.name" for a method).
 RETURNS = {
     **dict.fromkeys(["max", "min"], "Tensor | _ValuesIndices"),
-    **dict.fromkeys(
-        ["split", "chunk", "unbind", "meshgrid", "autograd_grad"], "tuple[Tensor, ...]"
-    ),
+    **dict.fromkeys(["split", "chunk", "unbind", "meshgrid"], "tuple[Tensor, ...]"),
     "nonzero": "Tensor | tuple[Tensor, ...]",
     "_graph_leaves": "list[Tensor]",
+    "_run_backward": "list[Tensor | None]",
     **dict.fromkeys(
         "manual_seed set_rng_state _set_grad_enabled _set_memory_context _reset_peak_memory_stats "
         "_record_memory_history _push_saved_tensors_hooks _pop_saved_tensors_hooks "
-        "_push_saved_tensors_bf16 _raise_saved_tensors_pack_error autograd_backward "
+        "_push_saved_tensors_bf16 _raise_saved_tensors_pack_error "
         "_optim_step _optim_detach _scale_ _clamp_ _nn_uniform_ _nn_normal_ "
         "_set_memory_accounting_mode".split(),
         "None",
@@ -465,7 +469,7 @@ def _raw_return_type(owner: str | None, func: str) -> str:
 def _signature(obj, owner: str | None, func: str) -> str:
     """`(params)` with types, from the object's `__text_signature__` (for `__new__`, the
     class's: pyo3 puts the constructor's signature there)."""
-    if not getattr(obj, "__text_signature__", None):
+    if not (getattr(obj, "__text_signature__", None) or inspect.isfunction(obj)):
         raise MissingType(f"{owner}.{func} has no __text_signature__")
     sig = inspect.signature(obj)
     out, star_done, pos_only = [], False, False

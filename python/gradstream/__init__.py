@@ -5,7 +5,17 @@ only where needed, freed as soon as they are used, and can be streamed to the op
 inside the backward pass.
 """
 
-from . import _core, autograd, cuda, linalg, memory, nn, optim, utils
+from . import (
+    _core,
+    _tensor,  # noqa: F401  (adds the Tensor methods written in Python)
+    autograd,
+    cuda,
+    linalg,
+    memory,
+    nn,
+    optim,
+    utils,
+)
 from ._core import *  # noqa: F403  (the op set: tensor, zeros, add, matmul, ...)
 from ._core import Tensor, device
 from ._core import dtype as dtype

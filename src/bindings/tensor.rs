@@ -4,7 +4,7 @@
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyList, PyTuple, PyType};
+use pyo3::types::{PyTuple, PyType};
 
 use crate::bindings::convert::{
     check_device, extract_dtype, extract_operand, opt_dtype, tensor_from_data, tensor_to_numpy,
@@ -12,7 +12,6 @@ use crate::bindings::convert::{
 };
 use crate::bindings::Obj;
 use crate::dtype::DType;
-use crate::error::Error;
 use crate::ops;
 use crate::tensor::Tensor;
 
@@ -53,8 +52,6 @@ pub fn make_size<'py>(py: Python<'py>, dims: &[usize]) -> PyResult<Bound<'py, Py
     ty.call1((PyTuple::new(py, dims)?,))
 }
 
-static FORMAT: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
-
 fn scalar_to_py<'py>(py: Python<'py>, t: &Tensor) -> PyResult<Bound<'py, PyAny>> {
     if t.numel() != 1 {
         return Err(PyRuntimeError::new_err(format!(
@@ -78,14 +75,6 @@ fn numpy_copy<'py>(py: Python<'py>, t: &Tensor) -> PyResult<Bound<'py, PyAny>> {
 
 #[pymethods]
 impl PyTensor {
-    /// Makes NumPy defer to the tensor's reflected operators: `np.float64(2) * t` is a
-    /// tensor (PyTorch's value), not an array.
-    #[classattr]
-    #[pyo3(name = "__array_priority__")]
-    fn array_priority() -> f64 {
-        1000.0
-    }
-
     /// `Tensor(data)` aliases a tensor or copies data; `Tensor(2, 3)` is uninitialised
     /// (zeros here). Subclasses such as `nn.Parameter` are built through this too.
     #[new]
@@ -138,40 +127,12 @@ impl PyTensor {
         PyDevice::cpu()
     }
 
-    #[getter]
-    fn is_cuda(&self) -> bool {
-        false
-    }
-
-    #[getter]
-    fn ndim(&self) -> usize {
-        self.t.rank()
-    }
-
     fn dim(&self) -> usize {
         self.t.rank()
     }
 
     fn numel(&self) -> usize {
         self.t.numel()
-    }
-
-    fn nelement(&self) -> usize {
-        self.t.numel()
-    }
-
-    fn element_size(&self) -> usize {
-        self.t.dtype().size_in_bytes()
-    }
-
-    #[getter]
-    fn itemsize(&self) -> usize {
-        self.t.dtype().size_in_bytes()
-    }
-
-    #[getter]
-    fn nbytes(&self) -> usize {
-        self.t.dtype().size_in_bytes() * self.t.numel()
     }
 
     fn stride<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
@@ -190,10 +151,6 @@ impl PyTensor {
         scalar_to_py(py, &self.t)
     }
 
-    fn tolist<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        numpy_copy(py, &self.t)?.call_method0("tolist")
-    }
-
     /// A NumPy copy of the data (gradstream buffers are not shared with NumPy).
     #[pyo3(signature = (*, force=false))]
     fn numpy<'py>(&self, py: Python<'py>, force: bool) -> PyResult<Bound<'py, PyAny>> {
@@ -205,102 +162,8 @@ impl PyTensor {
         tensor_to_numpy(py, &self.t)
     }
 
-    #[pyo3(signature = (dtype=None, copy=None))]
-    fn __array__<'py>(
-        &self,
-        py: Python<'py>,
-        dtype: Option<&Bound<'py, PyAny>>,
-        copy: Option<bool>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let _ = copy;
-        let a = tensor_to_numpy(py, &self.t)?;
-        match dtype {
-            Some(d) if !d.is_none() => a.call_method1("astype", (d,)),
-            _ => Ok(a),
-        }
-    }
-
-    fn __len__(&self) -> PyResult<usize> {
-        let dims = self.t.dims();
-        dims.first()
-            .copied()
-            .ok_or_else(|| PyTypeError::new_err("len() of a 0-d tensor"))
-    }
-
-    fn __iter__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
-        let t = &slf.get().t;
-        let dims = t.dims();
-        if dims.is_empty() {
-            return Err(PyTypeError::new_err("iteration over a 0-d tensor"));
-        }
-        let items = (0..dims[0])
-            .map(|i| ops::index::select(t, 0, i as i64))
-            .collect::<Result<Vec<_>, Error>>()?;
-        PyList::new(slf.py(), items)?
-            .try_iter()
-            .map(|i| i.into_any())
-    }
-
-    fn __bool__(&self) -> PyResult<bool> {
-        if self.t.numel() != 1 {
-            return Err(PyRuntimeError::new_err(format!(
-                "Boolean value of Tensor with {} values is ambiguous",
-                if self.t.numel() == 0 {
-                    "no".to_string()
-                } else {
-                    "more than one".to_string()
-                }
-            )));
-        }
-        Python::attach(|py| scalar_to_py(py, &self.t)?.is_truthy())
-    }
-
-    fn __float__(&self, py: Python<'_>) -> PyResult<f64> {
-        scalar_to_py(py, &self.t)?.extract::<f64>()
-    }
-
-    fn __int__(&self, py: Python<'_>) -> PyResult<i64> {
-        let v = scalar_to_py(py, &self.t)?;
-        v.call_method0("__int__")?.extract()
-    }
-
-    fn __index__(&self, py: Python<'_>) -> PyResult<i64> {
-        if self.t.dtype().is_floating_point() {
-            return Err(PyTypeError::new_err(
-                "only integer tensors of a single element can be converted to an index",
-            ));
-        }
-        scalar_to_py(py, &self.t)?.extract()
-    }
-
     fn __hash__(&self) -> usize {
         self.t.id()
-    }
-
-    fn __repr__(slf: &Bound<'_, Self>) -> PyResult<String> {
-        let py = slf.py();
-        let f = FORMAT.get_or_try_init(py, || {
-            Ok::<_, PyErr>(
-                py.import("gradstream._formatting")?
-                    .getattr("tensor_repr")?
-                    .unbind(),
-            )
-        })?;
-        f.bind(py).call1((slf,))?.extract()
-    }
-
-    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
-        let py = slf.py();
-        let t = &slf.get().t;
-        let rebuild = py
-            .import("gradstream._formatting")?
-            .getattr("rebuild_tensor")?;
-        // A bfloat16 tensor travels as float32 and is cast back on load.
-        let arr = numpy_copy(py, t)?;
-        let dtype = PyDType::object(py, t.dtype())?;
-        Ok((rebuild, (arr, dtype, t.requires_grad()))
-            .into_pyobject(py)?
-            .into_any())
     }
 
     // ---- conversions ----
@@ -340,39 +203,6 @@ impl PyTensor {
             return Ok(ops::convert::clone(&self.t)?);
         }
         Ok(out)
-    }
-
-    fn type_as(&self, other: &Obj<'_>) -> PyResult<Tensor> {
-        let o = crate::bindings::convert::extract_tensor("type_as", "other", other)?;
-        Ok(ops::convert::to_dtype(&self.t, o.dtype())?)
-    }
-
-    #[pyo3(signature = (dtype=None))]
-    fn r#type(&self, py: Python<'_>, dtype: Option<&Obj<'_>>) -> PyResult<Py<PyAny>> {
-        match dtype {
-            None => Ok(format!("gradstream.{}Tensor", self.t.dtype().name())
-                .into_pyobject(py)?
-                .into_any()
-                .unbind()),
-            Some(d) => Ok(ops::convert::to_dtype(&self.t, extract_dtype(d)?)?
-                .into_pyobject(py)?
-                .into_any()
-                .unbind()),
-        }
-    }
-
-    #[pyo3(signature = (memory_format=None))]
-    fn cpu(&self, memory_format: Option<&Obj<'_>>) -> Tensor {
-        let _ = memory_format;
-        self.t.clone()
-    }
-
-    #[pyo3(signature = (device=None, non_blocking=false))]
-    fn cuda(&self, device: Option<&Obj<'_>>, non_blocking: bool) -> PyResult<Tensor> {
-        let _ = (device, non_blocking);
-        Err(PyRuntimeError::new_err(
-            "gradstream was built without CUDA support: cuda() is not available",
-        ))
     }
 
     #[pyo3(signature = (memory_format=None))]
@@ -444,51 +274,8 @@ impl PyTensor {
     fn _version(&self) -> u64 {
         self.t.version()
     }
-
-    #[getter]
-    fn is_sparse(&self) -> bool {
-        false
-    }
-
-    #[getter]
-    fn layout(&self) -> &'static str {
-        "strided"
-    }
-
-    fn __deepcopy__(slf: &Bound<'_, Self>, memo: &Obj<'_>) -> PyResult<Py<PyAny>> {
-        let _ = memo;
-        let py = slf.py();
-        let t = &slf.get().t;
-        let c = ops::convert::clone(&t.detach())?;
-        c.set_requires_grad(t.requires_grad() && t.is_leaf())?;
-        // Keep the subclass (nn.Parameter) by going through its constructor.
-        let ty = slf.get_type();
-        if ty.is(py.get_type::<PyTensor>()) {
-            return Ok(c.into_pyobject(py)?.into_any().unbind());
-        }
-        Ok(ty
-            .call1((c.into_pyobject(py)?, t.requires_grad()))?
-            .unbind())
-    }
 }
 
 pub fn value_error(msg: impl Into<String>) -> PyErr {
     PyValueError::new_err(msg.into())
 }
-
-/// `float()`, `long()`...: the tensor in that dtype (itself when it already is).
-macro_rules! dtype_methods {
-    ($($name:ident => $dt:ident),*) => {
-        #[pymethods]
-        impl PyTensor {
-            $(fn $name(&self) -> PyResult<Tensor> {
-                Ok(ops::convert::to_dtype(&self.t, DType::$dt)?)
-            })*
-        }
-    };
-}
-
-dtype_methods!(
-    float => Float32, double => Float64, half => Float16, bfloat16 => BFloat16, long => Int64,
-    int => Int32, bool => Bool, byte => UInt8
-);
