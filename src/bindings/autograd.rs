@@ -4,7 +4,7 @@ use std::sync::{Arc, Weak};
 
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyTuple, PyWeakrefReference};
+use pyo3::types::{PyList, PyTuple, PyWeakrefReference};
 
 use crate::autograd::engine::{run_backward, BackwardOptions};
 use crate::autograd::function::backward_calls;
@@ -124,48 +124,37 @@ fn interrupt_check() -> Result<()> {
     Python::attach(|py| py.check_signals()).map_err(Error::Python)
 }
 
-fn tensors_arg(name: &str, obj: &Obj<'_>) -> PyResult<Vec<Tensor>> {
-    if obj.cast::<PyTensor>().is_ok() {
-        return Ok(vec![extract_tensor("backward", name, obj)?]);
-    }
-    obj.try_iter()?
-        .map(|o| extract_tensor("backward", name, &o?))
+fn tensors(name: &str, list: &Bound<'_, PyList>) -> PyResult<Vec<Tensor>> {
+    list.iter()
+        .map(|t| extract_tensor("backward", name, &t))
         .collect()
 }
 
-fn grads_arg(obj: Option<&Obj<'_>>, n: usize) -> PyResult<Vec<Option<Tensor>>> {
-    match obj {
-        None => Ok(vec![None; n]),
-        Some(o) if o.is_none() => Ok(vec![None; n]),
-        Some(o) if o.cast::<PyTensor>().is_ok() => {
-            Ok(vec![Some(o.cast::<PyTensor>()?.get().t.clone())])
-        }
-        Some(o) => o
-            .try_iter()?
-            .map(|g| {
-                let g = g?;
-                if g.is_none() {
-                    Ok(None)
-                } else {
-                    extract_tensor("backward", "grad_tensors", &g).map(Some)
-                }
-            })
-            .collect(),
-    }
-}
-
-/// Run the engine with the interpreter released.
+/// `_run_backward(roots, grads, retain_graph, create_graph, accumulate, inputs, consumer)`:
+/// the engine, run with the interpreter released. `autograd.backward` and `autograd.grad`
+/// (Python) normalise their arguments into these lists. With `accumulate`, leaves' `.grad`
+/// are summed into (or `consumer(param, grad)` is called as each becomes final); without,
+/// the gradients of `inputs` are returned.
+#[pyfunction]
 #[allow(clippy::too_many_arguments)]
-fn run(
+fn _run_backward(
     py: Python<'_>,
-    roots: Vec<Tensor>,
-    grads: Vec<Option<Tensor>>,
-    retain_graph: Option<bool>,
+    roots: &Bound<'_, PyList>,
+    grads: &Bound<'_, PyList>,
+    retain_graph: bool,
     create_graph: bool,
     accumulate: bool,
-    inputs: Option<Vec<Tensor>>,
+    inputs: Option<&Bound<'_, PyList>>,
     consumer: Option<Py<PyAny>>,
 ) -> PyResult<Vec<Option<Tensor>>> {
+    let roots = tensors("tensors", roots)?;
+    let grads = grads
+        .iter()
+        .map(|g| match g.is_none() {
+            true => Ok(None),
+            false => extract_tensor("backward", "grad_tensors", &g).map(Some),
+        })
+        .collect::<PyResult<Vec<_>>>()?;
     if grads.len() != roots.len() {
         return Err(PyRuntimeError::new_err(format!(
             "backward: got {} tensors and {} gradients",
@@ -173,7 +162,7 @@ fn run(
             grads.len()
         )));
     }
-    let retain_graph = retain_graph.unwrap_or(create_graph);
+    let inputs = inputs.map(|i| tensors("inputs", i)).transpose()?;
     let consume = consumer.map(|f| {
         move |p: &Tensor, g: &Tensor| -> Result<()> {
             Python::attach(|py| {
@@ -264,29 +253,6 @@ impl PyTensor {
         Ok(slf.clone())
     }
 
-    /// `backward(gradient=None, retain_graph=None, create_graph=False, inputs=None,
-    /// grad_consumer=None)`. With `grad_consumer`, `fn(param, grad)` is called for each leaf
-    /// as its gradient becomes final, and no `.grad` is stored.
-    #[pyo3(signature = (gradient=None, retain_graph=None, create_graph=false, inputs=None, grad_consumer=None))]
-    fn backward(
-        slf: &Bound<'_, Self>,
-        gradient: Option<&Obj<'_>>,
-        retain_graph: Option<bool>,
-        create_graph: bool,
-        inputs: Option<&Obj<'_>>,
-        grad_consumer: Option<Py<PyAny>>,
-    ) -> PyResult<()> {
-        autograd_backward(
-            slf.py(),
-            slf.as_any(),
-            gradient,
-            retain_graph,
-            create_graph,
-            inputs,
-            grad_consumer,
-        )
-    }
-
     /// `register_hook(fn)`: `fn(grad)` runs before the gradient is used; it may return a
     /// replacement of the same shape.
     fn register_hook(&self, hook: Py<PyAny>) -> PyResult<PyHookHandle> {
@@ -339,92 +305,6 @@ impl PyTensor {
     }
 }
 
-/// `autograd.backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, inputs=None)`.
-#[pyfunction]
-#[pyo3(signature = (tensors, grad_tensors=None, retain_graph=None, create_graph=false, inputs=None, grad_consumer=None))]
-fn autograd_backward(
-    py: Python<'_>,
-    tensors: &Obj<'_>,
-    grad_tensors: Option<&Obj<'_>>,
-    retain_graph: Option<bool>,
-    create_graph: bool,
-    inputs: Option<&Obj<'_>>,
-    grad_consumer: Option<Py<PyAny>>,
-) -> PyResult<()> {
-    let roots = tensors_arg("tensors", tensors)?;
-    let grads = grads_arg(grad_tensors, roots.len())?;
-    let inputs = match inputs {
-        Some(i) if !i.is_none() => Some(tensors_arg("inputs", i)?),
-        _ => None,
-    };
-    if inputs.as_ref().is_some_and(|i| i.is_empty()) {
-        return Err(PyRuntimeError::new_err(
-            "backward: 'inputs' argument to backward() cannot be empty.",
-        ));
-    }
-    run(
-        py,
-        roots,
-        grads,
-        retain_graph,
-        create_graph,
-        true,
-        inputs,
-        grad_consumer,
-    )?;
-    Ok(())
-}
-
-/// `autograd.grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False,
-/// allow_unused=False)`: gradients of `outputs` w.r.t. `inputs`; only the paths that lead
-/// to `inputs` are run, and no `.grad` is touched.
-#[pyfunction]
-#[pyo3(signature = (outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=false, allow_unused=None, materialize_grads=false))]
-#[allow(clippy::too_many_arguments)]
-fn autograd_grad<'py>(
-    py: Python<'py>,
-    outputs: &Bound<'py, PyAny>,
-    inputs: &Bound<'py, PyAny>,
-    grad_outputs: Option<&Bound<'py, PyAny>>,
-    retain_graph: Option<bool>,
-    create_graph: bool,
-    allow_unused: Option<bool>,
-    materialize_grads: bool,
-) -> PyResult<Bound<'py, PyTuple>> {
-    let roots = tensors_arg("outputs", outputs)?;
-    let ins = tensors_arg("inputs", inputs)?;
-    if ins.is_empty() {
-        return Err(PyRuntimeError::new_err("grad requires non-empty inputs."));
-    }
-    let grads = grads_arg(grad_outputs, roots.len())?;
-    let allow_unused = allow_unused.unwrap_or(materialize_grads);
-    let res = run(
-        py,
-        roots,
-        grads,
-        retain_graph,
-        create_graph,
-        false,
-        Some(ins.clone()),
-        None,
-    )?;
-    let mut out = Vec::with_capacity(res.len());
-    for (i, (g, inp)) in res.into_iter().zip(&ins).enumerate() {
-        match g {
-            Some(g) => out.push(Some(g)),
-            None if materialize_grads => out.push(Some(crate::ops::creation::zeros_like(inp)?)),
-            None if allow_unused => out.push(None),
-            None => {
-                return Err(PyRuntimeError::new_err(format!(
-                    "One of the differentiated Tensors appears to not have been used in the graph \
-                     (input {i}). Set allow_unused=True if this is the desired behavior."
-                )))
-            }
-        }
-    }
-    PyTuple::new(py, out)
-}
-
 #[pyfunction]
 fn is_grad_enabled() -> bool {
     grad_mode::is_enabled()
@@ -445,7 +325,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyNode>()?;
     m.add_class::<PyHookHandle>()?;
     add_functions! { m,
-        autograd_backward, autograd_grad, is_grad_enabled, _set_grad_enabled, _backward_calls
+        _run_backward, is_grad_enabled, _set_grad_enabled, _backward_calls
     }
     Ok(())
 }

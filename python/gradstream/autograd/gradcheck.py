@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from .. import _core
+from .backward import grad
 
 
 def _as_tuple(x):
@@ -55,7 +56,7 @@ def _analytical_jacobian(fn, inputs, i):
         if not diff:
             rows.append(np.zeros(inputs[i].numel()))
             continue
-        (gi,) = _core.autograd_grad(
+        (gi,) = grad(
             [o for o, _ in diff],
             [inputs[i]],
             grad_outputs=[g for _, g in diff],

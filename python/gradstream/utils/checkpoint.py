@@ -14,6 +14,7 @@ import contextlib
 from collections.abc import Callable, Sequence
 
 from .. import _core
+from ..autograd.backward import grad as autograd_grad
 from ..autograd.grad_mode import enable_grad
 
 __all__ = ["checkpoint", "checkpoint_sequential", "checkpoint_chunks"]
@@ -147,7 +148,7 @@ def checkpoint(
         with _rng_state(rng), enable_grad(), _recompute_phase():
             recomputed, _ = _pack(function(*detached, **kwargs))
         targets = [d for d in detached if isinstance(d, _core.Tensor) and d.requires_grad]
-        grads = _core.autograd_grad(
+        grads = autograd_grad(
             [recomputed], targets + leaves, grad_outputs=[grad], allow_unused=True
         )
         return list(grads)
