@@ -56,6 +56,10 @@ fn repeat_sizes(op: &str, sizes: &Sizes<'_>) -> PyResult<Vec<usize>> {
     Ok(r.into_iter().map(|x| x as usize).collect())
 }
 
+fn repeat_to(t: &Tensor, sizes: &Sizes<'_>) -> PyResult<Tensor> {
+    Ok(shape::repeat(t, &repeat_sizes("repeat", sizes)?)?)
+}
+
 fn tile_to(t: &Tensor, dims: &Sizes<'_>) -> PyResult<Tensor> {
     let dims = repeat_sizes("tile", dims)?;
     let mut d = vec![1; t.rank().saturating_sub(dims.len())];
@@ -137,16 +141,6 @@ impl PyTensor {
         )?)
     }
 
-    #[pyo3(signature = (*dims))]
-    fn permute(&self, dims: &Sizes<'_>) -> PyResult<Tensor> {
-        permute_to(&self.t, dims)
-    }
-
-    #[pyo3(signature = (*sizes))]
-    fn expand(&self, sizes: &Sizes<'_>) -> PyResult<Tensor> {
-        expand_to(&self.t, sizes)
-    }
-
     fn expand_as(&self, other: &Obj<'_>) -> PyResult<Tensor> {
         Ok(shape::expand(
             &self.t,
@@ -175,21 +169,28 @@ impl PyTensor {
     fn split(&self, split_size: &Obj<'_>, dim: i64) -> PyResult<Py<PyTuple>> {
         split_to(&self.t, split_size, dim)
     }
+}
 
-    #[pyo3(signature = (*sizes))]
-    fn repeat(&self, sizes: &Sizes<'_>) -> PyResult<Tensor> {
-        Ok(shape::repeat(&self.t, &repeat_sizes("repeat", sizes)?)?)
-    }
+/// The methods that take their sizes as varargs (`t.permute(1, 0)`), where the function
+/// takes one sequence (`gradstream.permute(t, (1, 0))`).
+macro_rules! varargs_methods {
+    ($($name:ident($arg:ident) => $f:expr),* $(,)?) => {
+        #[pymethods]
+        impl PyTensor {
+            $(#[pyo3(signature = (*$arg))]
+            fn $name(&self, $arg: &Sizes<'_>) -> PyResult<Tensor> {
+                $f(&self.t, $arg)
+            })*
+        }
+    };
+}
 
-    #[pyo3(signature = (*dims))]
-    fn tile(&self, dims: &Sizes<'_>) -> PyResult<Tensor> {
-        tile_to(&self.t, dims)
-    }
-
-    #[pyo3(signature = (*dims))]
-    fn flip(&self, dims: &Sizes<'_>) -> PyResult<Tensor> {
-        flip_to(&self.t, dims)
-    }
+varargs_methods! {
+    permute(dims) => permute_to,
+    expand(sizes) => expand_to,
+    tile(dims) => tile_to,
+    flip(dims) => flip_to,
+    repeat(sizes) => repeat_to,
 }
 
 tensor_ops! { mod functions;
