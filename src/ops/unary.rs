@@ -43,75 +43,49 @@ enum IntInputs {
 }
 
 impl UnaryOp {
-    pub fn name(self) -> &'static str {
+    /// The op's name and its backward node's (PyTorch's names).
+    fn names(self) -> (&'static str, &'static str) {
         match self {
-            UnaryOp::Neg => "neg",
-            UnaryOp::Abs => "abs",
-            UnaryOp::Sign => "sign",
-            UnaryOp::Square => "square",
-            UnaryOp::Reciprocal => "reciprocal",
-            UnaryOp::Exp => "exp",
-            UnaryOp::Log => "log",
-            UnaryOp::Log2 => "log2",
-            UnaryOp::Log10 => "log10",
-            UnaryOp::Log1p => "log1p",
-            UnaryOp::Expm1 => "expm1",
-            UnaryOp::Sqrt => "sqrt",
-            UnaryOp::Rsqrt => "rsqrt",
-            UnaryOp::Sin => "sin",
-            UnaryOp::Cos => "cos",
-            UnaryOp::Tan => "tan",
-            UnaryOp::Tanh => "tanh",
-            UnaryOp::Sigmoid => "sigmoid",
-            UnaryOp::Softplus { .. } => "softplus",
-            UnaryOp::Gelu | UnaryOp::GeluTanh => "gelu",
-            UnaryOp::Silu => "silu",
-            UnaryOp::Erf => "erf",
-            UnaryOp::Floor => "floor",
-            UnaryOp::Ceil => "ceil",
-            UnaryOp::Round => "round",
-            UnaryOp::Trunc => "trunc",
-            UnaryOp::Frac => "frac",
-            UnaryOp::Relu => "relu",
-            UnaryOp::PowScalar(_) | UnaryOp::ScalarPow(_) => "pow",
-            UnaryOp::BitNot => "bitwise_not",
+            UnaryOp::Neg => ("neg", "NegBackward0"),
+            UnaryOp::Abs => ("abs", "AbsBackward0"),
+            UnaryOp::Sign => ("sign", "SignBackward0"),
+            UnaryOp::Square => ("square", "PowBackward0"),
+            UnaryOp::Reciprocal => ("reciprocal", "ReciprocalBackward0"),
+            UnaryOp::Exp => ("exp", "ExpBackward0"),
+            UnaryOp::Log => ("log", "LogBackward0"),
+            UnaryOp::Sqrt => ("sqrt", "SqrtBackward0"),
+            UnaryOp::Rsqrt => ("rsqrt", "RsqrtBackward0"),
+            UnaryOp::Sin => ("sin", "SinBackward0"),
+            UnaryOp::Cos => ("cos", "CosBackward0"),
+            UnaryOp::Log2 => ("log2", "Log2Backward0"),
+            UnaryOp::Log10 => ("log10", "Log10Backward0"),
+            UnaryOp::Log1p => ("log1p", "Log1PBackward0"),
+            UnaryOp::Expm1 => ("expm1", "Expm1Backward0"),
+            UnaryOp::Tan => ("tan", "TanBackward0"),
+            UnaryOp::Tanh => ("tanh", "TanhBackward0"),
+            UnaryOp::Sigmoid => ("sigmoid", "SigmoidBackward0"),
+            UnaryOp::Softplus { .. } => ("softplus", "SoftplusBackward0"),
+            UnaryOp::Gelu | UnaryOp::GeluTanh => ("gelu", "GeluBackward0"),
+            UnaryOp::Silu => ("silu", "SiluBackward0"),
+            UnaryOp::Erf => ("erf", "ErfBackward0"),
+            UnaryOp::Floor => ("floor", "FloorBackward0"),
+            UnaryOp::Ceil => ("ceil", "CeilBackward0"),
+            UnaryOp::Round => ("round", "RoundBackward0"),
+            UnaryOp::Trunc => ("trunc", "TruncBackward0"),
+            UnaryOp::Frac => ("frac", "FracBackward0"),
+            UnaryOp::Relu => ("relu", "ReluBackward0"),
+            UnaryOp::PowScalar(_) => ("pow", "PowBackward0"),
+            UnaryOp::ScalarPow(_) => ("pow", "PowBackward1"),
+            UnaryOp::BitNot => ("bitwise_not", "BitwiseNotBackward0"),
         }
     }
 
+    pub fn name(self) -> &'static str {
+        self.names().0
+    }
+
     fn node_name(self) -> &'static str {
-        match self {
-            UnaryOp::Neg => "NegBackward0",
-            UnaryOp::Abs => "AbsBackward0",
-            UnaryOp::Sign => "SignBackward0",
-            UnaryOp::Square => "PowBackward0",
-            UnaryOp::Reciprocal => "ReciprocalBackward0",
-            UnaryOp::Exp => "ExpBackward0",
-            UnaryOp::Log => "LogBackward0",
-            UnaryOp::Log2 => "Log2Backward0",
-            UnaryOp::Log10 => "Log10Backward0",
-            UnaryOp::Log1p => "Log1PBackward0",
-            UnaryOp::Expm1 => "Expm1Backward0",
-            UnaryOp::Sqrt => "SqrtBackward0",
-            UnaryOp::Rsqrt => "RsqrtBackward0",
-            UnaryOp::Sin => "SinBackward0",
-            UnaryOp::Cos => "CosBackward0",
-            UnaryOp::Tan => "TanBackward0",
-            UnaryOp::Tanh => "TanhBackward0",
-            UnaryOp::Sigmoid => "SigmoidBackward0",
-            UnaryOp::Softplus { .. } => "SoftplusBackward0",
-            UnaryOp::Gelu | UnaryOp::GeluTanh => "GeluBackward0",
-            UnaryOp::Silu => "SiluBackward0",
-            UnaryOp::Erf => "ErfBackward0",
-            UnaryOp::Floor => "FloorBackward0",
-            UnaryOp::Ceil => "CeilBackward0",
-            UnaryOp::Round => "RoundBackward0",
-            UnaryOp::Trunc => "TruncBackward0",
-            UnaryOp::Frac => "FracBackward0",
-            UnaryOp::Relu => "ReluBackward0",
-            UnaryOp::PowScalar(_) => "PowBackward0",
-            UnaryOp::ScalarPow(_) => "PowBackward1",
-            UnaryOp::BitNot => "BitwiseNotBackward0",
-        }
+        self.names().1
     }
 
     fn int_inputs(self) -> IntInputs {
