@@ -237,7 +237,7 @@ OVERRIDES = {
     "roll.dims": "_Dims | None",
     **dict.fromkeys(["logical_and.other", "logical_or.other", "logical_xor.other"], "Tensor"),
     "masked_fill.value": "_Operand",
-    "searchsorted.input": "Tensor | _Number",
+    **dict.fromkeys(["searchsorted.input", "bucketize.input"], "Tensor | _Number"),
     **dict.fromkeys(["lerp.weight", "lerp_.weight"], "_Operand"),
     **dict.fromkeys(
         [

@@ -1121,7 +1121,7 @@ def bmm(input: Tensor, mat2: Tensor) -> Tensor:
     """
 bool: dtype
 def broadcast_to(input: Tensor, size: _Size) -> Tensor: ...
-def bucketize(input: Tensor, boundaries: Tensor, *, out_int32: _bool = ..., right: _bool = ...) -> Tensor:
+def bucketize(input: Tensor | _Number, boundaries: Tensor, *, out_int32: _bool = ..., right: _bool = ...) -> Tensor:
     """
     The index of the bucket of each element among the 1-d sorted `boundaries`:
     `searchsorted(boundaries, input)`.

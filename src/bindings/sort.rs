@@ -37,10 +37,10 @@ fn int_arg(op: &str, name: &str, pos: usize, v: &Obj<'_>) -> PyResult<i64> {
 }
 
 /// A tensor, or a Python number as a 0-d tensor (int64, float64 or bool).
-fn tensor_or_scalar(op: &str, name: &str, v: &Obj<'_>) -> PyResult<Tensor> {
-    match extract_operand(op, v) {
-        Ok(Operand::Tensor(t)) => Ok(t),
-        Ok(Operand::Scalar(s)) => {
+fn operand_tensor(x: Operand) -> PyResult<Tensor> {
+    match x {
+        Operand::Tensor(t) => Ok(t),
+        Operand::Scalar(s) => {
             let dt = match s {
                 Scalar::Bool(_) => DType::Bool,
                 Scalar::Int(_) => DType::Int64,
@@ -48,6 +48,13 @@ fn tensor_or_scalar(op: &str, name: &str, v: &Obj<'_>) -> PyResult<Tensor> {
             };
             Ok(scalar_tensor(s, dt)?)
         }
+    }
+}
+
+/// A tensor argument that may also be a Python number.
+fn tensor_or_scalar(op: &str, name: &str, v: &Obj<'_>) -> PyResult<Tensor> {
+    match extract_operand(op, v) {
+        Ok(x) => operand_tensor(x),
         Err(_) => Err(PyTypeError::new_err(format!(
             "{op}(): argument '{name}' must be Tensor or Number, not {}",
             type_name(v)
@@ -124,8 +131,9 @@ tensor_ops! { mod functions;
     }
     /// The index of the bucket of each element among the 1-d sorted `boundaries`:
     /// `searchsorted(boundaries, input)`.
-    function fn bucketize(x: Tensor, boundaries: &Obj<'_>, out_int32: bool, right: bool)
+    function fn bucketize(x: Operand, boundaries: &Obj<'_>, out_int32: bool, right: bool)
         [boundaries, *, out_int32=false, right=false] -> Tensor {
+        let x = operand_tensor(x)?;
         let b = extract_tensor("bucketize", "boundaries", boundaries)?;
         Ok(sorting::bucketize(&x, &b, out_int32, right)?)
     }

@@ -8,11 +8,12 @@
 
 use candle_core::DType as CDType;
 
+use crate::autograd::function::record;
 use crate::backend;
 use crate::dtype::DType;
 use crate::error::{CandleContext, Error, Result};
-use crate::ops::index::{gather, gather_plan, take};
-use crate::ops::shape::{reshape, squeeze};
+use crate::ops::index::{gather, gather_plan, put_new, take};
+use crate::ops::shape::{reshape, squeeze, unsqueeze};
 use crate::tensor::{shape_str, Tensor};
 
 /// The storage type the kernels compare in for data stored as `dt` (exact for each).
@@ -53,9 +54,43 @@ fn argsort_data(x: &Tensor, dim: usize, descending: bool) -> Result<candle_core:
         .op(op)
 }
 
-/// `x`'s elements at `idx` (int64, `x`'s rank) along `dim`; backward scatters into zeros.
-fn read(x: &Tensor, dim: usize, idx: &Tensor, node: &'static str) -> Result<Tensor> {
-    take(x, gather_plan("sort", &x.dims(), dim, idx)?, node)
+/// `len` indices from `start` along `dim` of `all` (from `argsort_data`), int64.
+/// candle's `narrow` panics on an empty tensor with `start > 0`: zeros stand in for it.
+fn narrow_idx(all: &candle_core::Tensor, dim: usize, start: usize, len: usize) -> Result<Tensor> {
+    let op = "sort";
+    let idx = if all.elem_count() == 0 {
+        let mut dims = all.dims().to_vec();
+        dims[dim] = len;
+        candle_core::Tensor::zeros(dims, CDType::I64, all.device()).op(op)?
+    } else {
+        all.narrow(dim, start, len).op(op)?.contiguous().op(op)?
+    };
+    Ok(Tensor::new(idx, DType::Int64))
+}
+
+/// `x`'s elements at `idx` (int64, `x`'s rank) along `dim`, that dim squeezed unless
+/// `keep`. Backward: the gradient accumulated into zeros at the source positions, as the
+/// indexing `take` does, under the op's own node name.
+fn read(x: &Tensor, dim: usize, idx: &Tensor, node: &'static str, keep: bool) -> Result<Tensor> {
+    let plan = gather_plan("sort", &x.dims(), dim, idx)?;
+    if keep {
+        return take(x, plan, node);
+    }
+    let xd = x.data();
+    let data = backend::on(&xd)
+        .take("index", &xd, &plan)?
+        .squeeze(dim)
+        .op("kthvalue")?;
+    let out = Tensor::new(data, x.dtype());
+    let in_dims = x.dims();
+    record(node, &out, &[x], Vec::new, move |_, g| {
+        Ok(vec![Some(put_new(
+            &unsqueeze(g, dim)?,
+            &in_dims,
+            plan.clone(),
+        )?)])
+    });
+    Ok(out)
 }
 
 /// Run `f` on a 0-d `x` seen as 1-d, both outputs back to 0-d.
@@ -73,7 +108,7 @@ pub fn sort(x: &Tensor, dim: usize, descending: bool) -> Result<(Tensor, Tensor)
         return as_1d(x, |x| sort(x, 0, descending));
     }
     let idx = Tensor::new(argsort_data(x, dim, descending)?, DType::Int64);
-    let values = read(x, dim, &idx, "SortBackward0")?;
+    let values = read(x, dim, &idx, "SortBackward0", true)?;
     Ok((values, idx))
 }
 
@@ -97,7 +132,13 @@ pub fn topk(x: &Tensor, k: i64, dim: usize, largest: bool) -> Result<(Tensor, Te
         return Err(Error::dtype("topk(): does not support bool dtypes"));
     }
     if x.rank() == 0 {
-        return as_1d(x, |x| topk(x, k, 0, largest));
+        // PyTorch takes k = 0 or 1 of a 0-d tensor, and returns its element for both.
+        return match k {
+            0 | 1 => as_1d(x, |x| topk(x, 1, 0, largest)),
+            _ => Err(Error::shape(format!(
+                "topk(): selected index k out of range (k = {k}, 0-d input)"
+            ))),
+        };
     }
     let dims = x.dims();
     let n = dims[dim];
@@ -115,7 +156,7 @@ pub fn topk(x: &Tensor, k: i64, dim: usize, largest: bool) -> Result<(Tensor, Te
         .contiguous()
         .op("topk")?;
     let idx = Tensor::new(idx, DType::Int64);
-    Ok((read(x, dim, &idx, "TopkBackward0")?, idx))
+    Ok((read(x, dim, &idx, "TopkBackward0", true)?, idx))
 }
 
 /// `kthvalue(x, k, dim, keepdim)`: the `k`-th smallest element (1-based) along `dim` and
@@ -144,18 +185,12 @@ pub fn kthvalue(x: &Tensor, k: i64, dim: usize, keepdim: bool) -> Result<(Tensor
             shape_str(&dims)
         )));
     }
-    let all = argsort_data(x, dim, false)?;
-    let idx = all
-        .narrow(dim, k as usize - 1, 1)
-        .op("kthvalue")?
-        .contiguous()
-        .op("kthvalue")?;
-    let idx = Tensor::new(idx, DType::Int64);
-    let values = read(x, dim, &idx, "KthvalueBackward0")?;
+    let idx = narrow_idx(&argsort_data(x, dim, false)?, dim, k as usize - 1, 1)?;
+    let values = read(x, dim, &idx, "KthvalueBackward0", keepdim)?;
     if keepdim {
         Ok((values, idx))
     } else {
-        Ok((squeeze(&values, &[dim])?, squeeze(&idx, &[dim])?))
+        Ok((values, squeeze(&idx, &[dim])?))
     }
 }
 
@@ -328,7 +363,8 @@ pub fn unique(x: &Tensor, dim: Option<usize>, consecutive: bool) -> Result<Uniqu
     let (rows, perm_back): (candle_core::Tensor, Option<Vec<usize>>) = match dim {
         None => (d.flatten_all().op(op)?.reshape(((), 1)).op(op)?, None),
         Some(k) => {
-            if dims[k] == 0 {
+            let others_empty = dims.iter().enumerate().any(|(i, &s)| i != k && s == 0);
+            if x.numel() == 0 && !others_empty {
                 let counts = long_vec(vec![], &[0], &device)?;
                 return Ok(Unique {
                     values: Tensor::new(d.clone(), x.dtype()),
@@ -336,7 +372,7 @@ pub fn unique(x: &Tensor, dim: Option<usize>, consecutive: bool) -> Result<Uniqu
                     counts,
                 });
             }
-            if x.numel() == 0 {
+            if others_empty {
                 return Err(Error::shape(format!(
                     "{op}(): There are 0 sized dimensions, and they aren't selected, so unique \
                      cannot be applied (input shape {}, dim {k})",

@@ -127,6 +127,28 @@ fn run_ids_t<T: Key>(x: &Tensor) -> Result<Tensor> {
     long(out, &[rows], x, "unique")
 }
 
+/// PyTorch's binary search, step for step (`cus_lower_bound`/`cus_upper_bound`), so a line
+/// holding NaN gives the same answer: go right while `!(e >= x)` (left) or `!(e > x)`
+/// (right). A NaN value lands after every element.
+fn bound<T: PartialOrd>(line: &[T], x: &T, right: bool) -> usize {
+    let (mut start, mut end) = (0, line.len());
+    while start < end {
+        let mid = start + (end - start) / 2;
+        let Some(e) = line.get(mid) else { break };
+        let go_right = match e.partial_cmp(x) {
+            None | Some(Ordering::Less) => true,
+            Some(Ordering::Equal) => right,
+            Some(Ordering::Greater) => false,
+        };
+        if go_right {
+            start = mid + 1;
+        } else {
+            end = mid;
+        }
+    }
+    start
+}
+
 fn search_t<T: Key>(seq: &Tensor, values: &Tensor, right: bool) -> Result<Tensor> {
     let (s, srows, m) = rows_of::<T>(seq, "searchsorted")?;
     let (v, rows, n) = rows_of::<T>(values, "searchsorted")?;
@@ -139,13 +161,7 @@ fn search_t<T: Key>(seq: &Tensor, values: &Tensor, right: bool) -> Result<Tensor
             let r_seq = if srows == 1 { 0 } else { r };
             let line = &s[r_seq * m..(r_seq + 1) * m];
             for (o, x) in o.iter_mut().zip(&v[r * n..(r + 1) * n]) {
-                // PyTorch's predicates: `!(s >= x)` (left), `!(s > x)` (right), so a NaN
-                // value lands after every element.
-                let p = if right {
-                    line.partition_point(|e| e.partial_cmp(x) != Some(Ordering::Greater))
-                } else {
-                    line.partition_point(|e| e.partial_cmp(x).is_none_or(Ordering::is_lt))
-                };
+                let p = bound(line, x, right);
                 *o = p as i64;
             }
         },
