@@ -431,6 +431,7 @@ def test_searchsorted_scalars_and_errors():
                 torch.searchsorted(torch.tensor(seq), v, right=right),
             )
     same(gs.bucketize(2, gs.tensor(seq)), torch.bucketize(2, torch.tensor(seq)))
+    same(gs.searchsorted(gs.tensor(seq), True), torch.searchsorted(torch.tensor(seq), True))
     s2 = gs.tensor([[1.0, 2.0, 3.0]])
     cases = [
         (

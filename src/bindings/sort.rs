@@ -36,14 +36,14 @@ fn int_arg(op: &str, name: &str, pos: usize, v: &Obj<'_>) -> PyResult<i64> {
     v.extract()
 }
 
-/// A tensor, or a Python number as a 0-d tensor (int64, float64 or bool).
+/// A tensor, or a Python number as a 0-d tensor: float64, or int64 for an int or a bool
+/// (PyTorch searches a Python bool as an integer, a bool tensor not at all).
 fn operand_tensor(x: Operand) -> PyResult<Tensor> {
     match x {
         Operand::Tensor(t) => Ok(t),
         Operand::Scalar(s) => {
             let dt = match s {
-                Scalar::Bool(_) => DType::Bool,
-                Scalar::Int(_) => DType::Int64,
+                Scalar::Bool(_) | Scalar::Int(_) => DType::Int64,
                 Scalar::Float(_) => DType::Float64,
             };
             Ok(scalar_tensor(s, dt)?)
