@@ -26,7 +26,7 @@ from hypothesis import strategies as st  # noqa: E402
 import gradstream as gs  # noqa: E402
 from gradstream.autograd import gradcheck  # noqa: E402
 
-SETTINGS = settings(max_examples=150, derandomize=True, deadline=None, database=None)
+SETTINGS = settings(max_examples=400, derandomize=True, deadline=None, database=None)
 NAN = float("nan")
 INF = float("inf")
 FLOAT_POOL = [-2.0, -1.0, -0.0, 0.0, 0.5, 1.0, 2.5, NAN, INF, -INF]
