@@ -10,7 +10,7 @@ use _core::backend::candle::Candle;
 use _core::backend::cpu::Cpu;
 use _core::backend::{
     AdamStep, Bin, ElementwiseOps, GradPrep, InplaceOps, LineKernel, MaskOps, NnOps, OptimOps,
-    ReduceOps, UnaryOp, Update,
+    ReduceOps, SortOps, UnaryOp, Update,
 };
 use candle_core::{Device, Tensor};
 
@@ -169,5 +169,14 @@ fn main() {
         "65536 of 4096x256",
         || drop(cpu.embedding("embedding", &table, &ids, None).unwrap()),
         || drop(cdl.embedding("embedding", &table, &ids, None).unwrap()),
+    );
+    // NeRF's hierarchical sampling sorts 64+128 samples per ray; candle's argsort is not
+    // stable (the row compares speed only).
+    let z = randn(&[4096, 192]);
+    row(
+        "sort (stable argsort)",
+        "4096x192",
+        || drop(cpu.argsort(&z, false).unwrap()),
+        || drop(z.arg_sort_last_dim(true).unwrap()),
     );
 }

@@ -191,6 +191,18 @@ PARAMS = {
     "spec": "str | device",
     "mod": "object",
     "value_": "_Operand",
+    "descending": "bool",
+    "stable": "bool | None",
+    "largest": "bool",
+    "sorted": "bool",
+    "sorted_sequence": "Tensor",
+    "boundaries": "Tensor",
+    "out_int32": "bool",
+    "right": "bool",
+    "side": "str | None",
+    "sorter": "Tensor | None",
+    "return_inverse": "bool",
+    "return_counts": "bool",
 }
 
 # Where an op gives a parameter a type its name does not: "op.param" or "Class.op.param".
@@ -218,7 +230,11 @@ OVERRIDES = {
         "_Dims | None",
     ),
     **dict.fromkeys(
-        [f"{op}.dim" for op in "prod argmax argmin take_along_dim softmax log_softmax".split()],
+        [
+            f"{op}.dim"
+            for op in "prod argmax argmin take_along_dim softmax log_softmax sort argsort topk "
+            "kthvalue unique unique_consecutive".split()
+        ],
         "int | None",
     ),
     **dict.fromkeys(["max.dim", "min.dim"], "int | Tensor | None"),
@@ -226,6 +242,7 @@ OVERRIDES = {
     "roll.dims": "_Dims | None",
     **dict.fromkeys(["logical_and.other", "logical_or.other", "logical_xor.other"], "Tensor"),
     "masked_fill.value": "_Operand",
+    **dict.fromkeys(["searchsorted.input", "bucketize.input"], "Tensor | _Number"),
     **dict.fromkeys(["lerp.weight", "lerp_.weight"], "_Operand"),
     **dict.fromkeys(
         [
@@ -288,6 +305,8 @@ OVERRIDES = {
 # Return types other than `Tensor`, by name ("Class.name" for a method).
 RETURNS = {
     **dict.fromkeys(["max", "min"], "Tensor | _ValuesIndices"),
+    **dict.fromkeys(["sort", "topk", "kthvalue"], "_ValuesIndices"),
+    **dict.fromkeys(["unique", "unique_consecutive"], "Tensor | tuple[Tensor, ...]"),
     **dict.fromkeys(["split", "chunk", "unbind", "meshgrid"], "tuple[Tensor, ...]"),
     "nonzero": "Tensor | tuple[Tensor, ...]",
     "_graph_leaves": "list[Tensor]",

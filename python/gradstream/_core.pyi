@@ -181,6 +181,10 @@ class Tensor:
         """
         Index (int64) of the first smallest value along `dim`, or in the flattened input.
         """
+    def argsort(self, dim: _int | None = ..., descending: _bool = ..., *, stable: _bool | None = ...) -> Tensor:
+        """
+        The int64 indices that sort `input` along `dim` (stable).
+        """
     def argwhere(self) -> Tensor: ...
     def backward(self, gradient: Tensor | None = ..., retain_graph: _bool | None = ..., create_graph: _bool = ..., inputs: Tensor | Sequence[Tensor] | None = ..., grad_consumer: Callable[[Tensor, Tensor], object] | None = ...) -> None:
         """
@@ -301,6 +305,11 @@ class Tensor:
     def item(self) -> _Number: ...
     @property
     def itemsize(self) -> _int: ...
+    def kthvalue(self, k: _int, dim: _int | None = ..., keepdim: _bool = ...) -> _ValuesIndices:
+        """
+        The `k`-th smallest value (1-based) along `dim` and its index, as
+        `(values, indices)`.
+        """
     @property
     def layout(self) -> str: ...
     def le(self, other: _Operand) -> Tensor: ...
@@ -357,6 +366,10 @@ class Tensor:
         """
     def moveaxis(self, source: _Dims, destination: _Dims) -> Tensor: ...
     def movedim(self, source: _Dims, destination: _Dims) -> Tensor: ...
+    def msort(self) -> Tensor:
+        """
+        The values sorted along dim 0.
+        """
     def mul(self, other: _Operand) -> Tensor: ...
     def mul_(self, other: _Operand) -> Tensor: ...
     def multiply(self, other: _Operand) -> Tensor: ...
@@ -440,6 +453,11 @@ class Tensor:
         """
         Softmax along `dim`, max-subtracted; `dtype=` casts the input first.
         """
+    def sort(self, dim: _int | None = ..., descending: _bool = ..., *, stable: _bool | None = ...) -> _ValuesIndices:
+        """
+        The values along `dim` in ascending (descending) order and their int64 indices,
+        as `(values, indices)`. The sort is always stable; NaN sorts as the largest value.
+        """
     def split(self, split_size: _int | Sequence[_int], dim: _int = ...) -> tuple[Tensor, ...]: ...
     def sqrt(self) -> Tensor: ...
     def sqrt_(self) -> Tensor: ...
@@ -470,6 +488,11 @@ class Tensor:
         `to(dtype)`, `to(device)`, `to(other)`, `to(device, dtype)`, with `copy=`.
         """
     def tolist(self) -> Any: ...
+    def topk(self, k: _int, dim: _int | None = ..., largest: _bool = ..., sorted: _bool = ...) -> _ValuesIndices:
+        """
+        The `k` largest (smallest) values along `dim` and their indices, as
+        `(values, indices)`, in sorted order whatever `sorted` says.
+        """
     def transpose(self, dim0: _int, dim1: _int) -> Tensor: ...
     def tril(self, diagonal: _int = ...) -> Tensor: ...
     def triu(self, diagonal: _int = ...) -> Tensor: ...
@@ -482,6 +505,15 @@ class Tensor:
     def type_as(self, other: Tensor) -> Tensor: ...
     def unbind(self, dim: _int = ...) -> tuple[Tensor, ...]: ...
     def unflatten(self, dim: _int, sizes: _Size) -> Tensor: ...
+    def unique(self, sorted: _bool = ..., return_inverse: _bool = ..., return_counts: _bool = ..., dim: _int | None = ...) -> Tensor | tuple[Tensor, ...]:
+        """
+        The unique elements (or slices along `dim`), sorted; with `return_inverse` each
+        element's index among them, with `return_counts` how often each occurs.
+        """
+    def unique_consecutive(self, return_inverse: _bool = ..., return_counts: _bool = ..., dim: _int | None = ...) -> Tensor | tuple[Tensor, ...]:
+        """
+        `unique` of runs: each group of equal consecutive elements (or slices) kept once.
+        """
     def unsqueeze(self, dim: _int) -> Tensor: ...
     def var(self, dim: _Dims | None = ..., unbiased: _bool | None = ..., keepdim: _bool = ..., *, correction: _float | None = ...) -> Tensor:
         """
@@ -808,6 +840,15 @@ __all__ = [
     'triu',
     'narrow',
     'select',
+    'searchsorted',
+    'sort',
+    'argsort',
+    'msort',
+    'topk',
+    'kthvalue',
+    'bucketize',
+    'unique',
+    'unique_consecutive',
 ]
 def _backward_calls() -> _int:
     """
@@ -1048,6 +1089,10 @@ def argmin(input: Tensor, dim: _int | None = ..., keepdim: _bool = ...) -> Tenso
     """
     Index (int64) of the first smallest value along `dim`, or in the flattened input.
     """
+def argsort(input: Tensor, dim: _int | None = ..., descending: _bool = ..., *, stable: _bool | None = ...) -> Tensor:
+    """
+    The int64 indices that sort `input` along `dim` (stable).
+    """
 def argwhere(input: Tensor) -> Tensor: ...
 def as_tensor(data: _Data, dtype: _Dtype | None = ..., device: _Device | None = ...) -> Tensor:
     """
@@ -1064,6 +1109,11 @@ def bmm(input: Tensor, mat2: Tensor) -> Tensor:
     """
 bool: dtype
 def broadcast_to(input: Tensor, size: _Size) -> Tensor: ...
+def bucketize(input: Tensor | _Number, boundaries: Tensor, *, out_int32: _bool = ..., right: _bool = ...) -> Tensor:
+    """
+    The index of the bucket of each element among the 1-d sorted `boundaries`:
+    `searchsorted(boundaries, input)`.
+    """
 def cat(tensors: Sequence[Tensor], dim: _int = ...) -> Tensor:
     """
     `cat(tensors, dim=0)`; also `concat` and `concatenate` (which also takes `axis=`).
@@ -1181,6 +1231,11 @@ def is_grad_enabled() -> _bool: ...
 def isfinite(input: Tensor) -> Tensor: ...
 def isinf(input: Tensor) -> Tensor: ...
 def isnan(input: Tensor) -> Tensor: ...
+def kthvalue(input: Tensor, k: _int, dim: _int | None = ..., keepdim: _bool = ...) -> _ValuesIndices:
+    """
+    The `k`-th smallest value (1-based) along `dim` and its index, as
+    `(values, indices)`.
+    """
 def le(input: Tensor, other: _Operand) -> Tensor: ...
 def lerp(input: Tensor, end: Tensor, weight: _Operand) -> Tensor:
     """
@@ -1239,6 +1294,10 @@ def mm(input: Tensor, mat2: Tensor) -> Tensor:
     """
 def moveaxis(input: Tensor, source: _Dims, destination: _Dims) -> Tensor: ...
 def movedim(input: Tensor, source: _Dims, destination: _Dims) -> Tensor: ...
+def msort(input: Tensor) -> Tensor:
+    """
+    The values sorted along dim 0.
+    """
 def mul(input: _Operand, other: _Operand) -> Tensor: ...
 def multiply(input: _Operand, other: _Operand) -> Tensor: ...
 def narrow(input: Tensor, dim: _int, start: _int, length: _int) -> Tensor: ...
@@ -1287,6 +1346,13 @@ def round(input: Tensor, *, decimals: _int = ...) -> Tensor: ...
 def rsqrt(input: Tensor) -> Tensor: ...
 def scatter(input: Tensor, dim: _int, index: Tensor, src: Tensor | _Number | None = ..., value: _Number | None = ..., *, reduce: str | None = ...) -> Tensor: ...
 def scatter_add(input: Tensor, dim: _int, index: Tensor, src: Tensor) -> Tensor: ...
+def searchsorted(sorted_sequence: Tensor, input: Tensor | _Number, *, out_int32: _bool = ..., right: _bool = ..., side: str | None = ..., sorter: Tensor | None = ...) -> Tensor:
+    """
+    `searchsorted(sorted_sequence, input, *, out_int32=False, right=False, side=None,
+    sorter=None)`: for each value of `input` (a tensor or a number), the index where it
+    would be inserted into its line of `sorted_sequence` to keep it sorted: the first such
+    index, or the last with `right=True` / `side="right"`.
+    """
 def seed() -> _int: ...
 def select(input: Tensor, dim: _int, index: _int) -> Tensor: ...
 def set_rng_state(state: RngState) -> None: ...
@@ -1306,6 +1372,11 @@ def softplus(input: Tensor, beta: _float = ..., threshold: _float = ...) -> Tens
     """
     `softplus(x, beta=1, threshold=20)`: `log(1 + exp(beta x)) / beta`, linear above the
     threshold.
+    """
+def sort(input: Tensor, dim: _int | None = ..., descending: _bool = ..., *, stable: _bool | None = ...) -> _ValuesIndices:
+    """
+    The values along `dim` in ascending (descending) order and their int64 indices,
+    as `(values, indices)`. The sort is always stable; NaN sorts as the largest value.
     """
 def split(tensor: Tensor, split_size_or_sections: _int | Sequence[_int], dim: _int = ...) -> tuple[Tensor, ...]:
     """
@@ -1347,6 +1418,11 @@ def threshold_(input: Tensor, threshold: _float, value: _float) -> Tensor:
     `threshold_(input, threshold, value)`: `threshold` in place, returning `input`.
     """
 def tile(input: Tensor, dims: _Dims) -> Tensor: ...
+def topk(input: Tensor, k: _int, dim: _int | None = ..., largest: _bool = ..., sorted: _bool = ...) -> _ValuesIndices:
+    """
+    The `k` largest (smallest) values along `dim` and their indices, as
+    `(values, indices)`, in sorted order whatever `sorted` says.
+    """
 def transpose(input: Tensor, dim0: _int, dim1: _int) -> Tensor: ...
 def tril(input: Tensor, diagonal: _int = ...) -> Tensor: ...
 def triu(input: Tensor, diagonal: _int = ...) -> Tensor: ...
@@ -1355,6 +1431,15 @@ def trunc(input: Tensor) -> Tensor: ...
 uint8: dtype
 def unbind(input: Tensor, dim: _int = ...) -> tuple[Tensor, ...]: ...
 def unflatten(input: Tensor, dim: _int, sizes: _Size) -> Tensor: ...
+def unique(input: Tensor, sorted: _bool = ..., return_inverse: _bool = ..., return_counts: _bool = ..., dim: _int | None = ...) -> Tensor | tuple[Tensor, ...]:
+    """
+    The unique elements (or slices along `dim`), sorted; with `return_inverse` each
+    element's index among them, with `return_counts` how often each occurs.
+    """
+def unique_consecutive(input: Tensor, return_inverse: _bool = ..., return_counts: _bool = ..., dim: _int | None = ...) -> Tensor | tuple[Tensor, ...]:
+    """
+    `unique` of runs: each group of equal consecutive elements (or slices) kept once.
+    """
 def unsqueeze(input: Tensor, dim: _int) -> Tensor: ...
 def var(input: Tensor, dim: _Dims | None = ..., unbiased: _bool | None = ..., keepdim: _bool = ..., *, correction: _float | None = ...) -> Tensor:
     """

@@ -2,7 +2,9 @@
 //! Each family trait's default methods are this backend; what candle lacks raises a
 //! NotImplementedError naming the op and the device.
 
-use super::{ElementwiseOps, IndexOps, InplaceOps, MaskOps, NnOps, OptimOps, ReduceOps, RenderOps};
+use super::{
+    ElementwiseOps, IndexOps, InplaceOps, MaskOps, NnOps, OptimOps, ReduceOps, RenderOps, SortOps,
+};
 
 /// candle's ops on any device.
 pub struct Candle;
@@ -13,6 +15,7 @@ impl MaskOps for Candle {}
 impl ReduceOps for Candle {}
 impl NnOps for Candle {}
 impl IndexOps for Candle {}
+impl SortOps for Candle {}
 impl RenderOps for Candle {}
 impl OptimOps for Candle {}
 

@@ -19,6 +19,7 @@
 //! | `ReduceOps::block_sum`        | parallel sum over a block of dims                  | none: candle's `sum_keepdim` runs        |
 //! | `NnOps`                       | layer_norm rows, nll gather/scatter, embedding     | layer_norm, embedding (`index_select`)   |
 //! | `IndexOps`                    | advanced-index take/put on any strided layout      | NotImplementedError                      |
+//! | `SortOps`                     | stable argsort of lines and rows, runs, binary search | NotImplementedError                   |
 //! | `RenderOps`                   | fused NeRF volume renderer and its backward        | NotImplementedError                      |
 //! | `OptimOps`                    | fused in-place SGD/Adam steps, grad norms          | NotImplementedError                      |
 //!
@@ -38,6 +39,7 @@ pub mod mask;
 pub mod nn;
 pub mod optim;
 pub mod render;
+pub mod sort;
 
 use candle_core::Device;
 
@@ -51,15 +53,32 @@ pub use mask::MaskOps;
 pub use nn::NnOps;
 pub use optim::{AdamStep, GradPrep, OptimOps, SgdStep};
 pub use render::{RenderInputs, RenderOps, RenderShape};
+pub use sort::SortOps;
 
 /// All the kernel families of one device.
 pub trait Backend:
-    ElementwiseOps + InplaceOps + MaskOps + ReduceOps + NnOps + IndexOps + RenderOps + OptimOps
+    ElementwiseOps
+    + InplaceOps
+    + MaskOps
+    + ReduceOps
+    + NnOps
+    + IndexOps
+    + SortOps
+    + RenderOps
+    + OptimOps
 {
 }
 
 impl<B> Backend for B where
-    B: ElementwiseOps + InplaceOps + MaskOps + ReduceOps + NnOps + IndexOps + RenderOps + OptimOps
+    B: ElementwiseOps
+        + InplaceOps
+        + MaskOps
+        + ReduceOps
+        + NnOps
+        + IndexOps
+        + SortOps
+        + RenderOps
+        + OptimOps
 {
 }
 

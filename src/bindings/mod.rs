@@ -16,6 +16,7 @@ pub mod reduce;
 pub mod saved_hooks;
 pub mod scan;
 pub mod shape;
+pub mod sort;
 pub mod tensor;
 
 use pyo3::prelude::*;
@@ -62,5 +63,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     saved_hooks::register(m)?;
     scan::register(m)?;
     shape::register(m)?;
+    sort::register(m)?;
     Ok(())
 }

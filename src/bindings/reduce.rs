@@ -18,20 +18,25 @@ use crate::ops::reduce::{self, minmax};
 use crate::ops::Operand;
 use crate::tensor::Tensor;
 
-/// `(values, indices)` as a named tuple `gradstream.return_types.max` / `.min`.
-fn values_indices(py: Python<'_>, name: &str, v: Tensor, i: Tensor) -> PyResult<Py<PyAny>> {
-    static MAX: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
-    static MIN: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
-    let cell = if name == "max" { &MAX } else { &MIN };
-    let cls = cell.get_or_try_init(py, || -> PyResult<Py<PyAny>> {
-        let namedtuple = py.import("collections")?.getattr("namedtuple")?;
-        let kw = PyDict::new(py);
-        kw.set_item("module", "gradstream.return_types")?;
-        Ok(namedtuple
-            .call((name, ("values", "indices")), Some(&kw))?
-            .unbind())
-    })?;
-    Ok(cls.bind(py).call1((v, i))?.unbind())
+/// `(values, indices)` as a named tuple `gradstream.return_types.NAME` (`max`, `sort`...),
+/// one class per name, made on first use.
+pub fn values_indices(py: Python<'_>, name: &str, v: Tensor, i: Tensor) -> PyResult<Py<PyAny>> {
+    static CLASSES: PyOnceLock<Py<PyDict>> = PyOnceLock::new();
+    let classes = CLASSES
+        .get_or_init(py, || PyDict::new(py).unbind())
+        .bind(py);
+    let cls = match classes.get_item(name)? {
+        Some(cls) => cls,
+        None => {
+            let namedtuple = py.import("collections")?.getattr("namedtuple")?;
+            let kw = PyDict::new(py);
+            kw.set_item("module", "gradstream.return_types")?;
+            let cls = namedtuple.call((name, ("values", "indices")), Some(&kw))?;
+            classes.set_item(name, &cls)?;
+            cls
+        }
+    };
+    Ok(cls.call1((v, i))?.unbind())
 }
 
 /// A norm order: a number, `inf`, or `'fro'` (the 2-norm).

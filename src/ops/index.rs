@@ -21,6 +21,7 @@ use crate::ops::shape::{derived, expand, reshape};
 use crate::ops::{broadcast_shape, convert, creation, Scalar};
 use crate::tensor::{shape_str, Tensor};
 
+pub(crate) use family::gather_plan;
 pub use family::{
     gather, index_select, masked_fill, masked_fill_, masked_select, nonzero, out_of_place,
     scatter_, scatter_add_, take_along_dim,

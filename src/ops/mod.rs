@@ -13,6 +13,7 @@ pub mod nn;
 pub mod reduce;
 pub mod scan;
 pub mod shape;
+pub mod sort;
 pub mod threshold;
 pub mod unary;
 pub mod volume_render;

@@ -13,6 +13,7 @@ pub mod nn;
 pub mod optim;
 pub mod render;
 pub mod scalar;
+pub mod sort;
 pub mod strided;
 
 /// Below this many elements a kernel stays on one thread.

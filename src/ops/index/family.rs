@@ -44,7 +44,7 @@ fn check_gather_shapes(op: &str, x: &[usize], index: &[usize], dim: usize) -> Re
     Ok(())
 }
 
-fn gather_plan(
+pub(crate) fn gather_plan(
     op: &'static str,
     x_dims: &[usize],
     dim: usize,
