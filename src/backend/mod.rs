@@ -55,32 +55,25 @@ pub use optim::{AdamStep, GradPrep, OptimOps, SgdStep};
 pub use render::{RenderInputs, RenderOps, RenderShape};
 pub use sort::SortOps;
 
-/// All the kernel families of one device.
-pub trait Backend:
-    ElementwiseOps
-    + InplaceOps
-    + MaskOps
-    + ReduceOps
-    + NnOps
-    + IndexOps
-    + SortOps
-    + RenderOps
-    + OptimOps
-{
+/// All the kernel families of one device; any type that has them all is a `Backend`.
+macro_rules! backend {
+    ($($family:ident),*) => {
+        pub trait Backend: $($family +)* {}
+        impl<B: $($family +)*> Backend for B {}
+    };
 }
 
-impl<B> Backend for B where
-    B: ElementwiseOps
-        + InplaceOps
-        + MaskOps
-        + ReduceOps
-        + NnOps
-        + IndexOps
-        + SortOps
-        + RenderOps
-        + OptimOps
-{
-}
+backend!(
+    ElementwiseOps,
+    InplaceOps,
+    MaskOps,
+    ReduceOps,
+    NnOps,
+    IndexOps,
+    SortOps,
+    RenderOps,
+    OptimOps
+);
 
 /// The backend of a device: one match, no allocation.
 pub fn of(device: &Device) -> &'static dyn Backend {

@@ -173,40 +173,32 @@ fn unsupported(op: &str, dt: DType) -> Error {
     Error::dtype(format!("{op}: unsupported compute dtype {dt:?}"))
 }
 
+/// `f::<T>(args)` for the compute dtype `dt` (f32, f64 or i64); others are `op`'s error.
+macro_rules! per_dtype {
+    ($dt:expr, $op:literal, $f:ident($($arg:expr),*)) => {
+        match $dt {
+            DType::F32 => $f::<f32>($($arg),*),
+            DType::F64 => $f::<f64>($($arg),*),
+            DType::I64 => $f::<i64>($($arg),*),
+            dt => Err(unsupported($op, dt)),
+        }
+    };
+}
+
 impl SortOps for Cpu {
     fn argsort(&self, x: &Tensor, descending: bool) -> Result<Tensor> {
-        match x.dtype() {
-            DType::F32 => argsort_t::<f32>(x, descending),
-            DType::F64 => argsort_t::<f64>(x, descending),
-            DType::I64 => argsort_t::<i64>(x, descending),
-            dt => Err(unsupported("sort", dt)),
-        }
+        per_dtype!(x.dtype(), "sort", argsort_t(x, descending))
     }
 
     fn argsort_rows(&self, x: &Tensor) -> Result<Tensor> {
-        match x.dtype() {
-            DType::F32 => argsort_rows_t::<f32>(x),
-            DType::F64 => argsort_rows_t::<f64>(x),
-            DType::I64 => argsort_rows_t::<i64>(x),
-            dt => Err(unsupported("unique", dt)),
-        }
+        per_dtype!(x.dtype(), "unique", argsort_rows_t(x))
     }
 
     fn run_ids(&self, x: &Tensor) -> Result<Tensor> {
-        match x.dtype() {
-            DType::F32 => run_ids_t::<f32>(x),
-            DType::F64 => run_ids_t::<f64>(x),
-            DType::I64 => run_ids_t::<i64>(x),
-            dt => Err(unsupported("unique", dt)),
-        }
+        per_dtype!(x.dtype(), "unique", run_ids_t(x))
     }
 
     fn search(&self, seq: &Tensor, values: &Tensor, right: bool) -> Result<Tensor> {
-        match seq.dtype() {
-            DType::F32 => search_t::<f32>(seq, values, right),
-            DType::F64 => search_t::<f64>(seq, values, right),
-            DType::I64 => search_t::<i64>(seq, values, right),
-            dt => Err(unsupported("searchsorted", dt)),
-        }
+        per_dtype!(seq.dtype(), "searchsorted", search_t(seq, values, right))
     }
 }
