@@ -22,7 +22,7 @@ import gradstream.alias as alias
 from gradstream.alias import torch_alias
 
 DROPIN = Path(__file__).parent / "dropin"
-SCRIPTS = ["tiny_nerf_notebook", "nerf_module", "nerf_compact"]
+SCRIPTS = ["tiny_nerf_notebook", "nerf_module", "nerf_compact", "nerf_hierarchical"]
 STEPS = 3
 
 
