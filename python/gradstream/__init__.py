@@ -27,6 +27,9 @@ from .autograd.grad_mode import (
     set_grad_enabled,
 )
 from .broadcasting import broadcast_shapes, broadcast_tensors
+from .comparison import allclose as allclose
+from .comparison import equal as equal
+from .comparison import isclose as isclose
 from .serialization import load as load
 from .serialization import save as save
 from .size import Size

@@ -4,6 +4,7 @@ holds the data and runs every op; these only combine its methods."""
 
 from . import _core
 from ._formatting import rebuild_tensor, tensor_repr
+from .comparison import allclose, equal, isclose
 
 Tensor = _core.Tensor
 
@@ -115,6 +116,25 @@ def backward(
     run(self, gradient, retain_graph, create_graph, inputs, grad_consumer)
 
 
+def _new(fill):
+    def new(self, *size, dtype=None, device=None, requires_grad=False, **kwargs):
+        dt = self.dtype if dtype is None else dtype
+        return fill(*size, dtype=dt, device=device, requires_grad=requires_grad, **kwargs)
+
+    return new
+
+
+def new_full(self, size, fill_value, *, dtype=None, device=None, requires_grad=False):
+    dt = self.dtype if dtype is None else dtype
+    return _core.full(size, fill_value, dtype=dt, device=device, requires_grad=requires_grad)
+
+
+def new_tensor(self, data, *, dtype=None, device=None, requires_grad=False):
+    """A copy of `data` as a new leaf, in this tensor's dtype unless `dtype=`."""
+    dt = self.dtype if dtype is None else dtype
+    return _core.tensor(data, dtype=dt, device=device, requires_grad=requires_grad)
+
+
 def _cast(dtype):
     def cast(self, memory_format=None):
         return self.to(dtype)
@@ -134,6 +154,14 @@ _METHODS = {
     "__deepcopy__": __deepcopy__,
     "__repr__": tensor_repr,
     "tolist": tolist,
+    "isclose": isclose,
+    "allclose": allclose,
+    "equal": equal,
+    "new_zeros": _new(_core.zeros),
+    "new_ones": _new(_core.ones),
+    "new_empty": _new(_core.empty),
+    "new_full": new_full,
+    "new_tensor": new_tensor,
     "backward": backward,
     "type": _type,
     "type_as": type_as,
