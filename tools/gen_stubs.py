@@ -50,6 +50,9 @@ class _ValuesIndices(NamedTuple):
 
 # A parameter's type by its name.
 PARAMS = {
+    "rtol": "float",
+    "atol": "float",
+    "equal_nan": "bool",
     "input": "Tensor",
     "other": "_Operand",
     "exponent": "_Operand",
@@ -311,6 +314,8 @@ RETURNS = {
     "nonzero": "Tensor | tuple[Tensor, ...]",
     "_graph_leaves": "list[Tensor]",
     "_run_backward": "list[Tensor | None]",
+    "Tensor.allclose": "bool",
+    "Tensor.equal": "bool",
     **dict.fromkeys(
         "manual_seed set_rng_state _set_grad_enabled _set_memory_context _reset_peak_memory_stats "
         "_record_memory_history _push_saved_tensors_hooks _pop_saved_tensors_hooks "
@@ -494,7 +499,9 @@ def _signature(obj, owner: str | None, func: str) -> str:
     out, star_done, pos_only = [], False, False
     params = list(sig.parameters.values())
     if owner is not None:
-        out.append("cls" if func == "__new__" else "self")
+        # A method written in Python may name its first parameter `input` (comparison.py).
+        first = params[0].name if inspect.isfunction(obj) else "self"
+        out.append("cls" if func == "__new__" else first)
         if func != "__new__":
             params = params[1:]  # $self
     for p in params:

@@ -117,9 +117,9 @@ def backward(
 
 
 def _new(fill):
-    def new(self, *size, dtype=None, device=None, requires_grad=False, **kwargs):
+    def new(self, *size, dtype=None, device=None, requires_grad=False):
         dt = self.dtype if dtype is None else dtype
-        return fill(*size, dtype=dt, device=device, requires_grad=requires_grad, **kwargs)
+        return fill(*size, dtype=dt, device=device, requires_grad=requires_grad)
 
     return new
 
