@@ -9,6 +9,7 @@ from . import (
     _core,
     _tensor,  # noqa: F401  (adds the Tensor methods written in Python)
     autograd,
+    backends,
     cuda,
     linalg,
     memory,
@@ -30,6 +31,7 @@ from .broadcasting import broadcast_shapes, broadcast_tensors
 from .comparison import allclose as allclose
 from .comparison import equal as equal
 from .comparison import isclose as isclose
+from .compiler import compile as compile
 from .serialization import load as load
 from .serialization import save as save
 from .size import Size
@@ -72,6 +74,7 @@ __all__ = [
     "inference_mode",
     "is_grad_enabled",
     "autograd",
+    "backends",
     "cuda",
     "linalg",
     "memory",
