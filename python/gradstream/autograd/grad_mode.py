@@ -148,3 +148,21 @@ class set_grad_enabled(_GradMode):  # noqa: N801
 
     def clone(self) -> _GradMode:
         return _Scope(self._enabled)
+
+
+class set_multithreading_enabled:
+    """Whether backward may run on worker threads. gradstream's engine always runs the
+    backward on the calling thread (its kernels use their own thread pool), so the switch
+    is recorded and restored but changes nothing."""
+
+    _enabled = True
+
+    def __init__(self, mode):
+        self.prev = set_multithreading_enabled._enabled
+        set_multithreading_enabled._enabled = bool(mode)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        set_multithreading_enabled._enabled = self.prev

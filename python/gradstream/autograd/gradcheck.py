@@ -8,6 +8,7 @@ import numpy as np
 
 from .. import _core
 from .backward import grad
+from .grad_mode import enable_grad
 
 
 def _as_tuple(x):
@@ -125,3 +126,44 @@ def gradcheck(
 
 class GradcheckError(RuntimeError):
     pass
+
+
+def gradgradcheck(
+    fn: Callable,
+    inputs: Sequence | object,
+    grad_outputs: Sequence | object | None = None,
+    *,
+    eps: float = 1e-6,
+    atol: float = 1e-5,
+    rtol: float = 1e-3,
+    raise_exception: bool = True,
+) -> bool:
+    """`gradcheck` of the first derivative: the gradients of `fn`'s vector-Jacobian product
+    with respect to the inputs and to `grad_outputs` (random float64 ones when not given),
+    against finite differences."""
+    inputs = _as_tuple(inputs)
+    if grad_outputs is None:
+        rng = np.random.default_rng(0)
+        outs = [o for o in _as_tuple(fn(*inputs)) if o.requires_grad]
+        grad_outputs = tuple(
+            _core.tensor(rng.standard_normal(tuple(o.shape)), dtype=o.dtype, requires_grad=True)
+            for o in outs
+        )
+    grad_outputs = _as_tuple(grad_outputs)
+    n = len(inputs)
+    wrt = [i for i, x in enumerate(inputs) if isinstance(x, _core.Tensor) and x.requires_grad]
+
+    def first_derivative(*args):
+        # Finite differences call this with fresh, grad-less copies of the inputs.
+        xs = [
+            x.detach().requires_grad_(True) if i in wrt and not x.requires_grad else x
+            for i, x in enumerate(args[:n])
+        ]
+        with enable_grad():
+            outs = [o for o in _as_tuple(fn(*xs)) if o.requires_grad]
+            found = grad(
+                outs, [xs[i] for i in wrt], list(args[n:]), create_graph=True, allow_unused=True
+            )
+        return tuple(g for g in found if g is not None)
+
+    return gradcheck(first_derivative, inputs + grad_outputs, eps, atol, rtol, raise_exception)
