@@ -32,6 +32,7 @@ from .comparison import allclose as allclose
 from .comparison import equal as equal
 from .comparison import isclose as isclose
 from .compiler import compile as compile
+from .einsum import einsum as einsum
 from .serialization import load as load
 from .serialization import save as save
 from .size import Size
