@@ -501,6 +501,7 @@ def _signature(obj, owner: str | None, func: str) -> str:
     if owner is not None:
         # A method written in Python may name its first parameter `input` (comparison.py).
         first = params[0].name if inspect.isfunction(obj) else "self"
+        first = first if first == "self" else f"{first}: {owner}"
         out.append("cls" if func == "__new__" else first)
         if func != "__new__":
             params = params[1:]  # $self

@@ -22,7 +22,7 @@ def isclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):
                 f"isclose(): {name} must be greater than or equal to zero, but got {v}"
             )
     close = input == other
-    if input.dtype is _core.bool or (rtol == 0 and atol == 0):
+    if rtol == 0 and atol == 0:
         return close
     if equal_nan:
         close = close | (input.isnan() & other.isnan())
