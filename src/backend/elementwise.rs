@@ -28,6 +28,14 @@ pub enum UnaryOp {
     Cos,
     Tan,
     Tanh,
+    Asin,
+    Acos,
+    Atan,
+    Sinh,
+    Cosh,
+    Asinh,
+    Acosh,
+    Atanh,
     Sigmoid,
     Relu,
     /// `log(1 + exp(beta x)) / beta`, linear where `beta x > threshold`.
@@ -68,6 +76,10 @@ pub enum Bin {
     Rem,
     /// C's `fmod`: the result has the dividend's sign.
     Fmod,
+    /// The angle of the point (b, a): `atan(a / b)` in the right quadrant.
+    Atan2,
+    /// `sqrt(a^2 + b^2)` without overflow.
+    Hypot,
     Max,
     Min,
     And,
@@ -149,6 +161,14 @@ fn candle_unary(name: &'static str, op: UnaryOp, x: &Tensor) -> Result<Tensor> {
         UnaryOp::ScalarPow(b) => x.affine(b.ln(), 0.0).and_then(|y| y.exp()),
         UnaryOp::Log1p
         | UnaryOp::Expm1
+        | UnaryOp::Asin
+        | UnaryOp::Acos
+        | UnaryOp::Atan
+        | UnaryOp::Sinh
+        | UnaryOp::Cosh
+        | UnaryOp::Asinh
+        | UnaryOp::Acosh
+        | UnaryOp::Atanh
         | UnaryOp::Round
         | UnaryOp::Trunc
         | UnaryOp::Frac
@@ -206,6 +226,8 @@ fn candle_binary(name: &'static str, op: Bin, a: &Tensor, b: &Tensor) -> Result<
         | Bin::TruncDiv
         | Bin::Rem
         | Bin::Fmod
+        | Bin::Atan2
+        | Bin::Hypot
         | Bin::And
         | Bin::Or
         | Bin::Xor => return Err(not_implemented(name, a.device())),

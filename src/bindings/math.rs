@@ -232,18 +232,26 @@ macro_rules! compare_ops {
 
 compare_ops!(eq => Eq, ne => Ne, lt => Lt, le => Le, gt => Gt, ge => Ge);
 
-macro_rules! logical_ops {
-    ($($name:ident => $op:ident),*) => {
-        tensor_ops! { mod logical_fns; $(
+/// The binary ops whose `other` must be a tensor, as in PyTorch (no number overload).
+macro_rules! tensor_pair_ops {
+    ($($name:ident => $f:expr),*) => {
+        tensor_ops! { mod tensor_pair_fns; $(
             both fn $name(x: Tensor, other: &Obj<'_>) [other] -> Tensor {
                 let other = extract_tensor(stringify!($name), "other", other)?;
-                Ok(logical(LogicalOp::$op, &x, &other)?)
+                Ok(($f)(&x, &other)?)
             }
         )* }
     };
 }
 
-logical_ops!(logical_and => And, logical_or => Or, logical_xor => Xor);
+tensor_pair_ops!(
+    logical_and => |a: &Tensor, b: &Tensor| logical(LogicalOp::And, a, b),
+    logical_or => |a: &Tensor, b: &Tensor| logical(LogicalOp::Or, a, b),
+    logical_xor => |a: &Tensor, b: &Tensor| logical(LogicalOp::Xor, a, b),
+    atan2 => |a: &Tensor, b: &Tensor| binary(BinaryOp::Atan2, &a.into(), &b.into()),
+    arctan2 => |a: &Tensor, b: &Tensor| binary(BinaryOp::Atan2, &a.into(), &b.into()),
+    hypot => |a: &Tensor, b: &Tensor| binary(BinaryOp::Hypot, &a.into(), &b.into())
+);
 
 tensor_ops! { mod arith_fns;
     both fn add(x: Operand, other: &Obj<'_>, alpha: Option<f64>) [other, *, alpha=None] -> Tensor {
@@ -299,7 +307,10 @@ unary_ops! {
     neg => Neg, negative => Neg, abs => Abs, absolute => Abs, sign => Sign, square => Square,
     reciprocal => Reciprocal, exp => Exp, log => Log, log2 => Log2, log10 => Log10,
     log1p => Log1p, expm1 => Expm1, sqrt => Sqrt, rsqrt => Rsqrt, sin => Sin, cos => Cos,
-    tan => Tan, tanh => Tanh, sigmoid => Sigmoid, erf => Erf, floor => Floor,
+    tan => Tan, tanh => Tanh, asin => Asin, arcsin => Asin, acos => Acos, arccos => Acos,
+    atan => Atan, arctan => Atan, sinh => Sinh, cosh => Cosh, asinh => Asinh, arcsinh => Asinh,
+    acosh => Acosh, arccosh => Acosh, atanh => Atanh, arctanh => Atanh, sigmoid => Sigmoid,
+    erf => Erf, floor => Floor,
     ceil => Ceil, trunc => Trunc, fix => Trunc, frac => Frac,
 }
 
@@ -316,7 +327,11 @@ macro_rules! unary_inplace_ops {
 
 unary_inplace_ops! {
     neg_ => Neg, exp_ => Exp, log_ => Log, sqrt_ => Sqrt, sigmoid_ => Sigmoid,
-    tanh_ => Tanh, abs_ => Abs, reciprocal_ => Reciprocal, floor_ => Floor,
+    tanh_ => Tanh, abs_ => Abs, reciprocal_ => Reciprocal, floor_ => Floor, sin_ => Sin,
+    cos_ => Cos, tan_ => Tan, asin_ => Asin, acos_ => Acos, atan_ => Atan, sinh_ => Sinh,
+    cosh_ => Cosh, asinh_ => Asinh, acosh_ => Acosh, atanh_ => Atanh, ceil_ => Ceil,
+    trunc_ => Trunc, log2_ => Log2, log10_ => Log10, log1p_ => Log1p, expm1_ => Expm1,
+    rsqrt_ => Rsqrt, square_ => Square, sign_ => Sign,
 }
 
 tensor_ops! { mod other_fns;
@@ -463,7 +478,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(where_fn, m)?)?;
     binary_fns::register(m)?;
     compare_fns::register(m)?;
-    logical_fns::register(m)?;
+    tensor_pair_fns::register(m)?;
     arith_fns::register(m)?;
     unary_fns::register(m)?;
     unary_inplace_fns::register(m)?;

@@ -26,6 +26,8 @@ pub enum BinaryOp {
     TruncDivide,
     Remainder,
     Fmod,
+    Atan2,
+    Hypot,
     BitwiseAnd,
     BitwiseOr,
     BitwiseXor,
@@ -65,6 +67,8 @@ impl BinaryOp {
             BinaryOp::TruncDivide => "div",
             BinaryOp::Remainder => "remainder",
             BinaryOp::Fmod => "fmod",
+            BinaryOp::Atan2 => "atan2",
+            BinaryOp::Hypot => "hypot",
             BinaryOp::BitwiseAnd => "bitwise_and",
             BinaryOp::BitwiseOr => "bitwise_or",
             BinaryOp::BitwiseXor => "bitwise_xor",
@@ -82,6 +86,8 @@ impl BinaryOp {
             BinaryOp::Pow => "PowBackward1",
             BinaryOp::Remainder => "RemainderBackward0",
             BinaryOp::Fmod => "FmodBackward0",
+            BinaryOp::Atan2 => "Atan2Backward0",
+            BinaryOp::Hypot => "HypotBackward0",
             _ => "NotDifferentiable",
         }
     }
@@ -115,6 +121,8 @@ impl BinaryOp {
             BinaryOp::TruncDivide => Bin::TruncDiv,
             BinaryOp::Remainder => Bin::Rem,
             BinaryOp::Fmod => Bin::Fmod,
+            BinaryOp::Atan2 => Bin::Atan2,
+            BinaryOp::Hypot => Bin::Hypot,
             BinaryOp::BitwiseAnd => Bin::And,
             BinaryOp::BitwiseOr => Bin::Or,
             BinaryOp::BitwiseXor => Bin::Xor,
@@ -129,6 +137,8 @@ impl BinaryOp {
             BinaryOp::Maximum | BinaryOp::Minimum => (true, true, false),
             BinaryOp::Pow => (true, true, nb),
             BinaryOp::Remainder | BinaryOp::Fmod => (nb, nb, false),
+            BinaryOp::Atan2 => (true, true, false),
+            BinaryOp::Hypot => (true, true, true),
             _ => (false, false, false),
         };
         Saves { a, b, out }
@@ -196,6 +206,23 @@ impl BinaryOp {
                 })?;
                 (ga, gb)
             }
+            BinaryOp::Atan2 => {
+                // d/da = b / (a^2 + b^2), d/db = -a / (a^2 + b^2)
+                let (a, b) = (a(), b());
+                let r2 = add(&mul(a, a)?, &mul(b, b)?)?;
+                (
+                    when(na, &|| mul(g, &div(b, &r2)?))?,
+                    when(nb, &|| unary::neg(&mul(g, &div(a, &r2)?)?))?,
+                )
+            }
+            BinaryOp::Hypot => {
+                // d/da = a / out, d/db = b / out
+                let r = out.expect("saved output");
+                (
+                    when(na, &|| mul(g, &div(a(), r)?))?,
+                    when(nb, &|| mul(g, &div(b(), r)?))?,
+                )
+            }
             BinaryOp::Remainder | BinaryOp::Fmod => {
                 let q = if self == BinaryOp::Remainder {
                     BinaryOp::FloorDivide
@@ -223,7 +250,11 @@ fn op_dtype(op: BinaryOp, a: &Operand, b: &Operand) -> Result<DType> {
         Operand::Scalar(s) => matches!(s, Scalar::Bool(_)),
     };
     match op {
-        BinaryOp::Div if category != Category::Floating => Ok(DEFAULT_FLOAT),
+        BinaryOp::Hypot if category != Category::Floating => Err(Error::NotImplemented(format!(
+            "hypot: not implemented for {} tensors (floating point only)",
+            dtype.name()
+        ))),
+        BinaryOp::Div | BinaryOp::Atan2 if category != Category::Floating => Ok(DEFAULT_FLOAT),
         BinaryOp::Sub if is_bool(a) || is_bool(b) => Err(Error::dtype(
             "sub: Subtraction, the `-` operator, with a bool tensor is not supported. If you are \
              trying to invert a mask, use the `~` or `logical_not()` operator instead.",

@@ -63,6 +63,14 @@ impl UnaryOp {
             UnaryOp::Expm1 => ("expm1", "Expm1Backward0"),
             UnaryOp::Tan => ("tan", "TanBackward0"),
             UnaryOp::Tanh => ("tanh", "TanhBackward0"),
+            UnaryOp::Asin => ("asin", "AsinBackward0"),
+            UnaryOp::Acos => ("acos", "AcosBackward0"),
+            UnaryOp::Atan => ("atan", "AtanBackward0"),
+            UnaryOp::Sinh => ("sinh", "SinhBackward0"),
+            UnaryOp::Cosh => ("cosh", "CoshBackward0"),
+            UnaryOp::Asinh => ("asinh", "AsinhBackward0"),
+            UnaryOp::Acosh => ("acosh", "AcoshBackward0"),
+            UnaryOp::Atanh => ("atanh", "AtanhBackward0"),
             UnaryOp::Sigmoid => ("sigmoid", "SigmoidBackward0"),
             UnaryOp::Softplus { .. } => ("softplus", "SoftplusBackward0"),
             UnaryOp::Gelu | UnaryOp::GeluTanh => ("gelu", "GeluBackward0"),
@@ -169,6 +177,22 @@ impl UnaryOp {
             UnaryOp::Tan => mul(g, &add_scalar(&square(s())?, 1.0)?),
             // 1 - y^2
             UnaryOp::Tanh => mul(g, &rsub_scalar(1.0, &square(s())?)?),
+            // 1 / sqrt(1 - x^2), its negation, 1 / (1 + x^2)
+            UnaryOp::Asin => div(g, &sqrt(&rsub_scalar(1.0, &square(s())?)?)?),
+            UnaryOp::Acos => neg(&div(g, &sqrt(&rsub_scalar(1.0, &square(s())?)?)?)?),
+            UnaryOp::Atan => div(g, &add_scalar(&square(s())?, 1.0)?),
+            UnaryOp::Sinh => mul(g, &unary(UnaryOp::Cosh, s())?),
+            UnaryOp::Cosh => mul(g, &unary(UnaryOp::Sinh, s())?),
+            // 1 / sqrt(x^2 + 1), 1 / sqrt((x - 1)(x + 1)), 1 / (1 - x^2)
+            UnaryOp::Asinh => div(g, &sqrt(&add_scalar(&square(s())?, 1.0)?)?),
+            UnaryOp::Acosh => {
+                let x = s();
+                div(
+                    g,
+                    &sqrt(&mul(&add_scalar(x, -1.0)?, &add_scalar(x, 1.0)?)?)?,
+                )
+            }
+            UnaryOp::Atanh => div(g, &rsub_scalar(1.0, &square(s())?)?),
             // One fused pass unless the backward is itself recorded.
             UnaryOp::Sigmoid
             | UnaryOp::Silu

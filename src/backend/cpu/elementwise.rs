@@ -222,6 +222,14 @@ fn float_un<F: Real>(op: UnaryOp, v: &[F], l: &Layout) -> candle_core::Result<Ve
         UnaryOp::Cos => map1(v, l, |x| x.cos()),
         UnaryOp::Tan => map1(v, l, |x| x.tan()),
         UnaryOp::Tanh => map1(v, l, |x| x.tanh()),
+        UnaryOp::Asin => map1(v, l, |x| x.asin()),
+        UnaryOp::Acos => map1(v, l, |x| x.acos()),
+        UnaryOp::Atan => map1(v, l, |x| x.atan()),
+        UnaryOp::Sinh => map1(v, l, |x| x.sinh()),
+        UnaryOp::Cosh => map1(v, l, |x| x.cosh()),
+        UnaryOp::Asinh => map1(v, l, |x| x.asinh()),
+        UnaryOp::Acosh => map1(v, l, |x| x.acosh()),
+        UnaryOp::Atanh => map1(v, l, |x| x.atanh()),
         UnaryOp::Sigmoid => map1(v, l, sigmoid),
         // NaN propagates (a comparison with NaN is false).
         UnaryOp::Relu => map1(v, l, |x| if x < zero { zero } else { x }),
@@ -468,6 +476,8 @@ fn float_bin<F: Real>(
         Bin::TruncDiv => map2(a, la, b, lb, |x, y| (x / y).trunc()),
         Bin::Rem => map2(a, la, b, lb, float_rem),
         Bin::Fmod => map2(a, la, b, lb, |x, y| x % y),
+        Bin::Atan2 => map2(a, la, b, lb, |x, y| x.atan2(y)),
+        Bin::Hypot => map2(a, la, b, lb, |x, y| x.hypot(y)),
         Bin::Max => map2(a, la, b, lb, nan_max),
         Bin::Min => map2(a, la, b, lb, nan_min),
         Bin::Grad(f) => float_grad(f, a, la, b, lb)?,
@@ -586,7 +596,9 @@ fn int_bin<I: Int>(
         Bin::And => map2(a, la, b, lb, |x, y| x & y),
         Bin::Or => map2(a, la, b, lb, |x, y| x | y),
         Bin::Xor => map2(a, la, b, lb, |x, y| x ^ y),
-        Bin::Div => candle_core::bail!("true division of integers is done in floating point"),
+        Bin::Div | Bin::Atan2 | Bin::Hypot => {
+            candle_core::bail!("{op:?} of integers is done in floating point")
+        }
         Bin::Grad(f) => candle_core::bail!("{f:?} backward is for floating point tensors"),
     })
 }
