@@ -1,0 +1,187 @@
+"""Composite layers: ``bilinear``, RMS and group normalisation, channel-wise dropouts."""
+
+from __future__ import annotations
+
+import math
+
+from ... import _core
+from ..._core import Tensor
+from .._reduction import _check_tensor
+from .activation import _SELU_ALPHA, _SELU_SCALE
+
+__all__ = [
+    "bilinear", "rms_norm", "group_norm", "dropout1d", "dropout2d", "dropout3d",
+    "alpha_dropout", "feature_alpha_dropout",
+]  # fmt: skip
+
+_FLOAT_EPS = {"float32": 2.0**-23, "float64": 2.0**-52, "float16": 2.0**-10, "bfloat16": 2.0**-7}
+
+
+def bilinear(input1: Tensor, input2: Tensor, weight: Tensor, bias: Tensor | None = None):
+    """``y[..., o] = input1 @ weight[o] @ input2 + bias[o]``; ``weight`` is ``(out, in1,
+    in2)``."""
+    _check_tensor("bilinear", "input1", input1)
+    _check_tensor("bilinear", "input2", input2)
+    if weight.dim() != 3:
+        raise RuntimeError(f"bilinear(): weight must be 3-dimensional, got {weight.dim()}D")
+    out, in1, in2 = weight.shape
+    if input1.shape[-1:] != (in1,) or input2.shape[-1:] != (in2,):
+        raise RuntimeError(
+            f"bilinear(): input sizes {list(input1.shape)} and {list(input2.shape)} do not "
+            f"match weight of size {list(weight.shape)}"
+        )
+    if tuple(input1.shape[:-1]) != tuple(input2.shape[:-1]):
+        raise RuntimeError(
+            "bilinear(): input batch dimensions do not match: got "
+            f"{list(input1.shape[:-1])} and {list(input2.shape[:-1])}"
+        )
+    # (*, in1) @ (in1, out * in2) -> (*, out, in2), then the dot with input2 over in2.
+    w = weight.permute(1, 0, 2).reshape(in1, out * in2)
+    left = input1.matmul(w).reshape(*input1.shape[:-1], out, in2)
+    y = (left * input2.unsqueeze(-2)).sum(-1)
+    return y + bias if bias is not None else y
+
+
+def _check_normalized_shape(op: str, input: Tensor, normalized_shape) -> tuple[int, ...]:
+    ns = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    shape = tuple(input.shape)
+    if len(ns) > len(shape) or shape[len(shape) - len(ns) :] != ns:
+        raise RuntimeError(
+            f"Given normalized_shape={list(ns)}, expected input with shape [*, "
+            f"{', '.join(str(d) for d in ns)}], but got input of size{list(shape)}"
+        )
+    return ns
+
+
+def rms_norm(
+    input: Tensor, normalized_shape, weight: Tensor | None = None, eps: float | None = None
+) -> Tensor:
+    """``input / sqrt(mean(input^2) + eps)`` over the last ``len(normalized_shape)`` dims;
+    ``eps=None`` is the dtype's machine epsilon."""
+    _check_tensor("rms_norm", "input", input)
+    ns = _check_normalized_shape("rms_norm", input, normalized_shape)
+    if eps is None:
+        eps = _FLOAT_EPS[repr(input.dtype).split(".")[-1]]
+    dims = tuple(range(input.dim() - len(ns), input.dim()))
+    sq = input * input
+    out = input * ((sq.mean(dims, keepdim=True) if dims else sq) + eps).rsqrt()
+    return out * weight if weight is not None else out
+
+
+def group_norm(
+    input: Tensor,
+    num_groups: int,
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    eps: float = 1e-5,
+) -> Tensor:
+    """Normalises each of ``num_groups`` channel groups per sample, then the per-channel
+    affine ``weight``, ``bias``."""
+    _check_tensor("group_norm", "input", input)
+    if input.dim() < 2:
+        raise RuntimeError(
+            f"Expected at least 2 dimensions for input tensor but received {input.dim()}"
+        )
+    n, c = input.shape[0], input.shape[1]
+    if num_groups <= 0 or c % num_groups:
+        raise RuntimeError(
+            "Expected number of channels in input to be divisible by num_groups, but got input "
+            f"of shape {list(input.shape)} and num_groups={num_groups}"
+        )
+    if input.numel() // num_groups == 1:  # PyTorch's check, though the group mean is defined
+        raise ValueError(
+            f"Expected more than 1 value per channel when training, got input size "
+            f"{list(input.shape)}"
+        )
+    x = input.reshape(n, num_groups, -1)
+    mean = x.mean(-1, keepdim=True)
+    var = x.var(-1, unbiased=False, keepdim=True)
+    y = ((x - mean) * (var + eps).rsqrt()).reshape(*input.shape)
+    cshape = [1, c] + [1] * (input.dim() - 2)
+    if weight is not None:
+        y = y * weight.reshape(*cshape)
+    if bias is not None:
+        y = y + bias.reshape(*cshape)
+    return y
+
+
+def _check_p(p: float) -> None:
+    if p < 0.0 or p > 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+
+
+def _feature_mask(input: Tensor, p: float, spatial: int) -> Tensor:
+    """1 or 0 per (sample, channel), broadcast over the ``spatial`` trailing dims."""
+    shape = list(input.shape[: input.dim() - spatial]) + [1] * spatial
+    return (_core.rand(*shape, dtype=input.dtype) >= p).to(input.dtype)
+
+
+def _feature_dropout(op: str, input, p, training, inplace, spatial: int) -> Tensor:
+    _check_tensor(op, "input", input)
+    _check_p(p)
+    if input.dim() not in (spatial + 1, spatial + 2):
+        raise RuntimeError(
+            f"{op}: Expected {spatial + 1}D or {spatial + 2}D input, but received a "
+            f"{input.dim()}D input."
+        )
+    if not training or p == 0.0:
+        return input
+    if p == 1.0:
+        out = input * 0.0
+    else:
+        out = input * (_feature_mask(input, p, spatial) / (1.0 - p))
+    return input.copy_(out) if inplace else out
+
+
+def dropout1d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False):
+    """Zeroes whole channels of ``(N, C, L)`` or ``(C, L)`` input with probability ``p``."""
+    return _feature_dropout("dropout1d", input, p, training, inplace, 1)
+
+
+def dropout2d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False):
+    """Zeroes whole channels of ``(N, C, H, W)`` or ``(C, H, W)`` input."""
+    return _feature_dropout("dropout2d", input, p, training, inplace, 2)
+
+
+def dropout3d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False):
+    """Zeroes whole channels of ``(N, C, D, H, W)`` or ``(C, D, H, W)`` input."""
+    return _feature_dropout("dropout3d", input, p, training, inplace, 3)
+
+
+def _alpha_dropout(input: Tensor, p: float, keep: Tensor) -> Tensor:
+    # Dropped units take SELU's negative saturation value, then an affine map restores
+    # zero mean and unit variance.
+    alpha = -_SELU_ALPHA * _SELU_SCALE
+    a = 1.0 / math.sqrt((1.0 - p) * (1.0 + p * alpha * alpha))
+    b = -a * alpha * p
+    return (input * keep + alpha * (1.0 - keep)) * a + b
+
+
+def alpha_dropout(input: Tensor, p: float = 0.5, training: bool = False, inplace: bool = False):
+    """Dropout that keeps the self-normalising property of SELU activations."""
+    _check_tensor("alpha_dropout", "input", input)
+    _check_p(p)
+    if not training or p == 0.0:
+        return input
+    if p == 1.0:
+        out = input * 0.0
+    else:
+        keep = (_core.rand_like(input) >= p).to(input.dtype)
+        out = _alpha_dropout(input, p, keep)
+    return input.copy_(out) if inplace else out
+
+
+def feature_alpha_dropout(
+    input: Tensor, p: float = 0.5, training: bool = False, inplace: bool = False
+) -> Tensor:
+    """``alpha_dropout`` with one mask value per (sample, channel)."""
+    _check_tensor("feature_alpha_dropout", "input", input)
+    _check_p(p)
+    if not training or p == 0.0:
+        return input
+    if p == 1.0:
+        out = input * 0.0
+    else:
+        spatial = max(input.dim() - 2, 0)
+        out = _alpha_dropout(input, p, _feature_mask(input, p, spatial))
+    return input.copy_(out) if inplace else out
