@@ -1041,3 +1041,86 @@ def test_alpha_dropout_keeps_moments():
     y = F.alpha_dropout(x, 0.2, training=True).numpy()
     assert abs(y.mean()) < 0.02 and abs(y.std() - 1.0) < 0.02
     assert F.alpha_dropout(x, 0.2) is x  # training defaults to False
+
+
+@SETTINGS
+@given(
+    n=st.integers(1, 4), c=st.integers(1, 5), dtype=dtypes, seed=seeds,
+    reduction=st.sampled_from(REDUCTIONS), batched=st.booleans(),
+)  # fmt: skip
+def test_multilabel_margin_loss(n, c, dtype, seed, reduction, batched):
+    rng = np.random.default_rng(seed)
+    # Class lists ending at a -1 (or filling the row), with repeats and junk after the -1.
+    target = rng.integers(-1, c, (n, c))
+    x = _values(seed, (n, c), dtype, scale=0.7)
+    if not batched:
+        x, target = x[0], target[0]
+    compare(
+        lambda lib, a, b: lib.nn.functional.multilabel_margin_loss(a, b, reduction=reduction),
+        [x, target],
+        [True, False],
+        dtype,
+        terms=c * c,
+    )
+
+
+def test_multilabel_margin_loss_errors():
+    for lib in (gs, torch):
+        with pytest.raises(RuntimeError):
+            lib.nn.functional.multilabel_margin_loss(lib.ones(1, 4), lib.tensor([[0, 5, -1, 1]]))
+        with pytest.raises(ValueError):
+            lib.nn.functional.multilabel_margin_loss(
+                lib.ones(1, 4), lib.tensor([[0, 1, -1, 1]]), reduction="bad"
+            )
+
+
+@SETTINGS
+@given(
+    n=st.integers(0, 2), c=st.integers(1, 6), spatial=st.lists(st.integers(1, 3), min_size=1,
+    max_size=3), size=st.integers(1, 5), dtype=dtypes, seed=seeds,
+    alpha=st.sampled_from([1e-4, 0.5]), beta=st.sampled_from([0.75, 1.5]),
+)  # fmt: skip
+def test_local_response_norm(n, c, spatial, size, dtype, seed, alpha, beta):
+    x = _values(seed, (n, c, *spatial), dtype)
+    compare(
+        lambda lib, t: lib.nn.functional.local_response_norm(t, size, alpha, beta, 2.0),
+        [x],
+        [True],
+        dtype,
+        terms=size,
+    )
+
+
+def test_local_response_norm_errors():
+    for lib in (gs, torch):
+        with pytest.raises(ValueError, match="3D or higher"):
+            lib.nn.functional.local_response_norm(lib.ones(2, 3), 2)
+
+
+@SETTINGS
+@given(
+    n=st.integers(1, 3), spatial=st.lists(st.integers(1, 4), min_size=2, max_size=3),
+    align=st.booleans(), dtype=dtypes, seed=seeds,
+)  # fmt: skip
+def test_affine_grid(n, spatial, align, dtype, seed):
+    k = len(spatial)
+    theta = _values(seed, (n, k, k + 1), dtype, scale=1.0)
+    size = [n, 2, *spatial]
+    compare(
+        lambda lib, t: lib.nn.functional.affine_grid(t, size, align_corners=align),
+        [theta],
+        [True],
+        dtype,
+        terms=k + 1,
+    )
+
+
+def test_affine_grid_errors_and_warning():
+    for lib in (gs, torch):
+        f = lib.nn.functional
+        with pytest.warns(UserWarning, match="align_corners"):
+            f.affine_grid(lib.ones(1, 2, 3), [1, 1, 2, 2])
+        with pytest.raises(ValueError, match="affine matrices"):
+            f.affine_grid(lib.ones(1, 3, 4), [1, 1, 2, 2], align_corners=False)
+        with pytest.raises(NotImplementedError):
+            f.affine_grid(lib.ones(1, 2, 3), [1, 1, 2], align_corners=False)

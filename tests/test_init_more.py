@@ -184,7 +184,8 @@ def test_sparse(rows, cols, sparsity):
     "name,args",
     [("uniform_", (-1.0, 1.0)), ("normal_", ()), ("constant_", (0.3,)), ("ones_", ()),
      ("zeros_", ()), ("xavier_uniform_", ()), ("xavier_normal_", ()), ("kaiming_uniform_", ()),
-     ("kaiming_normal_", ()), ("trunc_normal_", ()), ("eye_", ()), ("sparse_", (0.5,))],
+     ("kaiming_normal_", ()), ("trunc_normal_", ()), ("eye_", ()), ("sparse_", (0.5,)),
+     ("orthogonal_", ())],
 )  # fmt: skip
 def test_initialisers_run_without_recording_and_keep_the_leaf(name, args):
     p = gs.nn.Parameter(gs.zeros(6, 5))
@@ -210,7 +211,7 @@ def test_same_seed_same_values():
     "old,args",
     [("uniform", ()), ("normal", ()), ("constant", (1.0,)), ("xavier_uniform", ()),
      ("xavier_normal", ()), ("kaiming_uniform", ()), ("kaiming_normal", ()), ("eye", ()),
-     ("dirac", ()), ("sparse", (0.2,))],
+     ("dirac", ()), ("sparse", (0.2,)), ("orthogonal", ())],
 )  # fmt: skip
 def test_deprecated_spellings_warn_and_delegate(old, args):
     shape = (4, 4, 3) if old == "dirac" else (4, 3)
@@ -225,3 +226,31 @@ def test_deprecated_spellings_warn_and_delegate(old, args):
         np.testing.assert_array_equal(t.numpy(), ref.numpy())
     else:
         assert t.numpy().any()
+
+
+@pytest.mark.parametrize("shape", [(5, 3), (3, 5), (4, 2, 3), (64, 64), (30, 10, 2, 2), (1, 7)])
+@pytest.mark.parametrize("gain", [1.0, 2.5])
+def test_orthogonal(shape, gain):
+    t = gs.empty(*shape, dtype=gs.float64)
+    assert init.orthogonal_(t, gain) is t
+    v = t.numpy().reshape(shape[0], -1) / gain
+    small = v @ v.T if v.shape[0] <= v.shape[1] else v.T @ v
+    np.testing.assert_allclose(small, np.eye(small.shape[0]), atol=1e-10)
+    with pytest.raises(ValueError, match="2 or more dimensions"):
+        init.orthogonal_(gs.empty(3))
+
+
+def test_orthogonal_is_haar_distributed():
+    # For a Haar-random orthogonal matrix every entry has mean 0 and variance 1 / n, and the
+    # determinant is +1 or -1 with equal odds (no sign bias from the QR).
+    n, draws = 4, 600
+    dets, entries = [], []
+    for _ in range(draws):
+        q = init.orthogonal_(gs.empty(n, n, dtype=gs.float64)).numpy()
+        dets.append(np.linalg.det(q))
+        entries.append(q)
+    entries = np.stack(entries)
+    assert abs(entries.mean()) < 0.02
+    np.testing.assert_allclose(entries.var(0), 1 / n, atol=0.04)
+    frac_pos = np.mean(np.array(dets) > 0)
+    assert 0.4 < frac_pos < 0.6

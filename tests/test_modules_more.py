@@ -97,6 +97,8 @@ MODULES = [
     ("Bilinear", (3, 2, 4), {"bias": False}, [_x(5, 3), _x(5, 2, seed=1)]),
     ("Dropout1d", (0.3,), {}, [_x(2, 3, 4)]),  # eval mode: the identity
     ("AlphaDropout", (), {"p": 0.2}, [_x(2, 3, 4)]),
+    ("LocalResponseNorm", (3,), {"alpha": 0.1}, [_x(2, 5, 3)]),
+    ("MultiLabelMarginLoss", (), {}, [_x(2, 4), np.array([[3, 0, -1, 1], [1, 1, 2, 0]])]),
 ]  # fmt: skip
 
 # Inputs of each module that are not differentiable (targets).
@@ -107,6 +109,7 @@ NO_GRAD_INPUTS = {
     "CosineEmbeddingLoss": {2},
     "MultiLabelSoftMarginLoss": {1},
     "MultiMarginLoss": {1},
+    "MultiLabelMarginLoss": {1},
 }
 
 
@@ -253,3 +256,13 @@ def test_parameter_dict():
     assert len(g) == 0 and not list(g.parameters())
     with pytest.raises(TypeError):
         g[1] = gs.ones(1)
+
+
+def test_nll_loss_2d_is_a_deprecated_nll_loss():
+    with pytest.warns(FutureWarning, match="NLLLoss2d` has been deprecated"):
+        g = nn.NLLLoss2d(ignore_index=1)
+    x = _x(2, 3, 2, 2)
+    y = np.array([[[0, 1], [2, 1]], [[1, 1], [0, 2]]])
+    with pytest.warns(FutureWarning):
+        t = torch.nn.NLLLoss2d(ignore_index=1)
+    assert_close(g(gs.tensor(x), gs.tensor(y)), t(torch.tensor(x), torch.tensor(y)))

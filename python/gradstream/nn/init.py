@@ -1,5 +1,6 @@
 """`gradstream.nn.init`: in-place initialisers drawing from the global generator
-(``gradstream.manual_seed`` seeds it)."""
+(``gradstream.manual_seed`` seeds it). Each runs without recording autograd history and
+returns its tensor."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ __all__ = [
     "eye_",
     "dirac_",
     "sparse_",
+    "orthogonal_",
     "uniform",
     "normal",
     "constant",
@@ -37,6 +39,7 @@ __all__ = [
     "eye",
     "dirac",
     "sparse",
+    "orthogonal",
 ]
 
 
@@ -248,6 +251,39 @@ def sparse_(tensor: Tensor, sparsity: float, std: float = 0.01, generator=None) 
     return tensor
 
 
+def _orthonormal_columns(a: Tensor) -> Tensor:
+    """Q of the QR decomposition of the tall ``a`` with R's diagonal positive (the
+    Haar-distributed Q for Gaussian ``a``), by modified Gram-Schmidt, orthogonalising
+    twice so float64 rounding does not erode orthogonality."""
+    cols = []
+    for j in range(a.shape[1]):
+        v = a[:, j]
+        for _ in range(2):
+            for q in cols:
+                v = v - q * (q * v).sum()
+        cols.append(v / (v * v).sum().sqrt())
+    return _core.stack(cols, 1)
+
+
+def orthogonal_(tensor: Tensor, gain: float = 1.0, generator=None) -> Tensor:
+    """Fills ``tensor`` (viewed as ``rows x rest``) with a random (semi-)orthogonal matrix
+    times ``gain``: orthonormal rows or columns, whichever are fewer."""
+    _check("orthogonal_", tensor)
+    if tensor.dim() < 2:
+        raise ValueError("Only tensors with 2 or more dimensions are supported")
+    if tensor.numel() == 0:
+        return tensor
+    rows = tensor.shape[0]
+    cols = tensor.numel() // rows
+    with no_grad():
+        a = _core.randn(rows, cols, dtype=_core.float64)
+        q = _orthonormal_columns(a.t() if rows < cols else a)
+        if rows < cols:
+            q = q.t()
+        tensor.copy_((q * gain).reshape(*tuple(tensor.shape)).to(tensor.dtype))
+    return tensor
+
+
 def _deprecated(new):
     old = new.__name__[:-1]
 
@@ -274,3 +310,4 @@ kaiming_normal = _deprecated(kaiming_normal_)
 eye = _deprecated(eye_)
 dirac = _deprecated(dirac_)
 sparse = _deprecated(sparse_)
+orthogonal = _deprecated(orthogonal_)

@@ -11,7 +11,7 @@ from .activation import _SELU_ALPHA, _SELU_SCALE
 
 __all__ = [
     "bilinear", "rms_norm", "group_norm", "dropout1d", "dropout2d", "dropout3d",
-    "alpha_dropout", "feature_alpha_dropout",
+    "alpha_dropout", "feature_alpha_dropout", "local_response_norm",
 ]  # fmt: skip
 
 _FLOAT_EPS = {"float32": 2.0**-23, "float64": 2.0**-52, "float16": 2.0**-10, "bfloat16": 2.0**-7}
@@ -185,3 +185,27 @@ def feature_alpha_dropout(
         spatial = max(input.dim() - 2, 0)
         out = _alpha_dropout(input, p, _feature_mask(input, p, spatial))
     return input.copy_(out) if inplace else out
+
+
+def local_response_norm(
+    input: Tensor, size: int, alpha: float = 1e-4, beta: float = 0.75, k: float = 1.0
+) -> Tensor:
+    """``input / (k + alpha * mean of input^2 over a window of size channels) ** beta``; the
+    window around channel ``c`` spans ``[c - size // 2, c + (size - 1) // 2]``, zero-padded."""
+    _check_tensor("local_response_norm", "input", input)
+    if input.dim() < 3:
+        raise ValueError(
+            f"Expected 3D or higher dimensionality input (got {input.dim()} dimensions)"
+        )
+    if input.numel() == 0:
+        return input
+    c = input.shape[1]
+    sq = input * input
+    zeros = [list(input.shape) for _ in range(2)]
+    zeros[0][1], zeros[1][1] = size // 2, (size - 1) // 2
+    padded = _core.cat([_core.zeros(*zeros[0], dtype=input.dtype), sq,
+                        _core.zeros(*zeros[1], dtype=input.dtype)], 1)  # fmt: skip
+    window = padded.narrow(1, 0, c)
+    for o in range(1, size):
+        window = window + padded.narrow(1, o, c)
+    return input / (window * (alpha / size) + k).pow(beta)

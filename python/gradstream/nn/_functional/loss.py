@@ -14,6 +14,7 @@ __all__ = [
     "huber_loss", "kl_div", "poisson_nll_loss", "gaussian_nll_loss", "margin_ranking_loss",
     "hinge_embedding_loss", "soft_margin_loss", "cosine_embedding_loss", "triplet_margin_loss",
     "triplet_margin_with_distance_loss", "multilabel_soft_margin_loss", "multi_margin_loss",
+    "multilabel_margin_loss",
 ]  # fmt: skip
 
 
@@ -313,6 +314,39 @@ def multi_margin_loss(
         m = m * weight.index_select(0, t).unsqueeze(1)
     is_target = idx == _core.arange(c, dtype=_core.int64)
     loss = where(is_target, 0.0, m).sum(1) / c
+    if input.dim() < 2:
+        loss = loss.reshape(())
+    return _reduce(loss, reduction)
+
+
+def multilabel_margin_loss(
+    input: Tensor,
+    target: Tensor,
+    size_average=None,
+    reduce=None,
+    reduction: str = "mean",
+) -> Tensor:
+    """``sum_{j in targets, i not in targets} max(0, 1 - (x[j] - x[i])) / C`` per sample;
+    ``target`` lists class indices, ending at the first -1."""
+    reduction = _check_reduction(_legacy_reduction(size_average, reduce, reduction))
+    _check_tensor("multilabel_margin_loss", "input", input)
+    if input.dim() > 2 or tuple(target.shape) != tuple(input.shape):
+        raise RuntimeError(
+            "multilabel_margin_loss: expected input and target of the same shape, 1-D or 2-D, "
+            f"but got input {list(input.shape)} and target {list(target.shape)}"
+        )
+    x = input.reshape(1, -1) if input.dim() < 2 else input
+    t = target.reshape(*x.shape)
+    c = x.shape[1]
+    if t.numel() and (bool((t < -1).any()) or bool((t >= c).any())):
+        raise RuntimeError("argument #2 'target' is out of range")
+    # The positions before the first -1 are the targets; a repeated class counts per repeat.
+    valid = (t != -1).to(x.dtype).cumprod(1)
+    hits = (t.unsqueeze(-1) == _core.arange(c, dtype=_core.int64)).to(x.dtype)
+    count = (hits * valid.unsqueeze(-1)).sum(1)  # [N, C]: how often class j is listed
+    others = (count == 0).to(x.dtype)  # [N, C]: classes that are not targets
+    margins = (1.0 - x.unsqueeze(2) + x.unsqueeze(1)).clamp(min=0.0)  # [N, j, i]
+    loss = (margins * count.unsqueeze(2) * others.unsqueeze(1)).sum((1, 2)) / c
     if input.dim() < 2:
         loss = loss.reshape(())
     return _reduce(loss, reduction)

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import warnings
+
 from ... import _core
 from ..._core import Tensor
 from .._reduction import _check_tensor
 
 __all__ = [
     "one_hot", "pad", "pixel_shuffle", "pixel_unshuffle", "channel_shuffle",
-    "native_channel_shuffle",
+    "native_channel_shuffle", "affine_grid",
 ]  # fmt: skip
 
 
@@ -184,3 +186,51 @@ def channel_shuffle(input: Tensor, groups: int) -> Tensor:
 
 
 native_channel_shuffle = channel_shuffle
+
+
+def _grid_coords(n: int, align_corners: bool, dtype) -> Tensor:
+    """The normalised pixel coordinates in ``[-1, 1]``: of the pixel centres, or with
+    ``align_corners`` of the corner pixels' centres."""
+    if n <= 1:
+        return _core.zeros(max(n, 0), dtype=dtype)
+    coords = _core.linspace(-1.0, 1.0, n, dtype=dtype)
+    return coords if align_corners else coords * ((n - 1) / n)
+
+
+def affine_grid(theta: Tensor, size, align_corners: bool | None = None) -> Tensor:
+    """The sampling grid ``theta @ [x, y, (z,) 1]`` over the normalised output coordinates
+    of ``size = (N, C, H, W)`` or ``(N, C, D, H, W)``: shape ``(N, H, W, 2)`` or
+    ``(N, D, H, W, 3)``."""
+    _check_tensor("affine_grid", "theta", theta)
+    if align_corners is None:
+        warnings.warn(
+            "Default grid_sample and affine_grid behavior has changed to align_corners=False "
+            "since 1.3.0. Please specify align_corners=True if the old behavior is desired. "
+            "See the documentation of grid_sample for details.",
+            stacklevel=2,
+        )
+        align_corners = False
+    if not theta.is_floating_point():
+        raise ValueError(f"Expected theta to have floating point type, but got {theta.dtype}")
+    size = [int(s) for s in size]
+    if len(size) not in (4, 5):
+        raise NotImplementedError(
+            "affine_grid only supports 4D and 5D sizes, for 2D and 3D affine transforms, "
+            f"respectively. Got size {size}."
+        )
+    k = len(size) - 2
+    if theta.dim() != 3 or tuple(theta.shape[1:]) != (k, k + 1) or theta.shape[0] != size[0]:
+        raise ValueError(
+            f"Expected a batch of {k}D affine matrices of shape Nx{k}x{k + 1} for size "
+            f"{size}. Got {list(theta.shape)}."
+        )
+    if min(size[2:]) <= 0:
+        raise ValueError(f"Expected non-zero, positive output size. Got {size}")
+    spatial = size[2:]
+    # Coordinates are (x, y[, z]) with x along the last (width) dimension.
+    axes = [_grid_coords(n, align_corners, theta.dtype) for n in reversed(spatial)]
+    mesh = _core.meshgrid(*reversed(axes), indexing="ij")  # each of shape spatial
+    base = _core.stack([*reversed(mesh), _core.ones(*spatial, dtype=theta.dtype)], -1)
+    flat = base.reshape(1, -1, k + 1)
+    grid = flat.matmul(theta.transpose(1, 2))  # (N, prod(spatial), k)
+    return grid.reshape(size[0], *spatial, k)

@@ -1,4 +1,4 @@
-"""`RMSNorm` and `GroupNorm` (`LayerNorm` is in layers.py)."""
+"""`RMSNorm`, `GroupNorm`, `LocalResponseNorm` (`LayerNorm` is in layers.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from .. import init
 from ..parameter import Parameter
 from .module import Module
 
-__all__ = ["RMSNorm", "GroupNorm"]
+__all__ = ["RMSNorm", "GroupNorm", "LocalResponseNorm"]
 
 
 class RMSNorm(Module):
@@ -74,3 +74,18 @@ class GroupNorm(Module):
             f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}, "
             f"bias={self.bias is not None}"
         )
+
+
+class LocalResponseNorm(Module):
+    def __init__(self, size: int, alpha: float = 1e-4, beta: float = 0.75, k: float = 1.0):
+        super().__init__()
+        self.size = size
+        self.alpha = alpha
+        self.beta = beta
+        self.k = k
+
+    def forward(self, input):
+        return F.local_response_norm(input, self.size, self.alpha, self.beta, self.k)
+
+    def extra_repr(self) -> str:
+        return f"{self.size}, alpha={self.alpha}, beta={self.beta}, k={self.k}"
