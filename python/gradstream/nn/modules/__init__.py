@@ -10,6 +10,7 @@ from . import (
     loss,
     normalization,
     padding,
+    rnn,
     shuffle,
 )
 from .activation import *  # noqa: F403
@@ -22,6 +23,7 @@ from .loss import *  # noqa: F403
 from .module import Module
 from .normalization import *  # noqa: F403
 from .padding import *  # noqa: F403
+from .rnn import *  # noqa: F403
 from .shuffle import *  # noqa: F403
 
 __all__ = [
@@ -36,4 +38,5 @@ __all__ = [
     *distance.__all__,
     *padding.__all__,
     *shuffle.__all__,
+    *rnn.__all__,
 ]
