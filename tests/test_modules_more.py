@@ -266,3 +266,22 @@ def test_nll_loss_2d_is_a_deprecated_nll_loss():
     with pytest.warns(FutureWarning):
         t = torch.nn.NLLLoss2d(ignore_index=1)
     assert_close(g(gs.tensor(x), gs.tensor(y)), t(torch.tensor(x), torch.tensor(y)))
+
+
+def test_buffer_assignment_registers_a_buffer():
+    for lib in (gs, torch):
+        m = lib.nn.Module()
+        m.w = lib.nn.Parameter(lib.ones(1))
+        m.a = lib.nn.Buffer(lib.ones(2))
+        m.b = lib.nn.Buffer(lib.zeros(3), persistent=False)
+        assert isinstance(m.a, lib.nn.Buffer) and not isinstance(lib.ones(1), lib.nn.Buffer)
+        assert list(m.state_dict()) == ["w", "a"]
+        assert [k for k, _ in m.named_buffers()] == ["a", "b"]
+        # A plain tensor assigned to a buffer's name replaces the buffer.
+        m.a = lib.ones(4)
+        assert tuple(m.a.shape) == (4,) and "a" in dict(m.named_buffers())
+        # A parameter's name takes only a Parameter (or None).
+        with pytest.raises(TypeError, match="as parameter 'w'"):
+            m.w = lib.nn.Buffer(lib.ones(5))
+        g = lib.ones(2, requires_grad=True)
+        assert lib.nn.Buffer(g).requires_grad and lib.nn.Buffer(g).grad_fn is None
