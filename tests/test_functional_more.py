@@ -1124,3 +1124,53 @@ def test_affine_grid_errors_and_warning():
             f.affine_grid(lib.ones(1, 3, 4), [1, 1, 2, 2], align_corners=False)
         with pytest.raises(NotImplementedError):
             f.affine_grid(lib.ones(1, 2, 3), [1, 1, 2], align_corners=False)
+
+
+@SETTINGS
+@given(
+    bags=st.lists(st.lists(st.integers(0, 5), max_size=4), min_size=1, max_size=4),
+    mode=st.sampled_from(["sum", "mean", "max"]), padding=st.sampled_from([None, 2, -1]),
+    weighted=st.booleans(), last=st.booleans(), dtype=dtypes, seed=seeds,
+)  # fmt: skip
+def test_embedding_bag_offsets(bags, mode, padding, weighted, last, dtype, seed):
+    flat = np.array([i for b in bags for i in b], dtype=np.int64)
+    offsets = np.cumsum([0] + [len(b) for b in bags])
+    offsets = offsets if last else offsets[:-1]
+    w = _values(seed, (6, 3), dtype)
+    psw = _unit(seed + 1, flat.shape, dtype) if weighted and mode == "sum" else None
+
+    def fn(lib, weight, x, off, p):
+        return lib.nn.functional.embedding_bag(
+            x,
+            weight,
+            off,
+            mode=mode,
+            per_sample_weights=p,
+            include_last_offset=last,
+            padding_idx=padding,
+        )
+
+    compare(fn, [w, flat, offsets, psw], [True, False, False, True], dtype, terms=4)
+
+
+@SETTINGS
+@given(b=st.integers(1, 3), n=st.integers(1, 4), mode=st.sampled_from(["sum", "mean", "max"]),
+       seed=seeds)  # fmt: skip
+def test_embedding_bag_2d(b, n, mode, seed):
+    idx = np.random.default_rng(seed).integers(0, 5, (b, n))
+    w = _values(seed, (5, 4), np.float64)
+    compare(lambda lib, weight, x: lib.nn.functional.embedding_bag(x, weight, mode=mode),
+            [w, idx], [True, False], np.float64)  # fmt: skip
+
+
+def test_embedding_bag_errors():
+    for lib in (gs, torch):
+        f, w = lib.nn.functional, lib.ones(5, 3)
+        with pytest.raises(ValueError, match="offsets has to be None"):
+            f.embedding_bag(lib.tensor([[1, 2]]), w, lib.tensor([0]))
+        with pytest.raises(ValueError, match="offsets has to be a 1D Tensor"):
+            f.embedding_bag(lib.tensor([1, 2]), w)
+        with pytest.raises(RuntimeError, match="offsets"):
+            f.embedding_bag(lib.tensor([1, 2, 3]), w, lib.tensor([1, 2]))
+        with pytest.raises(NotImplementedError, match="per_sample_weights"):
+            f.embedding_bag(lib.tensor([1, 2]), w, lib.tensor([0]), per_sample_weights=lib.ones(2))

@@ -98,6 +98,9 @@ MODULES = [
     ("Dropout1d", (0.3,), {}, [_x(2, 3, 4)]),  # eval mode: the identity
     ("AlphaDropout", (), {"p": 0.2}, [_x(2, 3, 4)]),
     ("LocalResponseNorm", (3,), {"alpha": 0.1}, [_x(2, 5, 3)]),
+    ("EmbeddingBag", (6, 3), {"mode": "sum", "padding_idx": 0},
+     [np.array([1, 0, 3, 5, 2]), np.array([0, 2, 2])]),
+    ("EmbeddingBag", (6, 3), {"mode": "max"}, [np.array([[1, 0], [3, 5]])]),
     ("MultiLabelMarginLoss", (), {}, [_x(2, 4), np.array([[3, 0, -1, 1], [1, 1, 2, 0]])]),
 ]  # fmt: skip
 
@@ -152,7 +155,13 @@ def test_module_matches_torch(name, args, kwargs, arrays):
 
 @pytest.mark.parametrize(
     "name,args",
-    [("PReLU", ()), ("Bilinear", (3, 2, 4)), ("RMSNorm", (5,)), ("GroupNorm", (2, 6))],
+    [
+        ("PReLU", ()),
+        ("Bilinear", (3, 2, 4)),
+        ("RMSNorm", (5,)),
+        ("GroupNorm", (2, 6)),
+        ("EmbeddingBag", (5, 3)),
+    ],
 )
 def test_parameter_shapes_and_default_init(name, args):
     gm, tm = getattr(nn, name)(*args), getattr(torch.nn, name)(*args)

@@ -11,7 +11,7 @@ from .activation import _SELU_ALPHA, _SELU_SCALE
 
 __all__ = [
     "bilinear", "rms_norm", "group_norm", "dropout1d", "dropout2d", "dropout3d",
-    "alpha_dropout", "feature_alpha_dropout", "local_response_norm",
+    "alpha_dropout", "feature_alpha_dropout", "local_response_norm", "embedding_bag",
 ]  # fmt: skip
 
 _FLOAT_EPS = {"float32": 2.0**-23, "float64": 2.0**-52, "float16": 2.0**-10, "bfloat16": 2.0**-7}
@@ -209,3 +209,100 @@ def local_response_norm(
     for o in range(1, size):
         window = window + padded.narrow(1, o, c)
     return input / (window * (alpha / size) + k).pow(beta)
+
+
+def _bag_bounds(input: Tensor, offsets, include_last_offset: bool) -> tuple[Tensor, list[int]]:
+    """The flat indices and each bag's start, end positions."""
+    if input.dim() == 2:
+        if offsets is not None:
+            raise ValueError(
+                "if input is 2D, then offsets has to be None, as input is treated is a "
+                "mini-batch of fixed length sequences. However, found offsets of type "
+                f"{type(offsets).__name__}"
+            )
+        b, n = input.shape
+        return input.reshape(-1), [i * n for i in range(b + 1)]
+    if input.dim() != 1:
+        raise ValueError(f"input has to be 1D or 2D Tensor, but got Tensor of dimension "
+                         f"{input.dim()}")  # fmt: skip
+    if offsets is None or offsets.dim() != 1:
+        raise ValueError(
+            f"offsets has to be a 1D Tensor but got {None if offsets is None else offsets.dim()}"
+        )
+    starts = [int(o) for o in offsets.tolist()]
+    if starts and starts[0] != 0:
+        raise RuntimeError(
+            "offsets[0] has to be 0, i.e., the first sequence in the mini-batch has to start "
+            f"from position 0. However, got {starts[0]}"
+        )
+    n = input.shape[0]
+    bounds = starts if include_last_offset else [*starts, n]
+    if any(a > b for a, b in zip(bounds, bounds[1:], strict=False)) or (bounds and bounds[-1] > n):
+        raise RuntimeError("embedding_bag: offsets must be non-decreasing and within the input")
+    return input, bounds
+
+
+def embedding_bag(
+    input: Tensor,
+    weight: Tensor,
+    offsets: Tensor | None = None,
+    max_norm: float | None = None,
+    norm_type: float = 2,
+    scale_grad_by_freq: bool = False,
+    mode: str = "mean",
+    sparse: bool = False,
+    per_sample_weights: Tensor | None = None,
+    include_last_offset: bool = False,
+    padding_idx: int | None = None,
+) -> Tensor:
+    """The sum, mean or max of the embeddings in each bag: the rows of a 2-D ``input``, or
+    the runs of a 1-D ``input`` that start at ``offsets``. ``padding_idx`` entries are left
+    out (an empty bag gives zeros)."""
+    _check_tensor("embedding_bag", "weight", weight)
+    if max_norm is not None or scale_grad_by_freq or sparse:
+        raise NotImplementedError(
+            "embedding_bag: max_norm, scale_grad_by_freq and sparse are not supported"
+        )
+    if mode not in ("sum", "mean", "max"):
+        raise ValueError(f"mode has to be one of sum, mean or max, but got {mode}")
+    if per_sample_weights is not None:
+        if mode != "sum":
+            raise NotImplementedError(
+                "embedding_bag: per_sample_weights was not None. per_sample_weights is only "
+                f"supported for mode='sum' (got mode='{mode}'). Please open a feature request "
+                "on GitHub."
+            )
+        if tuple(per_sample_weights.shape) != tuple(input.shape):
+            raise ValueError(
+                f"embedding_bag: If per_sample_weights ({list(per_sample_weights.shape)}) is not "
+                f"None, then it must have the same shape as the input ({list(input.shape)})"
+            )
+    idx, bounds = _bag_bounds(input, offsets, include_last_offset)
+    if padding_idx is not None and padding_idx < 0:
+        padding_idx += weight.shape[0]
+    num_bags, dim = len(bounds) - 1, weight.shape[1]
+    emb = weight.index_select(0, idx)  # [N, D]
+    keep = (idx != padding_idx) if padding_idx is not None else _core.ones_like(idx).bool()
+    if mode == "max":
+        rows = []
+        kept = keep.tolist()
+        for a, b in zip(bounds, bounds[1:], strict=False):
+            sel = emb.index_select(0, _core.tensor([p for p in range(a, b) if kept[p]],
+                                                   dtype=_core.int64))  # fmt: skip
+            # An empty bag is zeros: the sum over no rows, which stays in the graph.
+            rows.append(sel.amax(0) if sel.shape[0] else sel.sum(0))
+        return _core.stack(rows, 0) if rows else emb.narrow(0, 0, 0)
+    w = keep.to(weight.dtype)
+    if per_sample_weights is not None:
+        w = w * per_sample_weights.reshape(-1)
+    bag = [i for i, (a, b) in enumerate(zip(bounds, bounds[1:], strict=False)) for _ in range(a, b)]
+    bag_index = _core.tensor(bag, dtype=_core.int64).reshape(-1, 1).expand(len(bag), dim)
+    out = _core.zeros(num_bags, dim, dtype=weight.dtype).scatter_add(
+        0, bag_index, emb * w.unsqueeze(1)
+    )
+    if mode == "mean":
+        counts = _core.zeros(num_bags, dtype=weight.dtype).scatter_add(
+            0, bag_index[:, 0], keep.to(weight.dtype)
+        )
+        out = out / counts.clamp(min=1.0).unsqueeze(1)
+    return out
