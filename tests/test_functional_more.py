@@ -1174,3 +1174,39 @@ def test_embedding_bag_errors():
             f.embedding_bag(lib.tensor([1, 2, 3]), w, lib.tensor([1, 2]))
         with pytest.raises(NotImplementedError, match="per_sample_weights"):
             f.embedding_bag(lib.tensor([1, 2]), w, lib.tensor([0]), per_sample_weights=lib.ones(2))
+
+
+@SETTINGS
+@given(
+    n=st.integers(1, 3), c=st.integers(1, 3), spatial=st.lists(st.integers(1, 4), min_size=1,
+    max_size=3), dtype=dtypes, seed=seeds, affine=st.booleans(), running=st.booleans(),
+)  # fmt: skip
+def test_instance_norm(n, c, spatial, dtype, seed, affine, running):
+    if math.prod(spatial) < 3:
+        spatial = [3] + spatial[1:]  # one or two values: the true gradient is 0 (noise)
+    x = _values(seed, (n, c, *spatial), dtype)
+    w = _values(seed + 1, (c,), dtype) if affine else None
+    b = _values(seed + 2, (c,), dtype) if affine else None
+    stats = {}
+
+    def fn(lib, t, wt, bt):
+        rm = lib.tensor(_values(seed + 3, (c,), dtype)) if running else None
+        rv = lib.tensor(_unit(seed + 4, (c,), dtype)) if running else None
+        stats[lib.__name__] = (rm, rv)
+        return lib.nn.functional.instance_norm(t, rm, rv, wt, bt, momentum=0.3)
+
+    compare(fn, [x, w, b], [True, True, True], dtype, terms=x.size,
+            tol=dict(rtol=2e-4, atol=2e-5) if dtype == np.float32 else None)  # fmt: skip
+    if running:  # the running stats are updated in place, as PyTorch's
+        for g, t in zip(stats["gradstream"], stats["torch"], strict=True):
+            assert_close(g, t, **_tol(dtype))
+
+
+def test_instance_norm_with_running_stats_only():
+    x = _values(0, (2, 3, 4), np.float64)
+    rm, rv = _values(1, (3,), np.float64), _unit(2, (3,), np.float64)
+    compare(lambda lib, t, m, v: lib.nn.functional.instance_norm(t, m, v, use_input_stats=False),
+            [x, rm, rv], [True, False, False], np.float64)  # fmt: skip
+    for lib in (gs, torch):
+        with pytest.raises(ValueError, match="more than 1 spatial element"):
+            lib.nn.functional.instance_norm(lib.ones(2, 3, 1))

@@ -98,6 +98,10 @@ MODULES = [
     ("Dropout1d", (0.3,), {}, [_x(2, 3, 4)]),  # eval mode: the identity
     ("AlphaDropout", (), {"p": 0.2}, [_x(2, 3, 4)]),
     ("LocalResponseNorm", (3,), {"alpha": 0.1}, [_x(2, 5, 3)]),
+    ("InstanceNorm1d", (3,), {}, [_x(2, 3, 5)]),
+    ("InstanceNorm1d", (3,), {"affine": True}, [_x(3, 5)]),
+    ("InstanceNorm2d", (2,), {"affine": True, "track_running_stats": True}, [_x(2, 2, 3, 3)]),
+    ("InstanceNorm3d", (2,), {"eps": 1e-3, "momentum": None}, [_x(1, 2, 2, 3, 2)]),
     ("EmbeddingBag", (6, 3), {"mode": "sum", "padding_idx": 0},
      [np.array([1, 0, 3, 5, 2]), np.array([0, 2, 2])]),
     ("EmbeddingBag", (6, 3), {"mode": "max"}, [np.array([[1, 0], [3, 5]])]),
@@ -294,3 +298,26 @@ def test_buffer_assignment_registers_a_buffer():
             m.w = lib.nn.Buffer(lib.ones(5))
         g = lib.ones(2, requires_grad=True)
         assert lib.nn.Buffer(g).requires_grad and lib.nn.Buffer(g).grad_fn is None
+
+
+@pytest.mark.parametrize("momentum", [0.1, None])
+def test_instance_norm_running_stats_in_training(momentum):
+    kw = dict(affine=True, track_running_stats=True, momentum=momentum)
+    gm, tm = nn.InstanceNorm2d(3, **kw).double(), torch.nn.InstanceNorm2d(3, **kw).double()
+    assert sorted(gm.state_dict()) == sorted(tm.state_dict())
+    for seed in range(3):
+        x = _x(2, 3, 4, 4, seed=seed)
+        assert_close(gm(gs.tensor(x)), tm(torch.tensor(x)), rtol=1e-10, atol=1e-12)
+    assert_close(gm.running_mean, tm.running_mean, rtol=1e-10, atol=1e-12)
+    assert_close(gm.running_var, tm.running_var, rtol=1e-10, atol=1e-12)
+    gm.eval()
+    tm.eval()
+    x = _x(2, 3, 4, 4, seed=9)
+    assert_close(gm(gs.tensor(x)), tm(torch.tensor(x)), rtol=1e-10, atol=1e-12)
+    for lib in (gs, torch):
+        with pytest.raises(ValueError, match="expected 3D or 4D input"):
+            lib.nn.InstanceNorm2d(3)(lib.ones(2, 3))
+        with pytest.raises(ValueError, match="to match num_features"):
+            lib.nn.InstanceNorm1d(4, affine=True)(lib.ones(2, 3, 5))
+        with pytest.warns(UserWarning, match="does not match num_features"):
+            lib.nn.InstanceNorm1d(4)(lib.ones(2, 3, 5))

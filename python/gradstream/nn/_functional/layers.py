@@ -1,4 +1,5 @@
-"""Composite layers: ``bilinear``, RMS and group normalisation, channel-wise dropouts."""
+"""Composite layers: ``bilinear``, RMS, group, instance and local response normalisation,
+channel-wise dropouts, ``embedding_bag``."""
 
 from __future__ import annotations
 
@@ -6,12 +7,14 @@ import math
 
 from ... import _core
 from ..._core import Tensor
+from ...autograd.grad_mode import no_grad
 from .._reduction import _check_tensor
 from .activation import _SELU_ALPHA, _SELU_SCALE
 
 __all__ = [
     "bilinear", "rms_norm", "group_norm", "dropout1d", "dropout2d", "dropout3d",
     "alpha_dropout", "feature_alpha_dropout", "local_response_norm", "embedding_bag",
+    "instance_norm",
 ]  # fmt: skip
 
 _FLOAT_EPS = {"float32": 2.0**-23, "float64": 2.0**-52, "float16": 2.0**-10, "bfloat16": 2.0**-7}
@@ -306,3 +309,54 @@ def embedding_bag(
         )
         out = out / counts.clamp(min=1.0).unsqueeze(1)
     return out
+
+
+def instance_norm(
+    input: Tensor,
+    running_mean: Tensor | None = None,
+    running_var: Tensor | None = None,
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    use_input_stats: bool = True,
+    momentum: float = 0.1,
+    eps: float = 1e-5,
+) -> Tensor:
+    """Normalises each (sample, channel) over its spatial dims, then the per-channel affine
+    ``weight``, ``bias``. With ``use_input_stats`` the given running stats are updated in
+    place (batch mean of the per-instance mean and unbiased variance); without it they
+    normalise instead."""
+    _check_tensor("instance_norm", "input", input)
+    if input.dim() < 3:
+        raise ValueError(f"instance_norm: expected input with at least 3 dimensions, got "
+                         f"{input.dim()}D")  # fmt: skip
+    spatial = tuple(range(2, input.dim()))
+    count = math.prod(input.shape[2:])
+    cshape = [1, input.shape[1]] + [1] * len(spatial)
+    if use_input_stats:
+        if count == 1:
+            raise ValueError(
+                "Expected more than 1 spatial element when training, got input size "
+                f"{list(input.shape)}"
+            )
+        mean = input.mean(spatial, keepdim=True)
+        var = input.var(spatial, unbiased=False, keepdim=True)
+        if running_mean is not None or running_var is not None:
+            with no_grad():
+                m = float(momentum)
+                if running_mean is not None:
+                    batch_mean = mean.detach().reshape(input.shape[0], -1).mean(0)
+                    running_mean.mul_(1 - m).add_(batch_mean.to(running_mean.dtype) * m)
+                if running_var is not None:
+                    unbiased = var.detach().reshape(input.shape[0], -1) * (count / (count - 1))
+                    running_var.mul_(1 - m).add_(unbiased.mean(0).to(running_var.dtype) * m)
+    else:
+        if running_mean is None or running_var is None:
+            raise ValueError("Expected running_mean and running_var to be defined when "
+                             "use_input_stats is false")  # fmt: skip
+        mean, var = running_mean.reshape(*cshape), running_var.reshape(*cshape)
+    y = (input - mean) * (var + eps).rsqrt()
+    if weight is not None:
+        y = y * weight.reshape(*cshape)
+    if bias is not None:
+        y = y + bias.reshape(*cshape)
+    return y
