@@ -797,7 +797,8 @@ def test_distance_gradcheck():
 
 def test_normalize_matches_torch():
     x = _values(0, (3, 4), np.float64)
-    for p, dim in [(2.0, 1), (1.0, 0), (3.0, -1)]:
+    x[1] = 0.0  # a zero row: the norm is clamped at eps
+    for p, dim in [(2.0, 1), (1.0, 0), (3.0, -1), (math.inf, 1), (0.5, 1)]:
         compare(
             lambda lib, t, p=p, dim=dim: lib.nn.functional.normalize(t, p, dim),
             [x],
@@ -1106,13 +1107,18 @@ def test_affine_grid(n, spatial, align, dtype, seed):
     k = len(spatial)
     theta = _values(seed, (n, k, k + 1), dtype, scale=1.0)
     size = [n, 2, *spatial]
-    compare(
-        lambda lib, t: lib.nn.functional.affine_grid(t, size, align_corners=align),
-        [theta],
-        [True],
-        dtype,
-        terms=k + 1,
-    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        compare(
+            lambda lib, t: lib.nn.functional.affine_grid(t, size, align_corners=align),
+            [theta],
+            [True],
+            dtype,
+            terms=k + 1,
+        )
+    # Both libraries warn about unit-size grids with align_corners=True, or neither does.
+    unit = [w for w in caught if "unit-size grids" in str(w.message)]
+    assert len(unit) == (2 if align and min(spatial) == 1 else 0)
 
 
 def test_affine_grid_errors_and_warning():
@@ -1210,3 +1216,9 @@ def test_instance_norm_with_running_stats_only():
     for lib in (gs, torch):
         with pytest.raises(ValueError, match="more than 1 spatial element"):
             lib.nn.functional.instance_norm(lib.ones(2, 3, 1))
+
+
+def test_kl_div_mean_warns_like_torch():
+    for lib in (gs, torch):
+        with pytest.warns(UserWarning, match="batchmean"):
+            lib.nn.functional.kl_div(lib.zeros(2, 3), lib.ones(2, 3) * 0.3)

@@ -9,10 +9,9 @@ layers live by theme in ``nn/_functional/`` and are re-exported here.
 
 from __future__ import annotations
 
-import math
-
 from .. import _core
 from .._core import Tensor, gelu, sigmoid, silu, softplus, tanh
+from ..linalg import vector_norm
 from ._functional.activation import *  # noqa: F403
 from ._functional.activation import __all__ as _activation_all
 from ._functional.activation import logsigmoid
@@ -365,14 +364,5 @@ def binary_cross_entropy_with_logits(
 
 def normalize(input: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12, out=None) -> Tensor:
     """``input / max(||input||_p, eps)`` along ``dim``."""
-    if p == 2:
-        norm = (input * input).sum(dim, keepdim=True).sqrt()
-    elif p == 1:
-        norm = input.abs().sum(dim, keepdim=True)
-    elif math.isinf(p):
-        raise NotImplementedError("normalize: p=inf needs amax, not available yet")
-    elif hasattr(input, "pow"):
-        norm = input.abs().pow(p).sum(dim, keepdim=True).pow(1.0 / p)
-    else:
-        raise NotImplementedError(f"normalize: p={p} needs pow, not available yet")
-    return input / norm.maximum(float(eps))
+    norm = vector_norm(input, p, dim, keepdim=True)
+    return input / norm.clamp(min=float(eps))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 from ... import _core
 from ..._core import Tensor, where
@@ -58,6 +59,14 @@ def kl_div(
     reduction = _legacy_reduction(size_average, reduce, reduction)
     if reduction not in ("none", "mean", "sum", "batchmean"):
         raise ValueError(f"{reduction} is not a valid value for reduction")
+    if reduction == "mean":
+        warnings.warn(
+            "reduction: 'mean' divides the total loss by both the batch size and the support "
+            "size.'batchmean' divides only by the batch size, and aligns with the KL div math "
+            "definition.'mean' will be changed to behave the same as 'batchmean' in the next "
+            "major release.",
+            stacklevel=2,
+        )
     if log_target:
         loss = target.exp() * (target - input)
     else:

@@ -227,6 +227,13 @@ def affine_grid(theta: Tensor, size, align_corners: bool | None = None) -> Tenso
     if min(size[2:]) <= 0:
         raise ValueError(f"Expected non-zero, positive output size. Got {size}")
     spatial = size[2:]
+    if align_corners and min(spatial) == 1:
+        warnings.warn(
+            "Since version 1.3.0, affine_grid behavior has changed for unit-size grids when "
+            "align_corners=True. This is not an intended use case of affine_grid. See the "
+            "documentation of affine_grid for details.",
+            stacklevel=2,
+        )
     # Coordinates are (x, y[, z]) with x along the last (width) dimension.
     axes = [_grid_coords(n, align_corners, theta.dtype) for n in reversed(spatial)]
     mesh = _core.meshgrid(*reversed(axes), indexing="ij")  # each of shape spatial
