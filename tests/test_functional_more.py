@@ -1222,3 +1222,47 @@ def test_kl_div_mean_warns_like_torch():
     for lib in (gs, torch):
         with pytest.warns(UserWarning, match="batchmean"):
             lib.nn.functional.kl_div(lib.zeros(2, 3), lib.ones(2, 3) * 0.3)
+
+
+@SETTINGS
+@given(
+    t=st.integers(1, 6), n=st.integers(1, 3), c=st.integers(2, 5), data=st.data(),
+    padded=st.booleans(), reduction=st.sampled_from(REDUCTIONS), zero_inf=st.booleans(),
+    blank=st.sampled_from([0, -1]), dtype=dtypes, seed=seeds,
+)  # fmt: skip
+def test_ctc_loss(t, n, c, data, padded, reduction, zero_inf, blank, dtype, seed):
+    blank = blank % c
+    rng = np.random.default_rng(seed)
+    in_lens = [data.draw(st.integers(0 if n > 1 else 1, t)) for _ in range(n)]
+    tg_lens = [data.draw(st.integers(0, 3)) for _ in range(n)]
+    # Labels other than the blank, with repeats (which need a blank between them).
+    labels = [[int(v) for v in (rng.integers(1, c, k) + blank) % c] for k in tg_lens]
+    if padded:
+        targets = np.zeros((n, max(max(tg_lens), 1)), dtype=np.int64)
+        for i, lab in enumerate(labels):
+            targets[i, : len(lab)] = lab
+    else:
+        targets = np.array([v for lab in labels for v in lab], dtype=np.int64)
+    logits = _values(seed, (t, n, c), dtype, scale=1.5)
+
+    def fn(lib, x, tg):
+        lp = x.log_softmax(2)
+        return lib.nn.functional.ctc_loss(lp, tg, in_lens, tg_lens, blank, reduction, zero_inf)
+
+    out = fn(torch, torch.tensor(logits), torch.tensor(targets))
+    # PyTorch's gradient of an infinite (impossible) loss is NaN: compare values only there.
+    finite = bool(torch.isfinite(out).all())
+    compare(fn, [logits, targets], [finite, False], dtype, terms=4 * t,
+            tol=dict(rtol=1e-4, atol=1e-5) if dtype == np.float32 else None)  # fmt: skip
+
+
+def test_ctc_loss_unbatched_and_gradcheck():
+    x = gs.tensor(np.random.default_rng(0).standard_normal((5, 4)), requires_grad=True)
+    tg = gs.tensor([1, 2, 2])
+
+    def f(a):
+        return F.ctc_loss(a.log_softmax(1), tg, [5], [3], reduction="sum")
+
+    assert gradcheck(f, (x,))
+    compare(lambda lib, a, b: lib.nn.functional.ctc_loss(a.log_softmax(1), b, [5], [3]),
+            [x.detach().numpy(), tg.numpy()], [True, False], np.float64)  # fmt: skip

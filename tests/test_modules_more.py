@@ -321,3 +321,14 @@ def test_instance_norm_running_stats_in_training(momentum):
             lib.nn.InstanceNorm1d(4, affine=True)(lib.ones(2, 3, 5))
         with pytest.warns(UserWarning, match="does not match num_features"):
             lib.nn.InstanceNorm1d(4)(lib.ones(2, 3, 5))
+
+
+def test_ctc_loss_module():
+    x = np.log(_unit(6, 2, 4))
+    targets = np.array([[1, 2], [3, 3]])
+    g = nn.CTCLoss(blank=0, zero_infinity=True)
+    t = torch.nn.CTCLoss(blank=0, zero_infinity=True)
+    assert repr(g) == repr(t)
+    args = ([6, 5], [2, 2])
+    assert_close(g(gs.tensor(x), gs.tensor(targets), *args),
+                 t(torch.tensor(x), torch.tensor(targets), *args), rtol=1e-10)  # fmt: skip

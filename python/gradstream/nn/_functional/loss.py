@@ -15,7 +15,7 @@ __all__ = [
     "huber_loss", "kl_div", "poisson_nll_loss", "gaussian_nll_loss", "margin_ranking_loss",
     "hinge_embedding_loss", "soft_margin_loss", "cosine_embedding_loss", "triplet_margin_loss",
     "triplet_margin_with_distance_loss", "multilabel_soft_margin_loss", "multi_margin_loss",
-    "multilabel_margin_loss",
+    "multilabel_margin_loss", "ctc_loss",
 ]  # fmt: skip
 
 
@@ -359,3 +359,93 @@ def multilabel_margin_loss(
     if input.dim() < 2:
         loss = loss.reshape(())
     return _reduce(loss, reduction)
+
+
+# Stands in for log(0) in the CTC recursion: a finite value keeps logsumexp's gradient
+# finite where every path is impossible (exp(-inf - -inf) would be NaN).
+_LOG_ZERO = -1e30
+
+
+def _lengths(x, name: str) -> list[int]:
+    if isinstance(x, Tensor):
+        if x.is_floating_point():
+            raise RuntimeError(f"ctc_loss: {name} must be integral")
+        return [int(v) for v in x.reshape(-1).tolist()]
+    return [int(v) for v in x]
+
+
+def ctc_loss(
+    log_probs: Tensor,
+    targets: Tensor,
+    input_lengths,
+    target_lengths,
+    blank: int = 0,
+    reduction: str = "mean",
+    zero_infinity: bool = False,
+) -> Tensor:
+    """Connectionist temporal classification: ``-log`` of the total probability of the
+    alignments of each target with its ``(T, C)`` slice of ``log_probs`` (``(T, N, C)``), by
+    the forward recursion over the blank-interleaved target. ``'mean'`` divides each loss by
+    its target length before averaging. An impossible alignment gives ``inf`` (0 with
+    ``zero_infinity``)."""
+    _check_reduction(reduction)
+    _check_tensor("ctc_loss", "log_probs", log_probs)
+    unbatched = log_probs.dim() == 2
+    lp = log_probs.unsqueeze(1) if unbatched else log_probs
+    if lp.dim() != 3:
+        raise RuntimeError(f"ctc_loss: expected log_probs of 2 or 3 dimensions, got {lp.dim()}")
+    t_max, n, c = lp.shape
+    in_lens = _lengths(input_lengths, "input_lengths")
+    tg_lens = _lengths(target_lengths, "target_lengths")
+    if len(in_lens) != n or len(tg_lens) != n:
+        raise RuntimeError(
+            f"ctc_loss: expected {n} input and target lengths, got {len(in_lens)} and "
+            f"{len(tg_lens)}"
+        )
+    if any(t > t_max or t < 0 for t in in_lens):
+        raise RuntimeError(f"ctc_loss: input_lengths must be in [0, {t_max}], got {in_lens}")
+    flat = [int(v) for v in targets.reshape(-1).tolist()]
+    if unbatched or targets.dim() == 1:
+        starts = [sum(tg_lens[:i]) for i in range(n)]
+    else:
+        starts = [i * targets.shape[1] for i in range(n)]
+    labels = [flat[a : a + k] for a, k in zip(starts, tg_lens, strict=True)]
+    s_max = 2 * max(tg_lens, default=0) + 1
+    # The extended label sequences: blank, l1, blank, l2, ..., blank (padded with blanks).
+    ext = [[blank] * s_max for _ in range(n)]
+    skip = [[False] * s_max for _ in range(n)]
+    for i, lab in enumerate(labels):
+        for j, v in enumerate(lab):
+            ext[i][2 * j + 1] = v
+            # A label may be reached from two back unless it repeats the previous label.
+            skip[i][2 * j + 1] = j > 0 and v != lab[j - 1]
+    ext_t = _core.tensor(ext, dtype=_core.int64)  # [N, S]
+    emit = lp.gather(2, ext_t.unsqueeze(0).expand(t_max, n, s_max))  # [T, N, S]
+    skip_ok = _core.tensor(skip)
+    pos = _core.arange(s_max, dtype=_core.int64).unsqueeze(0)
+    neg1 = _core.full([n, 1], _LOG_ZERO, dtype=lp.dtype)
+    neg2 = _core.full([n, 2], _LOG_ZERO, dtype=lp.dtype)
+    alpha = where(pos < 2, emit[0], _LOG_ZERO)
+    active = _core.tensor(in_lens, dtype=_core.int64).unsqueeze(1)
+    for t in range(1, t_max):
+        # Each position is reached from itself, the one before, or two before (skip_ok).
+        terms = [alpha, _core.cat([neg1, alpha.narrow(1, 0, s_max - 1)], 1)]
+        if s_max > 2:
+            two_back = _core.cat([neg2, alpha.narrow(1, 0, s_max - 2)], 1)
+            terms.append(where(skip_ok, two_back, _LOG_ZERO))
+        new = _core.stack(terms, 0).logsumexp(0) + emit[t]
+        alpha = where(active > t, new, alpha)  # a finished sequence keeps its alphas
+    ends = _core.tensor([[2 * k, max(2 * k - 1, 0)] for k in tg_lens], dtype=_core.int64)
+    last = alpha.gather(1, ends)
+    # With an empty target the two ends coincide: count the single path once.
+    last = where(_core.tensor([[False, k == 0] for k in tg_lens]), _LOG_ZERO, last)
+    loss = -last.logsumexp(1)
+    never = _core.tensor([t == 0 for t in in_lens])
+    impossible = (loss > -_LOG_ZERO / 2).logical_or(never)
+    loss = where(impossible, 0.0 if zero_infinity else math.inf, loss)
+    if reduction == "mean":
+        lens = _core.tensor(tg_lens, dtype=lp.dtype).clamp(min=1.0)
+        return (loss / lens).mean()
+    if reduction == "sum":
+        return loss.sum()
+    return loss.reshape(()) if unbatched else loss

@@ -12,7 +12,7 @@ __all__ = ["MSELoss", "L1Loss", "SmoothL1Loss", "CrossEntropyLoss", "NLLLoss", "
            "BCEWithLogitsLoss", "HuberLoss", "KLDivLoss", "PoissonNLLLoss", "GaussianNLLLoss",
            "MarginRankingLoss", "HingeEmbeddingLoss", "SoftMarginLoss", "CosineEmbeddingLoss",
            "TripletMarginLoss", "TripletMarginWithDistanceLoss", "MultiLabelSoftMarginLoss",
-           "MultiMarginLoss", "MultiLabelMarginLoss", "NLLLoss2d"]  # fmt: skip
+           "MultiMarginLoss", "MultiLabelMarginLoss", "NLLLoss2d", "CTCLoss"]  # fmt: skip
 
 
 class _Loss(Module):
@@ -256,3 +256,14 @@ class MultiMarginLoss(_WeightedLoss):
 class MultiLabelMarginLoss(_Loss):
     def forward(self, input, target):
         return F.multilabel_margin_loss(input, target, reduction=self.reduction)
+
+
+class CTCLoss(_Loss):
+    def __init__(self, blank: int = 0, reduction: str = "mean", zero_infinity: bool = False):
+        super().__init__(reduction=reduction)
+        self.blank = blank
+        self.zero_infinity = zero_infinity
+
+    def forward(self, log_probs, targets, input_lengths, target_lengths):
+        return F.ctc_loss(log_probs, targets, input_lengths, target_lengths, self.blank,
+                          self.reduction, self.zero_infinity)  # fmt: skip
