@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ... import _core
 from .. import functional as F
+from .. import init as init_  # `init` is PReLU's argument name
 from ..parameter import Parameter
 from .module import Module
 
@@ -289,9 +290,7 @@ class PReLU(Module):
         self.weight = Parameter(_core.full([num_parameters], float(init), dtype=dt))
 
     def reset_parameters(self) -> None:
-        from .. import init
-
-        init.constant_(self.weight, self.init)
+        init_.constant_(self.weight, self.init)
 
     def forward(self, input):
         return F.prelu(input, self.weight)
