@@ -3,6 +3,6 @@
 from . import functional, init, utils
 from .modules import *  # noqa: F403
 from .modules import __all__ as _modules_all
-from .parameter import Parameter
+from .parameter import Buffer, Parameter
 
-__all__ = ["Parameter", "functional", "init", "utils", *_modules_all]
+__all__ = ["Parameter", "Buffer", "functional", "init", "utils", *_modules_all]

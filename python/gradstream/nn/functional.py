@@ -3,15 +3,27 @@
 An activation that is also a ``gradstream.X`` (``sigmoid``, ``tanh``, ``silu``, ``gelu``,
 ``softplus``) is that very function: one binding, one behaviour. Layer norm, embedding,
 dropout and the row gather under nll_loss are fused Rust kernels with their own backward;
-losses are composed from them.
+losses are composed from them. The composite activations, losses, distances, shape ops and
+layers live by theme in ``nn/_functional/`` and are re-exported here.
 """
 
 from __future__ import annotations
 
-import math
-
 from .. import _core
 from .._core import Tensor, gelu, sigmoid, silu, softplus, tanh
+from ..linalg import vector_norm
+from ._functional.activation import *  # noqa: F403
+from ._functional.activation import __all__ as _activation_all
+from ._functional.activation import logsigmoid
+from ._functional.distance import *  # noqa: F403
+from ._functional.distance import __all__ as _distance_all
+from ._functional.layers import *  # noqa: F403
+from ._functional.layers import __all__ as _layers_all
+from ._functional.loss import *  # noqa: F403
+from ._functional.loss import __all__ as _loss_all
+from ._functional.shape import *  # noqa: F403
+from ._functional.shape import __all__ as _shape_all
+from ._reduction import _check_tensor, _legacy_reduction, _reduce
 
 __all__ = [
     "linear",
@@ -37,32 +49,13 @@ __all__ = [
     "binary_cross_entropy",
     "binary_cross_entropy_with_logits",
     "normalize",
+    "softmin",
+    *_activation_all,
+    *_distance_all,
+    *_layers_all,
+    *_loss_all,
+    *_shape_all,
 ]
-
-
-def _check_tensor(op: str, name: str, x) -> None:
-    if not isinstance(x, Tensor):
-        raise TypeError(f"{op}(): argument '{name}' must be Tensor, not {type(x).__name__}")
-
-
-def _reduce(loss: Tensor, reduction: str) -> Tensor:
-    if reduction == "mean":
-        return loss.mean()
-    if reduction == "sum":
-        return loss.sum()
-    if reduction == "none":
-        return loss
-    raise ValueError(f"{reduction} is not a valid value for reduction")
-
-
-def _legacy_reduction(size_average, reduce, reduction: str) -> str:
-    if size_average is None and reduce is None:
-        return reduction
-    size_average = True if size_average is None else size_average
-    reduce = True if reduce is None else reduce
-    if not reduce:
-        return "none"
-    return "mean" if size_average else "sum"
 
 
 # ---- layers ----
@@ -171,6 +164,13 @@ def log_softmax(input: Tensor, dim: int | None = None, _stacklevel: int = 3, dty
     if dim is None:
         dim = _softmax_dim(input.dim())
     return _core.log_softmax(input, dim, dtype)
+
+
+def softmin(input: Tensor, dim: int | None = None, _stacklevel: int = 3, dtype=None) -> Tensor:
+    """``softmax(-input)``, with PyTorch's implicit ``dim`` when it is None."""
+    if dim is None:
+        dim = _softmax_dim(input.dim())
+    return _core.softmax(-input, dim, dtype)
 
 
 # ---- losses ----
@@ -350,13 +350,13 @@ def binary_cross_entropy_with_logits(
         raise ValueError(
             f"Target size ({target.shape}) must be the same as input size ({input.shape})"
         )
-    # (1 - t) x + w_pos softplus(-x) = (1 - t) x - w_pos log(sigmoid(x)): stable for any x.
-    softplus_neg = softplus(-input)
+    # -t log(sigmoid(x)) - (1 - t) log(sigmoid(-x)) = (1 - t) x - log(sigmoid(x)); with
+    # pos_weight the log(sigmoid(x)) term is scaled by 1 + (pos_weight - 1) t.
+    log_sig = logsigmoid(input)
     if pos_weight is not None:
-        log_weight = (pos_weight - 1) * target + 1
-        loss = (1 - target) * input + log_weight * softplus_neg
+        loss = (1 - target) * input - ((pos_weight - 1) * target + 1) * log_sig
     else:
-        loss = (1 - target) * input + softplus_neg
+        loss = (1 - target) * input - log_sig
     if weight is not None:
         loss = loss * weight
     return _reduce(loss, reduction)
@@ -364,14 +364,5 @@ def binary_cross_entropy_with_logits(
 
 def normalize(input: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12, out=None) -> Tensor:
     """``input / max(||input||_p, eps)`` along ``dim``."""
-    if p == 2:
-        norm = (input * input).sum(dim, keepdim=True).sqrt()
-    elif p == 1:
-        norm = input.abs().sum(dim, keepdim=True)
-    elif math.isinf(p):
-        raise NotImplementedError("normalize: p=inf needs amax, not available yet")
-    elif hasattr(input, "pow"):
-        norm = input.abs().pow(p).sum(dim, keepdim=True).pow(1.0 / p)
-    else:
-        raise NotImplementedError(f"normalize: p={p} needs pow, not available yet")
-    return input / norm.maximum(float(eps))
+    norm = vector_norm(input, p, dim, keepdim=True)
+    return input / norm.clamp(min=float(eps))

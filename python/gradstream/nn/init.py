@@ -1,9 +1,13 @@
 """`gradstream.nn.init`: in-place initialisers drawing from the global generator
-(``gradstream.manual_seed`` seeds it)."""
+(``gradstream.manual_seed`` seeds it). Each runs without recording autograd history and
+returns its tensor."""
 
 from __future__ import annotations
 
 import math
+import warnings
+
+import numpy as np
 
 from .. import _core
 from .._core import Tensor
@@ -20,6 +24,22 @@ __all__ = [
     "xavier_normal_",
     "kaiming_uniform_",
     "kaiming_normal_",
+    "trunc_normal_",
+    "eye_",
+    "dirac_",
+    "sparse_",
+    "orthogonal_",
+    "uniform",
+    "normal",
+    "constant",
+    "xavier_uniform",
+    "xavier_normal",
+    "kaiming_uniform",
+    "kaiming_normal",
+    "eye",
+    "dirac",
+    "sparse",
+    "orthogonal",
 ]
 
 
@@ -137,3 +157,157 @@ def kaiming_normal_(
     fan = _calculate_correct_fan(tensor, mode)
     std = calculate_gain(nonlinearity, a) / math.sqrt(fan)
     return normal_(tensor, 0.0, std)
+
+
+def _erfinv(y: Tensor) -> Tensor:
+    """Inverse error function for ``|y| < 1``: Winitzki's closed-form estimate, refined by
+    Newton steps on ``erf(x) - y``."""
+    a = 0.147
+    ln = (1.0 - y * y).log()
+    t = 2.0 / (math.pi * a) + ln * 0.5
+    x = y.sign() * ((t * t - ln / a).sqrt() - t).sqrt()
+    for _ in range(3):
+        x = x - (x.erf() - y) / ((-(x * x)).exp() * (2.0 / math.sqrt(math.pi)))
+    return x
+
+
+def trunc_normal_(
+    tensor: Tensor,
+    mean: float = 0.0,
+    std: float = 1.0,
+    a: float = -2.0,
+    b: float = 2.0,
+    generator=None,
+) -> Tensor:
+    """Fills ``tensor`` from ``N(mean, std^2)`` restricted to ``[a, b]``, by the inverse CDF
+    of a uniform draw between the CDF values of ``a`` and ``b``."""
+    _check("trunc_normal_", tensor)
+    if mean < a - 2 * std or mean > b + 2 * std:
+        warnings.warn(
+            "mean is more than 2 std from [a, b] in nn.init.trunc_normal_. The distribution "
+            "of values may be incorrect.",
+            stacklevel=2,
+        )
+
+    def cdf(x: float) -> float:
+        return (1.0 + math.erf(x / math.sqrt(2.0))) / 2.0
+
+    lo, hi = cdf((a - mean) / std), cdf((b - mean) / std)
+    with no_grad():
+        u = _core.rand(*tuple(tensor.shape), dtype=_core.float64) * (hi - lo) + lo
+        # 2u - 1 in the open interval (-1, 1), where erfinv is finite.
+        y = (u * 2.0 - 1.0).clamp(-1.0 + 1e-15, 1.0 - 1e-15)
+        x = _erfinv(y) * (std * math.sqrt(2.0)) + mean
+        tensor.copy_(x.clamp(float(a), float(b)).to(tensor.dtype))
+    return tensor
+
+
+def eye_(tensor: Tensor) -> Tensor:
+    """Fills the 2-D ``tensor`` with the identity matrix."""
+    _check("eye_", tensor)
+    if tensor.dim() != 2:
+        raise ValueError("Only tensors with 2 dimensions are supported")
+    with no_grad():
+        tensor.copy_(_core.eye(*tuple(tensor.shape), dtype=tensor.dtype))
+    return tensor
+
+
+def dirac_(tensor: Tensor, groups: int = 1) -> Tensor:
+    """Fills the 3-, 4- or 5-D convolution weight ``tensor`` with the Dirac delta: each of
+    the first input channels of a group passes through to its output channel unchanged."""
+    _check("dirac_", tensor)
+    shape = tuple(tensor.shape)
+    if len(shape) not in (3, 4, 5):
+        raise ValueError("Only tensors with 3, 4, or 5 dimensions are supported")
+    if shape[0] % groups != 0:
+        raise ValueError("dim 0 must be divisible by groups")
+    out_per_group = shape[0] // groups
+    values = np.zeros(shape)
+    centre = tuple(k // 2 for k in shape[2:])
+    for g in range(groups):
+        for d in range(min(out_per_group, shape[1])):
+            values[(g * out_per_group + d, d, *centre)] = 1.0
+    with no_grad():
+        tensor.copy_(_core.tensor(values, dtype=tensor.dtype))
+    return tensor
+
+
+def sparse_(tensor: Tensor, sparsity: float, std: float = 0.01, generator=None) -> Tensor:
+    """Fills the 2-D ``tensor`` from ``N(0, std^2)``, then zeroes ``ceil(sparsity * rows)``
+    randomly chosen rows in each column."""
+    _check("sparse_", tensor)
+    if tensor.dim() != 2:
+        raise ValueError("Only tensors with 2 dimensions are supported")
+    rows, cols = tuple(tensor.shape)
+    num_zeros = int(math.ceil(sparsity * rows))
+    normal_(tensor, 0.0, std)
+    if num_zeros == 0 or cols == 0:
+        return tensor
+    keep = np.ones((rows, cols), dtype=bool)
+    for c in range(cols):
+        keep[_core.randperm(rows)[:num_zeros].numpy(), c] = False
+    with no_grad():
+        tensor.mul_(_core.tensor(keep).to(tensor.dtype))
+    return tensor
+
+
+def _orthonormal_columns(a: Tensor) -> Tensor:
+    """Q of the QR decomposition of the tall ``a`` with R's diagonal positive (the
+    Haar-distributed Q for Gaussian ``a``), by modified Gram-Schmidt, orthogonalising
+    twice so float64 rounding does not erode orthogonality."""
+    cols = []
+    for j in range(a.shape[1]):
+        v = a[:, j]
+        for _ in range(2):
+            for q in cols:
+                v = v - q * (q * v).sum()
+        cols.append(v / (v * v).sum().sqrt())
+    return _core.stack(cols, 1)
+
+
+def orthogonal_(tensor: Tensor, gain: float = 1.0, generator=None) -> Tensor:
+    """Fills ``tensor`` (viewed as ``rows x rest``) with a random (semi-)orthogonal matrix
+    times ``gain``: orthonormal rows or columns, whichever are fewer."""
+    _check("orthogonal_", tensor)
+    if tensor.dim() < 2:
+        raise ValueError("Only tensors with 2 or more dimensions are supported")
+    if tensor.numel() == 0:
+        return tensor
+    rows = tensor.shape[0]
+    cols = tensor.numel() // rows
+    with no_grad():
+        a = _core.randn(rows, cols, dtype=_core.float64)
+        q = _orthonormal_columns(a.t() if rows < cols else a)
+        if rows < cols:
+            q = q.t()
+        tensor.copy_((q * gain).reshape(*tuple(tensor.shape)).to(tensor.dtype))
+    return tensor
+
+
+def _deprecated(new):
+    old = new.__name__[:-1]
+
+    def fn(*args, **kwargs):
+        warnings.warn(
+            f"`nn.init.{old}` is now deprecated in favor of `nn.init.{new.__name__}`.",
+            FutureWarning,
+            stacklevel=2,
+        )
+        return new(*args, **kwargs)
+
+    fn.__name__ = old
+    fn.__doc__ = f"Deprecated spelling of ``{new.__name__}``."
+    return fn
+
+
+uniform = _deprecated(uniform_)
+normal = _deprecated(normal_)
+constant = _deprecated(constant_)
+xavier_uniform = _deprecated(xavier_uniform_)
+xavier_normal = _deprecated(xavier_normal_)
+kaiming_uniform = _deprecated(kaiming_uniform_)
+kaiming_normal = _deprecated(kaiming_normal_)
+eye = _deprecated(eye_)
+dirac = _deprecated(dirac_)
+sparse = _deprecated(sparse_)
+orthogonal = _deprecated(orthogonal_)

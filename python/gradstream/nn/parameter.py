@@ -1,11 +1,12 @@
-"""`Parameter`: a tensor that a `Module` registers as learnable."""
+"""`Parameter`: a tensor that a `Module` registers as learnable; `Buffer`: one it registers
+as a buffer when assigned as an attribute."""
 
 from __future__ import annotations
 
 from .. import _core
 from .._core import Tensor
 
-__all__ = ["Parameter"]
+__all__ = ["Parameter", "Buffer"]
 
 
 def _rebuild_parameter(data, requires_grad):
@@ -27,3 +28,24 @@ class Parameter(Tensor):
 
     def __reduce_ex__(self, protocol):
         return (_rebuild_parameter, (self.detach(), self.requires_grad))
+
+
+class _BufferMeta(type):
+    # A Buffer is a plain tensor marked by Buffer(); isinstance tests the mark.
+    def __instancecheck__(cls, instance) -> bool:
+        if cls is Buffer:
+            return isinstance(instance, Tensor) and getattr(instance, "_is_buffer", False)
+        return super().__instancecheck__(instance)
+
+
+class Buffer(Tensor, metaclass=_BufferMeta):
+    """Marks a tensor to be registered as a buffer when assigned to a ``Module`` attribute;
+    ``persistent=False`` leaves it out of the ``state_dict``."""
+
+    def __new__(cls, data=None, *, persistent: bool = True):
+        if data is None:
+            data = _core.empty(0)
+        t = data.detach().requires_grad_(data.requires_grad)
+        t.persistent = persistent
+        t._is_buffer = True
+        return t

@@ -25,6 +25,12 @@ __all__ = [
     "OneCycleLR",
     "SequentialLR",
     "ReduceLROnPlateau",
+    "MultiplicativeLR",
+    "ConstantLR",
+    "PolynomialLR",
+    "ChainedScheduler",
+    "CyclicLR",
+    "CosineAnnealingWarmRestarts",
 ]
 
 
@@ -142,6 +148,69 @@ class LambdaLR(LRScheduler):
             base * lmbda(self.last_epoch)
             for lmbda, base in zip(self.lr_lambdas, self.base_lrs, strict=False)
         ]
+
+
+class MultiplicativeLR(LambdaLR):
+    """Multiplies the current lr by ``lr_lambda(epoch)`` at every step (``LambdaLR``
+    multiplies the initial lr)."""
+
+    def get_lr(self) -> list:
+        if self._is_initial:
+            return self._lrs()
+        return [
+            lr * lmbda(self.last_epoch)
+            for lmbda, lr in zip(self.lr_lambdas, self._lrs(), strict=False)
+        ]
+
+
+class ConstantLR(LRScheduler):
+    """``factor`` times the initial lr until ``total_iters`` steps, then the initial lr."""
+
+    def __init__(
+        self,
+        optimizer: Optimizer,
+        factor: float = 1.0 / 3,
+        total_iters: int = 5,
+        last_epoch: int = -1,
+    ):
+        if factor > 1.0 or factor < 0:
+            raise ValueError("Constant multiplicative factor expected to be between 0 and 1.")
+        self.factor = factor
+        self.total_iters = total_iters
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self) -> list:
+        if self.last_epoch == 0:
+            return [lr * self.factor for lr in self._lrs()]
+        if self.last_epoch != self.total_iters:
+            return self._lrs()
+        return [lr * (1.0 / self.factor) for lr in self._lrs()]
+
+    def _get_closed_form_lr(self) -> list:
+        done = self.last_epoch >= self.total_iters
+        return [b * (self.factor + done * (1 - self.factor)) for b in self.base_lrs]
+
+
+class PolynomialLR(LRScheduler):
+    """``base_lr * (1 - epoch / total_iters) ** power`` until ``total_iters``, then 0."""
+
+    def __init__(
+        self, optimizer: Optimizer, total_iters: int = 5, power: float = 1.0, last_epoch=-1
+    ):
+        self.total_iters = total_iters
+        self.power = power
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self) -> list:
+        if self._is_initial or self.last_epoch > self.total_iters:
+            return self._lrs()
+        e, n = self.last_epoch, self.total_iters
+        decay = ((1.0 - e / n) / (1.0 - (e - 1) / n)) ** self.power
+        return [lr * decay for lr in self._lrs()]
+
+    def _get_closed_form_lr(self) -> list:
+        left = 1.0 - min(self.total_iters, self.last_epoch) / self.total_iters
+        return [b * left**self.power for b in self.base_lrs]
 
 
 class StepLR(LRScheduler):
@@ -546,3 +615,233 @@ class ReduceLROnPlateau(LRScheduler):
     def load_state_dict(self, state_dict: dict) -> None:
         self.__dict__.update(state_dict)
         self._init_is_better(self.mode, self.threshold, self.threshold_mode)
+
+
+class ChainedScheduler(LRScheduler):
+    """Steps every scheduler in ``schedulers`` at each ``step()``: their factors compose."""
+
+    def __init__(self, schedulers, optimizer: Optimizer | None = None):
+        if len(schedulers) < 1:
+            raise ValueError(
+                f"{type(self).__name__} expects at least one scheduler to be chained, but got "
+                "no scheduler."
+            )
+        optimizer = optimizer or schedulers[0].optimizer
+        for i, s in enumerate(schedulers):
+            if not hasattr(s, "optimizer"):
+                raise TypeError(
+                    f"{type(self).__name__} at index {i} should have `optimizer` as its attribute."
+                )
+            if isinstance(s, ReduceLROnPlateau):
+                raise ValueError(
+                    f"{type(self).__name__} does not support `ReduceLROnPlateau` scheduler as it "
+                    "requires additional kwargs to be specified when calling `step`, but got one "
+                    f"at index {i} in the given schedulers sequence."
+                )
+            if s.optimizer is not optimizer:
+                raise ValueError(
+                    f"{type(self).__name__} expects all schedulers to belong to the same "
+                    f"optimizer, but got scheduler {type(s).__name__} at index {i} with a "
+                    "different optimizer."
+                )
+        self._schedulers = list(schedulers)
+        self.optimizer = optimizer
+        self._last_lr = [group["lr"] for group in self._schedulers[-1].optimizer.param_groups]
+
+    def step(self) -> None:  # type: ignore[override]
+        for s in self._schedulers:
+            s.step()
+        self._last_lr = [group["lr"] for group in self._schedulers[-1].optimizer.param_groups]
+
+    def state_dict(self) -> dict:
+        sd = {k: v for k, v in self.__dict__.items() if k not in ("optimizer", "_schedulers")}
+        sd["_schedulers"] = [s.state_dict() for s in self._schedulers]
+        return sd
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        state_dict = dict(state_dict)
+        scheds = state_dict.pop("_schedulers")
+        self.__dict__.update(state_dict)
+        for s, sd in zip(self._schedulers, scheds, strict=False):
+            s.load_state_dict(sd)
+
+
+class CyclicLR(LRScheduler):
+    """The lr goes linearly from ``base_lr`` up to ``max_lr`` in ``step_size_up`` steps and
+    back down in ``step_size_down``, the amplitude scaled per cycle or per iteration by
+    ``mode`` (or ``scale_fn``); the momentum cycles the opposite way."""
+
+    def __init__(
+        self,
+        optimizer: Optimizer,
+        base_lr,
+        max_lr,
+        step_size_up: int = 2000,
+        step_size_down: int | None = None,
+        mode: str = "triangular",
+        gamma: float = 1.0,
+        scale_fn=None,
+        scale_mode: str = "cycle",
+        cycle_momentum: bool = True,
+        base_momentum=0.8,
+        max_momentum=0.9,
+        last_epoch: int = -1,
+    ):
+        if not isinstance(optimizer, Optimizer):
+            raise TypeError(f"{type(optimizer).__name__} is not an Optimizer")
+        self.optimizer = optimizer
+        base_lrs = _format_param("base_lr", optimizer, base_lr)
+        if last_epoch == -1:
+            for lr, group in zip(base_lrs, optimizer.param_groups, strict=False):
+                group["lr"] = lr
+        self.max_lrs = _format_param("max_lr", optimizer, max_lr)
+        up = float(step_size_up)
+        down = float(step_size_down) if step_size_down is not None else up
+        self.total_size = up + down
+        self.step_ratio = up / self.total_size
+        if mode not in ("triangular", "triangular2", "exp_range") and scale_fn is None:
+            raise ValueError("mode is invalid and scale_fn is None")
+        self.mode = mode
+        self.gamma = gamma
+        self._scale_fn_custom = scale_fn
+        self.scale_mode = scale_mode
+        self._init_scale_fn()
+        self.cycle_momentum = cycle_momentum
+        if cycle_momentum:
+            if "momentum" not in optimizer.defaults and "betas" not in optimizer.defaults:
+                raise ValueError(
+                    "optimizer must support momentum or beta1 with `cycle_momentum` option enabled"
+                )
+            self.use_beta1 = "betas" in optimizer.defaults
+            self.base_momentums = _format_param("base_momentum", optimizer, base_momentum)
+            self.max_momentums = _format_param("max_momentum", optimizer, max_momentum)
+            if last_epoch == -1:
+                for mm, bm, group in zip(
+                    self.max_momentums, self.base_momentums, optimizer.param_groups, strict=False
+                ):
+                    if self.use_beta1:
+                        group["betas"] = (mm, *group["betas"][1:])
+                    else:
+                        group["momentum"] = mm
+                    group["max_momentum"] = mm
+                    group["base_momentum"] = bm
+        super().__init__(optimizer, last_epoch)
+        self.base_lrs = base_lrs
+
+    def _init_scale_fn(self) -> None:
+        if self._scale_fn_custom is not None:
+            return
+        # The built-in modes fix the scale mode: the triangles scale per cycle, exp_range
+        # per iteration.
+        self.scale_mode = "iterations" if self.mode == "exp_range" else "cycle"
+
+    def scale_fn(self, x) -> float:
+        if self._scale_fn_custom is not None:
+            return self._scale_fn_custom(x)
+        if self.mode == "triangular":
+            return 1.0
+        if self.mode == "triangular2":
+            return 1 / (2.0 ** (x - 1))
+        return self.gamma**x
+
+    def get_lr(self) -> list:
+        cycle = math.floor(1 + self.last_epoch / self.total_size)
+        x = 1.0 + self.last_epoch / self.total_size - cycle
+        if x <= self.step_ratio:
+            scale_factor = x / self.step_ratio
+        else:
+            scale_factor = (x - 1) / (self.step_ratio - 1)
+        scale = self.scale_fn(cycle if self.scale_mode == "cycle" else self.last_epoch)
+        lrs = [
+            base + (top - base) * scale_factor * scale
+            for base, top in zip(self.base_lrs, self.max_lrs, strict=False)
+        ]
+        if self.cycle_momentum:
+            for group, bm, mm in zip(
+                self.optimizer.param_groups, self.base_momentums, self.max_momentums, strict=False
+            ):
+                momentum = mm - (mm - bm) * scale_factor * scale
+                if self.use_beta1:
+                    group["betas"] = (momentum, *group["betas"][1:])
+                else:
+                    group["momentum"] = momentum
+        return lrs
+
+    def state_dict(self) -> dict:
+        sd = super().state_dict()
+        fn = sd.pop("_scale_fn_custom")
+        sd["_scale_fn_custom"] = (
+            None if fn is None or isinstance(fn, types.FunctionType) else fn.__dict__.copy()
+        )
+        return sd
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        state_dict = dict(state_dict)
+        fn = state_dict.pop("_scale_fn_custom")
+        super().load_state_dict(state_dict)
+        if fn is not None:
+            self._scale_fn_custom.__dict__.update(fn)
+        self._init_scale_fn()
+
+
+class CosineAnnealingWarmRestarts(LRScheduler):
+    """Cosine annealing from the initial lr to ``eta_min`` over ``T_0`` steps, restarting
+    with a period multiplied by ``T_mult`` each time."""
+
+    def __init__(
+        self,
+        optimizer: Optimizer,
+        T_0: int,
+        T_mult: int = 1,
+        eta_min: float = 0.0,
+        last_epoch: int = -1,
+    ):
+        if T_0 <= 0 or not isinstance(T_0, int):
+            raise ValueError(f"Expected positive integer T_0, but got {T_0}")
+        if T_mult < 1 or not isinstance(T_mult, int):
+            raise ValueError(f"Expected integer T_mult >= 1, but got {T_mult}")
+        if not isinstance(eta_min, (float, int)):
+            raise ValueError(
+                f"Expected float or int eta_min, but got {eta_min} of type {type(eta_min)}"
+            )
+        self.T_0 = T_0
+        self.T_i = T_0
+        self.T_mult = T_mult
+        self.eta_min = eta_min
+        self.T_cur = last_epoch
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self) -> list:
+        return [
+            self.eta_min + (b - self.eta_min) * (1 + math.cos(math.pi * self.T_cur / self.T_i)) / 2
+            for b in self.base_lrs
+        ]
+
+    def step(self, epoch=None) -> None:
+        """One step, or (fractional epochs allowed) jump to ``epoch``."""
+        if epoch is None and self.last_epoch < 0:
+            epoch = 0
+        if epoch is None:
+            epoch = self.last_epoch + 1
+            self.T_cur = self.T_cur + 1
+            if self.T_cur >= self.T_i:
+                self.T_cur = self.T_cur % self.T_i
+                self.T_i = self.T_i * self.T_mult
+        else:
+            if epoch < 0:
+                raise ValueError(f"Expected non-negative epoch, but got {epoch}")
+            if epoch >= self.T_0:
+                if self.T_mult == 1:
+                    self.T_cur = epoch % self.T_0
+                else:
+                    # The restart index n solves T_0 (T_mult^n - 1) / (T_mult - 1) <= epoch.
+                    n = int(math.log(epoch / self.T_0 * (self.T_mult - 1) + 1, self.T_mult))
+                    self.T_cur = epoch - self.T_0 * (self.T_mult**n - 1) / (self.T_mult - 1)
+                    self.T_i = self.T_0 * self.T_mult**n
+            else:
+                self.T_i = self.T_0
+                self.T_cur = epoch
+        self.last_epoch = math.floor(epoch)
+        for group, lr in zip(self.optimizer.param_groups, self.get_lr(), strict=False):
+            group["lr"] = lr
+        self._last_lr = self._lrs()

@@ -1,33 +1,42 @@
 """The module classes of `gradstream.nn`."""
 
-from .activation import (
-    GELU,
-    LogSoftmax,
-    ReLU,
-    Sigmoid,
-    SiLU,
-    Softmax,
-    Softplus,
-    Tanh,
-    Threshold,
+from . import (
+    activation,
+    container,
+    distance,
+    dropout,
+    layers,
+    linear,
+    loss,
+    normalization,
+    padding,
+    rnn,
+    shuffle,
 )
-from .container import ModuleDict, ModuleList, Sequential
-from .layers import Dropout, Embedding, LayerNorm
-from .linear import Identity, Linear
-from .loss import (
-    BCELoss,
-    BCEWithLogitsLoss,
-    CrossEntropyLoss,
-    L1Loss,
-    MSELoss,
-    NLLLoss,
-    SmoothL1Loss,
-)
+from .activation import *  # noqa: F403
+from .container import *  # noqa: F403
+from .distance import *  # noqa: F403
+from .dropout import *  # noqa: F403
+from .layers import *  # noqa: F403
+from .linear import *  # noqa: F403
+from .loss import *  # noqa: F403
 from .module import Module
+from .normalization import *  # noqa: F403
+from .padding import *  # noqa: F403
+from .rnn import *  # noqa: F403
+from .shuffle import *  # noqa: F403
 
 __all__ = [
-    "Module", "Sequential", "ModuleList", "ModuleDict", "Identity", "Linear", "ReLU", "Threshold",
-    "Sigmoid", "Tanh", "Softplus", "GELU", "SiLU", "Softmax", "LogSoftmax", "Dropout",
-    "LayerNorm", "Embedding", "MSELoss", "L1Loss", "SmoothL1Loss", "CrossEntropyLoss",
-    "NLLLoss", "BCELoss", "BCEWithLogitsLoss",
-]  # fmt: skip
+    "Module",
+    *container.__all__,
+    *linear.__all__,
+    *activation.__all__,
+    *layers.__all__,
+    *dropout.__all__,
+    *normalization.__all__,
+    *loss.__all__,
+    *distance.__all__,
+    *padding.__all__,
+    *shuffle.__all__,
+    *rnn.__all__,
+]

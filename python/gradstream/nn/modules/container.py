@@ -1,4 +1,4 @@
-"""`Sequential`, `ModuleList`, `ModuleDict`."""
+"""`Sequential`, `ModuleList`, `ModuleDict`, `ParameterList`, `ParameterDict`."""
 
 from __future__ import annotations
 
@@ -6,9 +6,11 @@ import operator
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
 
+from ..._core import Tensor
+from ..parameter import Parameter
 from .module import Module, _addindent
 
-__all__ = ["Sequential", "ModuleList", "ModuleDict"]
+__all__ = ["Sequential", "ModuleList", "ModuleDict", "ParameterList", "ParameterDict"]
 
 
 def _index(idx: int, n: int, kind: str) -> int:
@@ -225,3 +227,174 @@ class ModuleDict(Module):
 
     def forward(self, *args, **kwargs):
         raise NotImplementedError("ModuleDict has no forward(); index it instead")
+
+
+def _as_parameter(value):
+    """Tensors are stored as Parameters (as PyTorch's containers do); other objects as is."""
+    if isinstance(value, Tensor) and not isinstance(value, Parameter):
+        return Parameter(value)
+    return value
+
+
+_TYPENAMES = {"float32": "Float", "float64": "Double", "float16": "Half", "bfloat16": "BFloat16",
+              "int64": "Long", "int32": "Int", "uint8": "Byte", "bool": "Bool"}  # fmt: skip
+
+
+def _describe(value, typename: bool = False) -> str:
+    """PyTorch's one-line description of a container entry; ``typename`` names the tensor
+    type (``FloatTensor``) instead of the dtype, as ``ParameterDict`` does."""
+    if isinstance(value, Tensor):
+        kind = "Parameter" if isinstance(value, Parameter) else "Tensor"
+        size = "x".join(str(d) for d in value.shape)
+        dt = str(value.dtype)
+        if typename:
+            dt = f"gradstream.{_TYPENAMES.get(dt.split('.')[-1], dt)}Tensor"
+        return f"{kind} containing: [{dt} of size {size}]"
+    return f"Object of type: {type(value).__name__}"
+
+
+class ParameterList(Module):
+    """A list of parameters, registered as ``"0"``, ``"1"``, ..."""
+
+    def __init__(self, values: Iterable | None = None):
+        super().__init__()
+        self._size = 0
+        if values is not None:
+            self += values
+
+    def __getitem__(self, idx):
+        if isinstance(idx, slice):
+            return type(self)([self[i] for i in range(len(self))[idx]])
+        return getattr(self, str(_index(idx, len(self), "ParameterList")))
+
+    def __setitem__(self, idx: int, param) -> None:
+        setattr(self, str(_index(idx, len(self), "ParameterList")), _as_parameter(param))
+
+    def __len__(self) -> int:
+        return self._size
+
+    def __iter__(self) -> Iterator:
+        return (self[i] for i in range(len(self)))
+
+    def __iadd__(self, parameters: Iterable) -> ParameterList:
+        return self.extend(parameters)
+
+    def __dir__(self):
+        return [k for k in super().__dir__() if not k.isdigit()]
+
+    def append(self, value) -> ParameterList:
+        self._size += 1
+        self[self._size - 1] = value
+        return self
+
+    def extend(self, values: Iterable) -> ParameterList:
+        if not isinstance(values, Iterable) or isinstance(values, Tensor):
+            raise TypeError(
+                "ParameterList.extend should be called with an iterable, but got "
+                + type(values).__name__
+            )
+        for v in values:
+            self.append(v)
+        return self
+
+    def extra_repr(self) -> str:
+        return "\n".join(f"  ({i}): {_describe(p)}" for i, p in enumerate(self))
+
+    def __call__(self, *args, **kwargs):
+        raise RuntimeError("ParameterList should not be called.")
+
+
+class ParameterDict(Module):
+    """A dict of parameters, registered under their keys."""
+
+    def __init__(self, parameters=None):
+        super().__init__()
+        self._keys: dict[str, None] = {}
+        if parameters is not None:
+            self.update(parameters)
+
+    def __getitem__(self, key: str):
+        return getattr(self, key)
+
+    def __setitem__(self, key: str, value) -> None:
+        if not isinstance(key, str):
+            raise TypeError(f"ParameterDict keys must be strings, got {type(key).__name__}")
+        self._keys[key] = None
+        setattr(self, key, _as_parameter(value))
+
+    def __delitem__(self, key: str) -> None:
+        del self._keys[key]
+        delattr(self, key)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys)
+
+    def __reversed__(self) -> Iterator[str]:
+        return reversed(list(self._keys))
+
+    def __contains__(self, key) -> bool:
+        return key in self._keys
+
+    def copy(self) -> ParameterDict:
+        return ParameterDict(OrderedDict((k, self[k]) for k in self._keys))
+
+    def setdefault(self, key: str, default=None):
+        if key not in self:
+            self[key] = default
+        return self[key]
+
+    def clear(self) -> None:
+        for k in list(self._keys):
+            del self[k]
+
+    def pop(self, key: str):
+        v = self[key]
+        del self[key]
+        return v
+
+    def popitem(self) -> tuple:
+        k = list(self._keys)[-1]
+        v = self[k]
+        del self[k]
+        return k, v
+
+    def get(self, key: str, default=None):
+        return self[key] if key in self else default
+
+    def fromkeys(self, keys: Iterable[str], default=None) -> ParameterDict:
+        return ParameterDict((k, default) for k in keys)
+
+    def keys(self):
+        return self._keys.keys()
+
+    def items(self):
+        return ((k, self[k]) for k in self._keys)
+
+    def values(self):
+        return (self[k] for k in self._keys)
+
+    def update(self, parameters) -> None:
+        if isinstance(parameters, (OrderedDict, ParameterDict)):
+            pairs = list(parameters.items())
+        elif isinstance(parameters, Mapping):
+            pairs = sorted(parameters.items())
+        else:
+            pairs = []
+            for j, kv in enumerate(parameters):
+                if len(kv) != 2:
+                    raise ValueError(
+                        f"ParameterDict update sequence element #{j} has length {len(kv)}; "
+                        "2 is required"
+                    )
+                pairs.append(tuple(kv))
+        for k, v in pairs:
+            self[k] = v
+
+    def extra_repr(self) -> str:
+        return "\n".join(f"  ({k}): {_describe(p, typename=True)}" for k, p in self.items())
+
+    def __call__(self, *args, **kwargs):
+        raise RuntimeError("ParameterDict should not be called.")

@@ -1,14 +1,15 @@
-"""Dropout, LayerNorm, Embedding."""
+"""Dropout, LayerNorm, Embedding, EmbeddingBag."""
 
 from __future__ import annotations
 
 from ... import _core
+from ...autograd.grad_mode import no_grad
 from .. import functional as F
 from .. import init
 from ..parameter import Parameter
 from .module import Module
 
-__all__ = ["Dropout", "LayerNorm", "Embedding"]
+__all__ = ["Dropout", "LayerNorm", "Embedding", "EmbeddingBag"]
 
 
 class Dropout(Module):
@@ -143,3 +144,74 @@ class Embedding(Module):
         return cls(
             rows, cols, padding_idx=padding_idx, _weight=embeddings, _freeze=freeze, **kwargs
         )
+
+
+class EmbeddingBag(Module):
+    """Sums, averages or takes the max of the embeddings in each bag (``F.embedding_bag``)."""
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, max_norm: float | None = None,
+                 norm_type: float = 2.0, scale_grad_by_freq: bool = False, mode: str = "mean",
+                 sparse: bool = False, _weight=None, include_last_offset: bool = False,
+                 padding_idx: int | None = None, device=None, dtype=None):  # fmt: skip
+        super().__init__()
+        self.num_embeddings = num_embeddings
+        self.embedding_dim = embedding_dim
+        self.max_norm = max_norm
+        self.norm_type = norm_type
+        self.scale_grad_by_freq = scale_grad_by_freq
+        if padding_idx is not None:
+            if not -num_embeddings <= padding_idx < num_embeddings:
+                raise AssertionError("padding_idx must be within num_embeddings")
+            padding_idx %= num_embeddings
+        self.padding_idx = padding_idx
+        self.mode = mode
+        self.sparse = sparse
+        self.include_last_offset = include_last_offset
+        dt = dtype if dtype is not None else _core.float32
+        if _weight is None:
+            self.weight = Parameter(_core.empty(num_embeddings, embedding_dim, dtype=dt))
+            self.reset_parameters()
+        else:
+            if tuple(_weight.shape) != (num_embeddings, embedding_dim):
+                raise AssertionError(
+                    "Shape of weight does not match num_embeddings and embedding_dim"
+                )
+            self.weight = Parameter(_weight)
+
+    def reset_parameters(self) -> None:
+        init.normal_(self.weight)
+        if self.padding_idx is not None:
+            rows = _core.arange(self.num_embeddings, dtype=_core.int64).unsqueeze(1)
+            with no_grad():
+                self.weight.masked_fill_(rows == self.padding_idx, 0.0)
+
+    def forward(self, input, offsets=None, per_sample_weights=None):
+        return F.embedding_bag(
+            input, self.weight, offsets, self.max_norm, self.norm_type,
+            self.scale_grad_by_freq, self.mode, self.sparse, per_sample_weights,
+            self.include_last_offset, self.padding_idx,
+        )  # fmt: skip
+
+    def extra_repr(self) -> str:
+        s = f"{self.num_embeddings}, {self.embedding_dim}"
+        if self.max_norm is not None:
+            s += f", max_norm={self.max_norm}"
+        if self.norm_type != 2:
+            s += f", norm_type={self.norm_type}"
+        if self.scale_grad_by_freq is not False:
+            s += f", scale_grad_by_freq={self.scale_grad_by_freq}"
+        s += f", mode={self.mode!r}"
+        if self.padding_idx is not None:
+            s += f", padding_idx={self.padding_idx}"
+        return s
+
+    @classmethod
+    def from_pretrained(cls, embeddings, freeze: bool = True, max_norm=None,
+                        norm_type: float = 2.0, scale_grad_by_freq: bool = False,
+                        mode: str = "mean", sparse: bool = False,
+                        include_last_offset: bool = False, padding_idx=None):  # fmt: skip
+        rows, cols = embeddings.shape
+        bag = cls(rows, cols, max_norm, norm_type, scale_grad_by_freq, mode, sparse,
+                  embeddings, include_last_offset, padding_idx)  # fmt: skip
+        bag.weight.requires_grad_(not freeze)
+        return bag

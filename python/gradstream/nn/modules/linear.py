@@ -1,4 +1,4 @@
-"""`Linear` and `Identity`."""
+"""`Linear`, `Bilinear` and `Identity`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from .. import init
 from ..parameter import Parameter
 from .module import Module
 
-__all__ = ["Linear", "Identity"]
+__all__ = ["Linear", "Identity", "Bilinear"]
 
 
 def _dtype(dtype):
@@ -55,4 +55,37 @@ class Linear(Module):
         return (
             f"in_features={self.in_features}, out_features={self.out_features}, "
             f"bias={self.bias is not None}"
+        )
+
+
+class Bilinear(Module):
+    """``y = x1^T W x2 + b`` with PyTorch's default initialisation."""
+
+    def __init__(self, in1_features: int, in2_features: int, out_features: int,
+                 bias: bool = True, device=None, dtype=None):  # fmt: skip
+        super().__init__()
+        self.in1_features = in1_features
+        self.in2_features = in2_features
+        self.out_features = out_features
+        dt = _dtype(dtype)
+        self.weight = Parameter(_core.empty(out_features, in1_features, in2_features, dtype=dt))
+        if bias:
+            self.bias = Parameter(_core.empty(out_features, dtype=dt))
+        else:
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        bound = 1 / math.sqrt(self.weight.shape[1]) if self.weight.shape[1] else 0.0
+        init.uniform_(self.weight, -bound, bound)
+        if self.bias is not None:
+            init.uniform_(self.bias, -bound, bound)
+
+    def forward(self, input1, input2):
+        return F.bilinear(input1, input2, self.weight, self.bias)
+
+    def extra_repr(self) -> str:
+        return (
+            f"in1_features={self.in1_features}, in2_features={self.in2_features}, "
+            f"out_features={self.out_features}, bias={self.bias is not None}"
         )

@@ -9,7 +9,7 @@ from typing import Any
 from ... import _core
 from ..._core import Tensor
 from ...autograd.grad_mode import no_grad
-from ..parameter import Parameter
+from ..parameter import Buffer, Parameter
 
 __all__ = ["Module", "RemovableHandle"]
 
@@ -191,6 +191,11 @@ class Module:
                         "(torch.nn.Module or None expected)"
                     )
                 modules[name] = value
+            elif isinstance(value, Buffer):
+                if d.get("_buffers") is None:
+                    raise AttributeError("cannot assign buffer before Module.__init__() call")
+                remove_from(d, self._parameters, self._modules)
+                self.register_buffer(name, value, persistent=value.persistent)
             else:
                 buffers = d.get("_buffers")
                 if buffers is not None and name in buffers:
