@@ -236,19 +236,13 @@ def _as_parameter(value):
     return value
 
 
-_TYPENAMES = {"float32": "Float", "float64": "Double", "float16": "Half", "bfloat16": "BFloat16",
-              "int64": "Long", "int32": "Int", "uint8": "Byte", "bool": "Bool"}  # fmt: skip
-
-
 def _describe(value, typename: bool = False) -> str:
     """PyTorch's one-line description of a container entry; ``typename`` names the tensor
     type (``FloatTensor``) instead of the dtype, as ``ParameterDict`` does."""
     if isinstance(value, Tensor):
         kind = "Parameter" if isinstance(value, Parameter) else "Tensor"
         size = "x".join(str(d) for d in value.shape)
-        dt = str(value.dtype)
-        if typename:
-            dt = f"gradstream.{_TYPENAMES.get(dt.split('.')[-1], dt)}Tensor"
+        dt = value.type() if typename else str(value.dtype)
         return f"{kind} containing: [{dt} of size {size}]"
     return f"Object of type: {type(value).__name__}"
 
