@@ -31,8 +31,21 @@ pub(crate) struct Data {
     pub span: Option<candle_core::Tensor>,
 }
 
+/// An empty view may start past its buffer's end (the columns 2.. of a 0-row tensor);
+/// candle's copies index the buffer from that offset and panic. Such a tensor gets a
+/// zero-size buffer of its own: it shares no element, so nothing is lost.
+fn own_if_empty(t: candle_core::Tensor) -> candle_core::Tensor {
+    if t.elem_count() == 0 && t.layout().start_offset() > 0 {
+        if let Ok(z) = candle_core::Tensor::zeros(t.shape(), t.dtype(), t.device()) {
+            return z;
+        }
+    }
+    t
+}
+
 impl Data {
     fn new(t: candle_core::Tensor, dtype: DType) -> Data {
+        let t = own_if_empty(t);
         let key = memory::storage_key(&t).map(|(k, bytes)| {
             memory::register(k, bytes);
             k
