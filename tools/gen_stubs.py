@@ -210,6 +210,7 @@ PARAMS = {
 
 # Where an op gives a parameter a type its name does not: "op.param" or "Class.op.param".
 OVERRIDES = {
+    "_panic.message": "str",
     "_run_backward.roots": "list[Tensor]",
     "_run_backward.grads": "list[Tensor | None]",
     "_run_backward.retain_graph": "bool",
@@ -314,6 +315,7 @@ RETURNS = {
     "nonzero": "Tensor | tuple[Tensor, ...]",
     "_graph_leaves": "list[Tensor]",
     "_run_backward": "list[Tensor | None]",
+    "_panic": "Tensor",
     "Tensor.allclose": "bool",
     "Tensor.equal": "bool",
     **dict.fromkeys(

@@ -868,6 +868,7 @@ __all__ = [
     '_nn_dropout',
     '_nn_uniform_',
     '_nn_normal_',
+    '_panic',
     '_OptimGroup',
     '_ParamState',
     '_StreamControl',
@@ -1048,6 +1049,10 @@ def _optim_step(params: Sequence[Tensor], group: _OptimGroup, states: list[_Para
     """
     `_optim_step(params, group, states)`: one fused in-place step per parameter that has a
     `.grad` (others are skipped, as PyTorch does).
+    """
+def _panic(input: Tensor, message: str) -> Tensor:
+    """
+    Panics on purpose, to test that a panic reaches Python as a RuntimeError.
     """
 def _pop_saved_tensors_hooks() -> None:
     """

@@ -58,6 +58,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     memory::register(m)?;
     nerf::register(m)?;
     nn::register(m)?;
+    op::register(m)?;
     optim::register(m)?;
     reduce::register(m)?;
     saved_hooks::register(m)?;

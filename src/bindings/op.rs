@@ -108,8 +108,10 @@ macro_rules! op_fn {
         [$($sig:tt)*] -> $ret:ty $body:block) => {
         #[allow(unused_braces)]
         pub fn $name(input: &$crate::bindings::Obj<'_>, $($arg: $ty),*) -> PyResult<$ret> {
-            let $x: $xty = $crate::bindings::op::Input::extract(stringify!($name), input)?;
-            $body
+            $crate::bindings::op::guarded(stringify!($name), || {
+                let $x: $xty = $crate::bindings::op::Input::extract(stringify!($name), input)?;
+                $body
+            })
         }
     };
     ($kind:ident $(#[$($attr:tt)*])* $name:ident($x:ident: $xty:ty $(, $arg:ident: $ty:ty)*)
@@ -119,10 +121,38 @@ macro_rules! op_fn {
         #[pyo3(signature = (input, $($sig)*))]
         #[allow(unused_braces)]
         pub fn $name(input: &$crate::bindings::Obj<'_>, $($arg: $ty),*) -> PyResult<$ret> {
-            let $x: $xty = $crate::bindings::op::Input::extract(stringify!($name), input)?;
-            $body
+            $crate::bindings::op::guarded(stringify!($name), || {
+                let $x: $xty = $crate::bindings::op::Input::extract(stringify!($name), input)?;
+                $body
+            })
         }
     };
 }
 
+/// The last line of defence: a panic inside an op (a bug, never the user's input) becomes
+/// a RuntimeError that names the op, instead of pyo3's PanicException (a BaseException
+/// that `except Exception` does not catch).
+pub fn guarded<R>(op: &str, f: impl FnOnce() -> PyResult<R>) -> PyResult<R> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|payload| {
+        let msg = payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        Err(pyo3::exceptions::PyRuntimeError::new_err(format!(
+            "{op}: internal error in gradstream ({msg}); please report it"
+        )))
+    })
+}
+
 pub(crate) use {op_fn, tensor_ops};
+
+tensor_ops! { mod guard_fns;
+    /// Panics on purpose, to test that a panic reaches Python as a RuntimeError.
+    function fn _panic(x: Tensor, message: String) [message] -> Tensor {
+        let _ = x;
+        panic!("{message}")
+    }
+}
+
+pub use guard_fns::register;
