@@ -1,4 +1,4 @@
-//! `tensor`, `zeros`, `arange`, `rand`... and `manual_seed`.
+//! `tensor`, `zeros`, `arange`, `rand`..., `manual_seed`, and the default float dtype.
 
 use numpy::PyUntypedArray;
 use pyo3::exceptions::{PyTypeError, PyValueError};
@@ -7,13 +7,13 @@ use pyo3::types::PyTuple;
 
 use crate::bindings::add_functions;
 use crate::bindings::convert::{
-    check_device, extract_scalar, extract_size, extract_tensor, opt_dtype, tensor_from_data,
-    tensor_from_numpy, to_dims,
+    check_device, extract_dtype, extract_scalar, extract_size, extract_tensor, opt_dtype,
+    tensor_from_data, tensor_from_numpy, to_dims, type_name, PyDType,
 };
 use crate::bindings::op::Input;
 use crate::bindings::tensor::PyTensor;
 use crate::bindings::Obj;
-use crate::dtype::{DType, DEFAULT_FLOAT};
+use crate::dtype::{self, default_float, DType};
 use crate::ops::{self, Scalar};
 use crate::random;
 use crate::tensor::Tensor;
@@ -113,7 +113,7 @@ macro_rules! factories {
         ) -> PyResult<Tensor> {
             let _ = (out, layout, pin_memory, generator);
             let dims = to_dims(stringify!($name), &extract_size(stringify!($name), size)?)?;
-            make($make, &dims, dtype, DEFAULT_FLOAT, device, requires_grad)
+            make($make, &dims, dtype, default_float(), device, requires_grad)
         }
 
         #[pyfunction]
@@ -182,7 +182,7 @@ fn scalar_dtype(s: Scalar) -> DType {
     match s {
         Scalar::Bool(_) => DType::Bool,
         Scalar::Int(_) => DType::Int64,
-        Scalar::Float(_) => DEFAULT_FLOAT,
+        Scalar::Float(_) => default_float(),
     }
 }
 
@@ -221,7 +221,7 @@ fn arange(
     let st = num(step).transpose()?.unwrap_or(Scalar::Int(1));
     let any_float = [s, e, st].iter().any(|x| matches!(x, Scalar::Float(_)));
     let default = if any_float {
-        DEFAULT_FLOAT
+        default_float()
     } else {
         DType::Int64
     };
@@ -240,7 +240,7 @@ fn linspace(
     requires_grad: bool,
 ) -> PyResult<Tensor> {
     check_device(device)?;
-    let dt = opt_dtype(dtype)?.unwrap_or(DEFAULT_FLOAT);
+    let dt = opt_dtype(dtype)?.unwrap_or_else(default_float);
     finish(
         ops::creation::linspace(start, end, steps, dt)?,
         requires_grad,
@@ -257,7 +257,7 @@ fn eye(
     requires_grad: bool,
 ) -> PyResult<Tensor> {
     check_device(device)?;
-    let dt = opt_dtype(dtype)?.unwrap_or(DEFAULT_FLOAT);
+    let dt = opt_dtype(dtype)?.unwrap_or_else(default_float);
     finish(ops::creation::eye(n, m.unwrap_or(n), dt)?, requires_grad)
 }
 
@@ -348,6 +348,33 @@ fn seed() -> u64 {
     random::seed()
 }
 
+/// `set_default_dtype(d)`: the dtype of Python floats, float factories and int-to-float
+/// promotion. Any floating-point dtype, as in PyTorch.
+#[pyfunction]
+fn set_default_dtype(d: &Obj<'_>) -> PyResult<()> {
+    if d.cast::<PyDType>().is_err() {
+        return Err(PyTypeError::new_err(format!(
+            "set_default_dtype(): invalid dtype object: only floating-point types are \
+             supported as the default type (got {})",
+            type_name(d)
+        )));
+    }
+    let dt = extract_dtype(d)?;
+    dtype::set_default_float(dt).map_err(|_| {
+        PyTypeError::new_err(format!(
+            "set_default_dtype(): only floating-point types are supported as the default \
+             type, got {}",
+            dt.name()
+        ))
+    })
+}
+
+/// The default float dtype (float32 unless `set_default_dtype` changed it).
+#[pyfunction]
+fn get_default_dtype(py: Python<'_>) -> PyResult<Py<PyDType>> {
+    PyDType::object(py, dtype::default_float())
+}
+
 /// `meshgrid(*tensors, indexing="ij")`: views of each 1-D input expanded to the grid.
 #[pyfunction]
 #[pyo3(signature = (*tensors, indexing=None))]
@@ -383,7 +410,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     add_functions! { m,
         tensor, as_tensor, from_numpy, zeros, ones, empty, full, zeros_like, ones_like,
         empty_like, full_like, arange, linspace, eye, rand, randn, rand_like, randn_like,
-        randint, randperm, manual_seed, get_rng_state, set_rng_state, seed, meshgrid
+        randint, randperm, manual_seed, get_rng_state, set_rng_state, seed, meshgrid,
+        set_default_dtype, get_default_dtype
     }
     Ok(())
 }
