@@ -80,6 +80,7 @@ CALLS = {
     "float + float64 0-d": lambda lib: lib.tensor(2.0) + lib.tensor(1.0, dtype=lib.float64),
     "logsumexp(int)": lambda lib: lib.logsumexp(lib.tensor([1, 2]), 0),
     "where(bool, float, float)": lambda lib: lib.where(lib.tensor([True]), 1.0, 0.0),
+    "bernoulli(float)": lambda lib: lib.bernoulli(lib.full((2,), 0.5)),
     "nn.Linear.weight": lambda lib: lib.nn.Linear(2, 3).weight,
     "nn.Linear.bias": lambda lib: lib.nn.Linear(2, 3).bias,
     "nn.LayerNorm.weight": lambda lib: lib.nn.LayerNorm(3).weight,

@@ -1,5 +1,5 @@
-"""`gradstream.nn.init`: in-place initialisers drawing from the global generator
-(``gradstream.manual_seed`` seeds it)."""
+"""`gradstream.nn.init`: in-place initialisers drawing from ``generator`` or, by default,
+the global generator (``gradstream.manual_seed`` seeds it)."""
 
 from __future__ import annotations
 
@@ -78,13 +78,13 @@ def _calculate_correct_fan(tensor: Tensor, mode: str) -> int:
 
 def uniform_(tensor: Tensor, a: float = 0.0, b: float = 1.0, generator=None) -> Tensor:
     _check("uniform_", tensor)
-    _core._nn_uniform_(tensor, float(a), float(b))
+    _core._nn_uniform_(tensor, float(a), float(b), generator)
     return tensor
 
 
 def normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0, generator=None) -> Tensor:
     _check("normal_", tensor)
-    _core._nn_normal_(tensor, float(mean), float(std))
+    _core._nn_normal_(tensor, float(mean), float(std), generator)
     return tensor
 
 
@@ -107,13 +107,13 @@ def xavier_uniform_(tensor: Tensor, gain: float = 1.0, generator=None) -> Tensor
     fan_in, fan_out = _calculate_fan_in_and_fan_out(tensor)
     std = gain * math.sqrt(2.0 / float(fan_in + fan_out))
     a = math.sqrt(3.0) * std
-    return uniform_(tensor, -a, a)
+    return uniform_(tensor, -a, a, generator)
 
 
 def xavier_normal_(tensor: Tensor, gain: float = 1.0, generator=None) -> Tensor:
     fan_in, fan_out = _calculate_fan_in_and_fan_out(tensor)
     std = gain * math.sqrt(2.0 / float(fan_in + fan_out))
-    return normal_(tensor, 0.0, std)
+    return normal_(tensor, 0.0, std, generator)
 
 
 def kaiming_uniform_(
@@ -125,7 +125,7 @@ def kaiming_uniform_(
     fan = _calculate_correct_fan(tensor, mode)
     gain = calculate_gain(nonlinearity, a)
     bound = math.sqrt(3.0) * gain / math.sqrt(fan)
-    return uniform_(tensor, -bound, bound)
+    return uniform_(tensor, -bound, bound, generator)
 
 
 def kaiming_normal_(
@@ -136,4 +136,4 @@ def kaiming_normal_(
         return tensor
     fan = _calculate_correct_fan(tensor, mode)
     std = calculate_gain(nonlinearity, a) / math.sqrt(fan)
-    return normal_(tensor, 0.0, std)
+    return normal_(tensor, 0.0, std, generator)
