@@ -121,6 +121,10 @@ def test_float64_default_keeps_python_floats_exact():
     assert gs.tensor([0.1]).dtype == gs.float32
 
 
+def test_explicit_float64_dtype_is_exact_under_any_default():
+    assert gs.tensor([0.1], dtype=gs.float64).numpy().tolist() == [0.1]
+
+
 @pytest.mark.parametrize(
     "make",
     [

@@ -357,8 +357,9 @@ pub fn tensor_from_data(obj: &Obj<'_>, dtype: Option<DType>) -> PyResult<Tensor>
             )));
         }
         let t = tensor_from_numpy(&arr)?;
-        // Python floats take the default dtype, as in PyTorch.
-        if name == "float64" {
+        // Python floats take the default dtype, as in PyTorch (an explicit `dtype` is cast
+        // to from the float64 values, so float64 keeps them exact).
+        if name == "float64" && dtype.is_none() {
             crate::ops::convert::to_dtype(&t, default_float())?
         } else {
             t
