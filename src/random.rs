@@ -376,7 +376,14 @@ pub fn multinomial(
             "multinomial: probability tensor contains either `inf`, `nan` or element < 0",
         ));
     }
-    let mut out: Vec<i64> = Vec::with_capacity(rows.saturating_mul(n));
+    let too_large = || {
+        Error::runtime(format!(
+            "multinomial: cannot allocate {rows} x {n} samples (num_samples={n} is too large)"
+        ))
+    };
+    let total = rows.checked_mul(n).ok_or_else(too_large)?;
+    let mut out: Vec<i64> = Vec::new();
+    out.try_reserve_exact(total).map_err(|_| too_large())?;
     g.with(|r| -> Result<()> {
         for row in 0..rows {
             let w = p.get(row * k..(row + 1) * k).unwrap_or(&[]);

@@ -314,6 +314,13 @@ def test_multinomial_error_classes_match_pytorch(torch_ref, case):
     assert ours is not None and ours == theirs
 
 
+def test_multinomial_too_many_samples_is_an_error_not_a_crash():
+    with pytest.raises(RuntimeError, match="multinomial"):
+        gs.multinomial(gs.ones(3), 2**62, True)
+    with pytest.raises(RuntimeError, match="multinomial"):
+        gs.multinomial(gs.ones(4, 3), 2**62, True)
+
+
 def test_multinomial_errors_name_the_op():
     with pytest.raises(RuntimeError, match="multinomial.*without replacement"):
         gs.multinomial(gs.ones(2), 3)
