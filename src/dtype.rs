@@ -1,6 +1,8 @@
 //! gradstream's dtypes: PyTorch's names over candle's storage types, and PyTorch's
 //! type-promotion rules.
 
+use std::sync::atomic::{AtomicU8, Ordering};
+
 use candle_core::DType as CDType;
 
 use crate::error::{Error, Result};
@@ -130,8 +132,29 @@ impl DType {
     }
 }
 
-/// The default float dtype (PyTorch's `get_default_dtype()`); gradstream fixes it to float32.
-pub const DEFAULT_FLOAT: DType = DType::Float32;
+/// The process-wide default float dtype, as its index in `DType::ALL` (float32 at start).
+static DEFAULT_FLOAT: AtomicU8 = AtomicU8::new(6);
+
+/// The default float dtype (PyTorch's `get_default_dtype()`): what a Python float, a float
+/// factory (`zeros`, `rand`...) and int-to-float promotion (`exp(int)`, `int / int`) give.
+pub fn default_float() -> DType {
+    DType::ALL
+        .get(DEFAULT_FLOAT.load(Ordering::Relaxed) as usize)
+        .copied()
+        .unwrap_or(DType::Float32)
+}
+
+/// `set_default_dtype`: any floating-point dtype, as in PyTorch; others are a TypeError.
+pub fn set_default_float(dtype: DType) -> Result<()> {
+    if !dtype.is_floating_point() {
+        return Err(Error::type_(
+            "only floating-point types are supported as the default type",
+        ));
+    }
+    let i = DType::ALL.iter().position(|&d| d == dtype).unwrap_or(6);
+    DEFAULT_FLOAT.store(i as u8, Ordering::Relaxed);
+    Ok(())
+}
 
 /// How an operand takes part in type promotion (PyTorch's `ResultTypeState`).
 #[derive(Clone, Copy, Debug)]
@@ -180,12 +203,12 @@ pub fn result_type(operands: &[PromotionOperand]) -> DType {
                 match c {
                     Category::Bool => DType::Bool,
                     Category::Integral => DType::Int64,
-                    Category::Floating => DEFAULT_FLOAT,
+                    Category::Floating => default_float(),
                 },
             ),
         }
     }
-    combine_categories(dim, combine_categories(zero, wrapped)).unwrap_or(DEFAULT_FLOAT)
+    combine_categories(dim, combine_categories(zero, wrapped)).unwrap_or_else(default_float)
 }
 
 #[cfg(test)]

@@ -50,8 +50,9 @@ def test_checkpoint_keeps_no_activations():
     y = checkpoint(f, x)
     ck_kept = gs.memory.memory_allocated() - base
     assert tuple(y.shape) == (512, 256)
-    # Only the output (512x256 float32) stays; the plain run keeps every layer's output.
-    assert ck_kept == 512 * 256 * 4
+    # Only the output (512x256 float32) and the saved RNG state (a small uint8 tensor, as in
+    # PyTorch) stay; the plain run keeps every layer's output.
+    assert ck_kept == 512 * 256 * 4 + gs.get_rng_state().numel()
     assert plain_kept >= 4 * 512 * 256 * 4
 
 
@@ -133,8 +134,9 @@ def test_checkpoint_chunks_matches_and_bounds_activations():
     base = gs.memory.memory_allocated()
     gs.memory.reset_peak_memory_stats()
     y = checkpoint_chunks(f, x, chunks=8)
-    # forward keeps the output only; its transient peak is about one chunk's work
-    assert gs.memory.memory_allocated() - base == 1024 * 128 * 4
+    # forward keeps the output and each chunk's RNG state only; its transient peak is about
+    # one chunk's work
+    assert gs.memory.memory_allocated() - base == 1024 * 128 * 4 + 8 * gs.get_rng_state().numel()
     y.sum().backward()
     peak = gs.memory.max_memory_allocated() - base
     gs.memory.reset_peak_memory_stats()

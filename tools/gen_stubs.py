@@ -75,7 +75,7 @@ PARAMS = {
     "layout": "object | None",
     "out": "Tensor | None",
     "memory_format": "object | None",
-    "generator": "object | None",
+    "generator": "Generator | None",
     "non_blocking": "bool",
     "copy": "bool",
     "size": "_Size",
@@ -130,7 +130,12 @@ PARAMS = {
     "m": "int | None",
     "indexing": "str | None",
     "seed": "int",
-    "state": "RngState",
+    "new_state": "Tensor",
+    "num_samples": "int",
+    "replacement": "bool",
+    "from_": "float",
+    "to": "float",
+    "d": "dtype",
     "inplace": "bool",
     "gradient": "Tensor | None",
     "retain_graph": "bool | None",
@@ -292,6 +297,9 @@ OVERRIDES = {
     "cat.dim": "int",
     "concatenate.dim": "int | None",
     "_nn_dropout.p": "float",
+    "bernoulli.p": "float | None",
+    "bernoulli_.p": "float | Tensor | None",
+    "Generator.manual_seed.seed": "int",
     "_SavedTensor.__new__.t": "Tensor",
     "_ParamState.load.state": "dict[str, Tensor | float | None]",
     "_function_node.inputs": "Sequence[Tensor]",
@@ -319,7 +327,8 @@ RETURNS = {
     "Tensor.allclose": "bool",
     "Tensor.equal": "bool",
     **dict.fromkeys(
-        "manual_seed set_rng_state _set_grad_enabled _set_memory_context _reset_peak_memory_stats "
+        "set_rng_state set_default_dtype _set_grad_enabled _set_memory_context "
+        "_reset_peak_memory_stats "
         "_record_memory_history _push_saved_tensors_hooks _pop_saved_tensors_hooks "
         "_push_saved_tensors_bf16 _raise_saved_tensors_pack_error "
         "_optim_step _optim_detach _scale_ _clamp_ _nn_uniform_ _nn_normal_ "
@@ -332,14 +341,21 @@ RETURNS = {
         "bool",
     ),
     **dict.fromkeys(
-        "_memory_allocated _max_memory_allocated seed _backward_calls _saved_tensors_hooks_depth "
-        "_optim_attach".split(),
+        "_memory_allocated _max_memory_allocated seed initial_seed _backward_calls "
+        "_saved_tensors_hooks_depth _optim_attach".split(),
         "int",
     ),
     "_set_memory_phase": "str",
     "_memory_accounting_mode": "str",
     "_norm_pow": "float",
-    "get_rng_state": "RngState",
+    "manual_seed": "Generator",
+    "get_default_dtype": "dtype",
+    "Generator.manual_seed": "Generator",
+    "Generator.set_state": "Generator",
+    "Generator.seed": "int",
+    "Generator.initial_seed": "int",
+    "Generator.device": "device",
+    "Generator.get_state": "Tensor",
     "_memory_by_category": "dict[str, int]",
     "_memory_peak_by_category": "dict[str, int]",
     "_memory_counts": "tuple[int, int, int, int, int, int]",

@@ -58,10 +58,6 @@ def is_tensor(obj):
     return isinstance(obj, Tensor)
 
 
-def get_default_dtype():
-    return float32
-
-
 __all__ = [
     "Tensor",
     "Size",

@@ -26,6 +26,37 @@ class _ValuesIndices(NamedTuple):
     indices: Tensor
 
 @final
+class Generator:
+    def __new__(cls, device: _Device | None = ...) -> Generator:
+        """
+        A random number generator: pass it as `generator=` to draw from it instead of the
+        global one (`default_generator`). Seeding it makes its draws repeatable.
+        """
+    @property
+    def device(self) -> device: ...
+    def get_state(self) -> Tensor:
+        """
+        The state as a uint8 tensor (ChaCha12 key, stream, word position and initial seed);
+        `set_state` of it replays the same draws.
+        """
+    def initial_seed(self) -> _int:
+        """
+        The seed the generator was last seeded with.
+        """
+    def manual_seed(self, seed: _int) -> Generator:
+        """
+        Seed the generator; returns the generator.
+        """
+    def seed(self) -> _int:
+        """
+        Seed from the operating system's entropy; returns the seed.
+        """
+    def set_state(self, new_state: Tensor) -> Generator:
+        """
+        Restore a state from `get_state()`; returns the generator.
+        """
+
+@final
 class Node:
     def __eq__(self, value: object, /) -> _bool: ...
     def __ge__(self, value: object, /) -> _bool: ...
@@ -51,10 +82,6 @@ class RemovableHandle:
     def __enter__(self) -> RemovableHandle: ...
     def __exit__(self, _a: object, _b: object, _c: object) -> None: ...
     def remove(self) -> None: ...
-
-@final
-class RngState:
-    ...
 
 @disjoint_base
 class Tensor:
@@ -215,6 +242,15 @@ class Tensor:
         Sum this tensor's gradient into the leaves' `.grad`. With `grad_consumer`,
         `fn(param, grad)` is called for each leaf as its gradient becomes final, and no `.grad`
         is stored.
+        """
+    def bernoulli(self, p: _float | None = ..., *, generator: Generator | None = ...) -> Tensor:
+        """
+        0 or 1 drawn with probability `input` (or `p`), in `input`'s dtype.
+        """
+    def bernoulli_(self, p: _float | Tensor | None = ..., *, generator: Generator | None = ...) -> Tensor:
+        """
+        Fill with 0 or 1 drawn with probability `p` (a number or a tensor broadcast to
+        this one's shape; 0.5 by default).
         """
     def bfloat16(self, memory_format: object | None = ...) -> Tensor: ...
     def bitwise_and(self, other: _Operand) -> Tensor: ...
@@ -414,6 +450,10 @@ class Tensor:
         """
     def mul(self, other: _Operand) -> Tensor: ...
     def mul_(self, other: _Operand) -> Tensor: ...
+    def multinomial(self, num_samples: _int, replacement: _bool = ..., *, generator: Generator | None = ...) -> Tensor:
+        """
+        `num_samples` category indices per row of weights `input` (1-D or 2-D), int64.
+        """
     def multiply(self, other: _Operand) -> Tensor: ...
     def narrow(self, dim: _int, start: _int, length: _int) -> Tensor: ...
     @property
@@ -437,6 +477,10 @@ class Tensor:
     def norm(self, p: _float | str | None = ..., dim: _Dims | None = ..., keepdim: _bool = ..., dtype: _Dtype | None = ...) -> Tensor:
         """
         Vector norm of order `p` (2, 1, inf, -inf, 0, any number, or 'fro') over `dim`.
+        """
+    def normal_(self, mean: _float = ..., std: _float = ..., *, generator: Generator | None = ...) -> Tensor:
+        """
+        Fill with N(mean, std^2) draws.
         """
     def numel(self) -> _int: ...
     def numpy(self, *, force: _bool = ...) -> np.ndarray:
@@ -563,6 +607,10 @@ class Tensor:
     def type_as(self, other: Tensor) -> Tensor: ...
     def unbind(self, dim: _int = ...) -> tuple[Tensor, ...]: ...
     def unflatten(self, dim: _int, sizes: _Size) -> Tensor: ...
+    def uniform_(self, from_: _float = ..., to: _float = ..., *, generator: Generator | None = ...) -> Tensor:
+        """
+        Fill with U(from_, to) draws.
+        """
     def unique(self, sorted: _bool = ..., return_inverse: _bool = ..., return_counts: _bool = ..., dim: _int | None = ...) -> Tensor | tuple[Tensor, ...]:
         """
         The unique elements (or slices along `dim`), sorted; with `return_inverse` each
@@ -680,7 +728,6 @@ __all__ = [
     'is_grad_enabled',
     '_set_grad_enabled',
     '_backward_calls',
-    'RngState',
     'tensor',
     'as_tensor',
     'from_numpy',
@@ -701,11 +748,9 @@ __all__ = [
     'randn_like',
     'randint',
     'randperm',
-    'manual_seed',
-    'get_rng_state',
-    'set_rng_state',
-    'seed',
     'meshgrid',
+    'set_default_dtype',
+    'get_default_dtype',
     '_function_node',
     '_set_structure_only',
     '_graph_leaves',
@@ -878,6 +923,15 @@ __all__ = [
     '_norm_pow',
     '_scale_',
     '_clamp_',
+    'Generator',
+    'default_generator',
+    'manual_seed',
+    'seed',
+    'initial_seed',
+    'get_rng_state',
+    'set_rng_state',
+    'bernoulli',
+    'multinomial',
     '_vector_norm',
     'sum',
     'mean',
@@ -1027,13 +1081,13 @@ def _nn_layer_norm(x: Tensor, k: _int, weight: Tensor | None = ..., bias: Tensor
     """
     `layer_norm` over the last `k` dims.
     """
-def _nn_normal_(t: Tensor, mean: _float, std: _float) -> None:
+def _nn_normal_(t: Tensor, mean: _float, std: _float, generator: Generator | None = ...) -> None:
     """
-    Fill `t` in place with N(mean, std^2) draws from the global generator.
+    Fill `t` in place with N(mean, std^2) draws from `generator` (the global one if None).
     """
-def _nn_uniform_(t: Tensor, a: _float, b: _float) -> None:
+def _nn_uniform_(t: Tensor, a: _float, b: _float, generator: Generator | None = ...) -> None:
     """
-    Fill `t` in place with U(a, b) draws from the global generator.
+    Fill `t` in place with U(a, b) draws from `generator` (the global one if None).
     """
 def _norm_pow(ts: Sequence[Tensor], norm_type: _float) -> _float:
     """
@@ -1218,6 +1272,10 @@ def atan2(input: Tensor, other: _Operand) -> Tensor: ...
 def atan_(input: Tensor) -> Tensor: ...
 def atanh(input: Tensor) -> Tensor: ...
 def atanh_(input: Tensor) -> Tensor: ...
+def bernoulli(input: Tensor, p: _float | None = ..., *, generator: Generator | None = ...) -> Tensor:
+    """
+    0 or 1 drawn with probability `input` (or `p`), in `input`'s dtype.
+    """
 bfloat16: dtype
 def bitwise_and(input: _Operand, other: _Operand) -> Tensor: ...
 def bitwise_not(input: Tensor) -> Tensor: ...
@@ -1269,6 +1327,7 @@ def cumsum(input: Tensor, dim: _int, *, dtype: _Dtype | None = ...) -> Tensor:
     Running sum along `dim`: an O(n) scan, parallel over the independent lines; integers
     and bools accumulate in int64.
     """
+default_generator: Generator
 @final
 class device:
     def __new__(cls, spec: str | device, index: _int | None = ...) -> device:
@@ -1313,8 +1372,8 @@ class dtype:
     @property
     def itemsize(self) -> _int: ...
 
-def empty(*size: _Size, dtype: _Dtype | None = ..., device: _Device | None = ..., requires_grad: _bool = ..., out: Tensor | None = ..., layout: object | None = ..., pin_memory: _bool = ..., generator: object | None = ...) -> Tensor: ...
-def empty_like(input: Tensor, *, dtype: _Dtype | None = ..., device: _Device | None = ..., requires_grad: _bool = ..., memory_format: object | None = ...) -> Tensor: ...
+def empty(*size: _Size, dtype: _Dtype | None = ..., device: _Device | None = ..., requires_grad: _bool = ..., out: Tensor | None = ..., layout: object | None = ..., pin_memory: _bool = ..., generator: Generator | None = ...) -> Tensor: ...
+def empty_like(input: Tensor, *, dtype: _Dtype | None = ..., device: _Device | None = ..., requires_grad: _bool = ..., memory_format: object | None = ..., generator: Generator | None = ...) -> Tensor: ...
 def eq(input: Tensor, other: _Operand) -> Tensor: ...
 def erf(input: Tensor) -> Tensor: ...
 def exp(input: Tensor) -> Tensor: ...
@@ -1346,11 +1405,22 @@ def gelu(input: Tensor, *, approximate: str = ...) -> Tensor:
     """
     `gelu(x, approximate='none')`: exact (erf) or the tanh approximation.
     """
-def get_rng_state() -> RngState: ...
+def get_default_dtype() -> dtype:
+    """
+    The default float dtype (float32 unless `set_default_dtype` changed it).
+    """
+def get_rng_state() -> Tensor:
+    """
+    The global generator's state (`default_generator.get_state()`).
+    """
 def gt(input: Tensor, other: _Operand) -> Tensor: ...
 def hypot(input: Tensor, other: _Operand) -> Tensor: ...
 def index_put(input: Tensor, indices: Tensor, values: _Data, accumulate: _bool = ...) -> Tensor: ...
 def index_select(input: Tensor, dim: _int, index: Tensor) -> Tensor: ...
+def initial_seed() -> _int:
+    """
+    The seed the global generator was last seeded with.
+    """
 int32: dtype
 int64: dtype
 def is_grad_enabled() -> _bool: ...
@@ -1389,9 +1459,10 @@ def logsumexp(input: Tensor, dim: _Dims, keepdim: _bool = ...) -> Tensor:
     `log(sum(exp(x)))` over `dim`, computed stably.
     """
 def lt(input: Tensor, other: _Operand) -> Tensor: ...
-def manual_seed(seed: _int) -> None:
+def manual_seed(seed: _int) -> Generator:
     """
     Seed the global generator: the same seed gives the same `rand`, `randn`, dropout masks.
+    Returns `default_generator`.
     """
 def masked_fill(input: Tensor, mask: Tensor, value: _Operand) -> Tensor: ...
 def masked_select(input: Tensor, mask: Tensor) -> Tensor: ...
@@ -1428,6 +1499,10 @@ def msort(input: Tensor) -> Tensor:
     The values sorted along dim 0.
     """
 def mul(input: _Operand, other: _Operand) -> Tensor: ...
+def multinomial(input: Tensor, num_samples: _int, replacement: _bool = ..., *, generator: Generator | None = ...) -> Tensor:
+    """
+    `num_samples` category indices per row of weights `input` (1-D or 2-D), int64.
+    """
 def multiply(input: _Operand, other: _Operand) -> Tensor: ...
 def narrow(input: Tensor, dim: _int, start: _int, length: _int) -> Tensor: ...
 def ne(input: Tensor, other: _Operand) -> Tensor: ...
@@ -1439,8 +1514,8 @@ def norm(input: Tensor, p: _float | str | None = ..., dim: _Dims | None = ..., k
     """
     Vector norm of order `p` (2, 1, inf, -inf, 0, any number, or 'fro') over `dim`.
     """
-def ones(*size: _Size, dtype: _Dtype | None = ..., device: _Device | None = ..., requires_grad: _bool = ..., out: Tensor | None = ..., layout: object | None = ..., pin_memory: _bool = ..., generator: object | None = ...) -> Tensor: ...
-def ones_like(input: Tensor, *, dtype: _Dtype | None = ..., device: _Device | None = ..., requires_grad: _bool = ..., memory_format: object | None = ...) -> Tensor: ...
+def ones(*size: _Size, dtype: _Dtype | None = ..., device: _Device | None = ..., requires_grad: _bool = ..., out: Tensor | None = ..., layout: object | None = ..., pin_memory: _bool = ..., generator: Generator | None = ...) -> Tensor: ...
+def ones_like(input: Tensor, *, dtype: _Dtype | None = ..., device: _Device | None = ..., requires_grad: _bool = ..., memory_format: object | None = ..., generator: Generator | None = ...) -> Tensor: ...
 def outer(input: Tensor, vec2: Tensor) -> Tensor:
     """
     `outer(input, vec2)`: outer product of two 1-D tensors.
@@ -1451,15 +1526,15 @@ def prod(input: Tensor, dim: _int | None = ..., keepdim: _bool = ..., *, dtype: 
     """
     Product of all elements, or along one `dim`; exact gradients with zeros.
     """
-def rand(*size: _Size, dtype: _Dtype | None = ..., device: _Device | None = ..., requires_grad: _bool = ..., out: Tensor | None = ..., layout: object | None = ..., pin_memory: _bool = ..., generator: object | None = ...) -> Tensor: ...
-def rand_like(input: Tensor, *, dtype: _Dtype | None = ..., device: _Device | None = ..., requires_grad: _bool = ..., memory_format: object | None = ...) -> Tensor: ...
-def randint(*args: _int | _Size, size: _Size | None = ..., dtype: _Dtype | None = ..., device: _Device | None = ..., requires_grad: _bool = ..., generator: object | None = ...) -> Tensor:
+def rand(*size: _Size, dtype: _Dtype | None = ..., device: _Device | None = ..., requires_grad: _bool = ..., out: Tensor | None = ..., layout: object | None = ..., pin_memory: _bool = ..., generator: Generator | None = ...) -> Tensor: ...
+def rand_like(input: Tensor, *, dtype: _Dtype | None = ..., device: _Device | None = ..., requires_grad: _bool = ..., memory_format: object | None = ..., generator: Generator | None = ...) -> Tensor: ...
+def randint(*args: _int | _Size, size: _Size | None = ..., dtype: _Dtype | None = ..., device: _Device | None = ..., requires_grad: _bool = ..., generator: Generator | None = ...) -> Tensor:
     """
     `randint(high, size)` or `randint(low, high, size)`.
     """
-def randn(*size: _Size, dtype: _Dtype | None = ..., device: _Device | None = ..., requires_grad: _bool = ..., out: Tensor | None = ..., layout: object | None = ..., pin_memory: _bool = ..., generator: object | None = ...) -> Tensor: ...
-def randn_like(input: Tensor, *, dtype: _Dtype | None = ..., device: _Device | None = ..., requires_grad: _bool = ..., memory_format: object | None = ...) -> Tensor: ...
-def randperm(n: _int, *, dtype: _Dtype | None = ..., device: _Device | None = ..., requires_grad: _bool = ..., generator: object | None = ...) -> Tensor: ...
+def randn(*size: _Size, dtype: _Dtype | None = ..., device: _Device | None = ..., requires_grad: _bool = ..., out: Tensor | None = ..., layout: object | None = ..., pin_memory: _bool = ..., generator: Generator | None = ...) -> Tensor: ...
+def randn_like(input: Tensor, *, dtype: _Dtype | None = ..., device: _Device | None = ..., requires_grad: _bool = ..., memory_format: object | None = ..., generator: Generator | None = ...) -> Tensor: ...
+def randperm(n: _int, *, dtype: _Dtype | None = ..., device: _Device | None = ..., requires_grad: _bool = ..., generator: Generator | None = ...) -> Tensor: ...
 def ravel(input: Tensor) -> Tensor: ...
 def reciprocal(input: Tensor) -> Tensor: ...
 def reciprocal_(input: Tensor) -> Tensor: ...
@@ -1483,9 +1558,20 @@ def searchsorted(sorted_sequence: Tensor, input: Tensor | _Number, *, out_int32:
     would be inserted into its line of `sorted_sequence` to keep it sorted: the first such
     index, or the last with `right=True` / `side="right"`.
     """
-def seed() -> _int: ...
+def seed() -> _int:
+    """
+    Seed the global generator from the operating system's entropy; returns the seed.
+    """
 def select(input: Tensor, dim: _int, index: _int) -> Tensor: ...
-def set_rng_state(state: RngState) -> None: ...
+def set_default_dtype(d: dtype) -> None:
+    """
+    `set_default_dtype(d)`: the dtype of Python floats, float factories and int-to-float
+    promotion. Any floating-point dtype, as in PyTorch.
+    """
+def set_rng_state(new_state: Tensor) -> None:
+    """
+    Restore the global generator's state from `get_rng_state()`.
+    """
 def sigmoid(input: Tensor) -> Tensor: ...
 def sigmoid_(input: Tensor) -> Tensor: ...
 def sign(input: Tensor) -> Tensor: ...
@@ -1586,5 +1672,5 @@ def where(condition: Tensor, input: _Operand, other: _Operand) -> Tensor:
     """
     `where(condition, input, other)`: `input` where `condition`, else `other`.
     """
-def zeros(*size: _Size, dtype: _Dtype | None = ..., device: _Device | None = ..., requires_grad: _bool = ..., out: Tensor | None = ..., layout: object | None = ..., pin_memory: _bool = ..., generator: object | None = ...) -> Tensor: ...
-def zeros_like(input: Tensor, *, dtype: _Dtype | None = ..., device: _Device | None = ..., requires_grad: _bool = ..., memory_format: object | None = ...) -> Tensor: ...
+def zeros(*size: _Size, dtype: _Dtype | None = ..., device: _Device | None = ..., requires_grad: _bool = ..., out: Tensor | None = ..., layout: object | None = ..., pin_memory: _bool = ..., generator: Generator | None = ...) -> Tensor: ...
+def zeros_like(input: Tensor, *, dtype: _Dtype | None = ..., device: _Device | None = ..., requires_grad: _bool = ..., memory_format: object | None = ..., generator: Generator | None = ...) -> Tensor: ...

@@ -33,7 +33,7 @@ def _format_data(t) -> str:
 
 def tensor_repr(t) -> str:
     extras = []
-    default = {_core.float32, _core.int64, _core.bool}
+    default = {_core.get_default_dtype(), _core.int64, _core.bool}
     if t.numel() == 0:
         body = "[]"
         extras.append(f"size={tuple(t.shape)}")

@@ -7,7 +7,7 @@ use pyo3::types::{PyBool, PyFloat, PyInt, PyList, PyString, PyTuple};
 
 use crate::bindings::tensor::PyTensor;
 use crate::bindings::Obj;
-use crate::dtype::{DType, DEFAULT_FLOAT};
+use crate::dtype::{default_float, DType};
 use crate::error::{CandleContext, Error, Result};
 use crate::ops::{self, wrap_dim, wrap_dims, Operand, Scalar};
 use crate::tensor::Tensor;
@@ -338,7 +338,7 @@ pub fn tensor_from_data(obj: &Obj<'_>, dtype: Option<DType>) -> PyResult<Tensor>
         let dt = match s {
             Scalar::Bool(_) => DType::Bool,
             Scalar::Int(_) => DType::Int64,
-            Scalar::Float(_) => DEFAULT_FLOAT,
+            Scalar::Float(_) => default_float(),
         };
         crate::ops::creation::scalar_tensor(s, dt)?
     } else if let Ok(arr) = obj.cast::<PyUntypedArray>() {
@@ -357,9 +357,10 @@ pub fn tensor_from_data(obj: &Obj<'_>, dtype: Option<DType>) -> PyResult<Tensor>
             )));
         }
         let t = tensor_from_numpy(&arr)?;
-        // Python floats default to float32, as in PyTorch.
-        if name == "float64" {
-            crate::ops::convert::to_dtype(&t, DEFAULT_FLOAT)?
+        // Python floats take the default dtype, as in PyTorch (an explicit `dtype` is cast
+        // to from the float64 values, so float64 keeps them exact).
+        if name == "float64" && dtype.is_none() {
+            crate::ops::convert::to_dtype(&t, default_float())?
         } else {
             t
         }

@@ -1,4 +1,4 @@
-//! `tensor`, `zeros`, `arange`, `rand`... and `manual_seed`.
+//! `tensor`, `zeros`, `arange`, `rand`... and the default float dtype they use.
 
 use numpy::PyUntypedArray;
 use pyo3::exceptions::{PyTypeError, PyValueError};
@@ -7,15 +7,16 @@ use pyo3::types::PyTuple;
 
 use crate::bindings::add_functions;
 use crate::bindings::convert::{
-    check_device, extract_scalar, extract_size, extract_tensor, opt_dtype, tensor_from_data,
-    tensor_from_numpy, to_dims,
+    check_device, extract_dtype, extract_scalar, extract_size, extract_tensor, opt_dtype,
+    tensor_from_data, tensor_from_numpy, to_dims, type_name, PyDType,
 };
 use crate::bindings::op::Input;
+use crate::bindings::random::pick_generator;
 use crate::bindings::tensor::PyTensor;
 use crate::bindings::Obj;
-use crate::dtype::{DType, DEFAULT_FLOAT};
+use crate::dtype::{self, default_float, DType};
 use crate::ops::{self, Scalar};
-use crate::random;
+use crate::random::{self, Generator};
 use crate::tensor::Tensor;
 
 fn finish(t: Tensor, requires_grad: bool) -> PyResult<Tensor> {
@@ -111,31 +112,36 @@ macro_rules! factories {
             pin_memory: bool,
             generator: Option<&Obj<'_>>,
         ) -> PyResult<Tensor> {
-            let _ = (out, layout, pin_memory, generator);
+            let _ = (out, layout, pin_memory);
+            let g = pick_generator(stringify!($name), generator)?;
             let dims = to_dims(stringify!($name), &extract_size(stringify!($name), size)?)?;
-            make($make, &dims, dtype, DEFAULT_FLOAT, device, requires_grad)
+            let f = |d: &[usize], dt| ($make)(d, dt, &*g);
+            make(f, &dims, dtype, default_float(), device, requires_grad)
         }
 
         #[pyfunction]
-        #[pyo3(signature = (input, *, dtype=None, device=None, requires_grad=false, memory_format=None))]
+        #[pyo3(signature = (input, *, dtype=None, device=None, requires_grad=false, memory_format=None, generator=None))]
         fn $like(
             input: &Obj<'_>,
             dtype: Option<&Obj<'_>>,
             device: Option<&Obj<'_>>,
             requires_grad: bool,
             memory_format: Option<&Obj<'_>>,
+            generator: Option<&Obj<'_>>,
         ) -> PyResult<Tensor> {
             let _ = memory_format;
+            let g = pick_generator(stringify!($like), generator)?;
             let t = Tensor::extract(stringify!($like), input)?;
-            make($make, &t.dims(), dtype, t.dtype(), device, requires_grad)
+            let f = |d: &[usize], dt| ($make)(d, dt, &*g);
+            make(f, &t.dims(), dtype, t.dtype(), device, requires_grad)
         }
     )*};
 }
 
 factories! {
-    zeros / zeros_like => |d, dt| ops::creation::full(d, 0.0, dt),
-    ones / ones_like => |d, dt| ops::creation::full(d, 1.0, dt),
-    empty / empty_like => |d, dt| ops::creation::full(d, 0.0, dt),
+    zeros / zeros_like => |d: &[usize], dt, _: &Generator| ops::creation::full(d, 0.0, dt),
+    ones / ones_like => |d: &[usize], dt, _: &Generator| ops::creation::full(d, 1.0, dt),
+    empty / empty_like => |d: &[usize], dt, _: &Generator| ops::creation::full(d, 0.0, dt),
     rand / rand_like => random::rand,
     randn / randn_like => random::randn,
 }
@@ -182,7 +188,7 @@ fn scalar_dtype(s: Scalar) -> DType {
     match s {
         Scalar::Bool(_) => DType::Bool,
         Scalar::Int(_) => DType::Int64,
-        Scalar::Float(_) => DEFAULT_FLOAT,
+        Scalar::Float(_) => default_float(),
     }
 }
 
@@ -221,7 +227,7 @@ fn arange(
     let st = num(step).transpose()?.unwrap_or(Scalar::Int(1));
     let any_float = [s, e, st].iter().any(|x| matches!(x, Scalar::Float(_)));
     let default = if any_float {
-        DEFAULT_FLOAT
+        default_float()
     } else {
         DType::Int64
     };
@@ -240,7 +246,7 @@ fn linspace(
     requires_grad: bool,
 ) -> PyResult<Tensor> {
     check_device(device)?;
-    let dt = opt_dtype(dtype)?.unwrap_or(DEFAULT_FLOAT);
+    let dt = opt_dtype(dtype)?.unwrap_or_else(default_float);
     finish(
         ops::creation::linspace(start, end, steps, dt)?,
         requires_grad,
@@ -257,7 +263,7 @@ fn eye(
     requires_grad: bool,
 ) -> PyResult<Tensor> {
     check_device(device)?;
-    let dt = opt_dtype(dtype)?.unwrap_or(DEFAULT_FLOAT);
+    let dt = opt_dtype(dtype)?.unwrap_or_else(default_float);
     finish(ops::creation::eye(n, m.unwrap_or(n), dt)?, requires_grad)
 }
 
@@ -272,8 +278,9 @@ fn randint(
     requires_grad: bool,
     generator: Option<&Obj<'_>>,
 ) -> PyResult<Tensor> {
-    let _ = (generator, requires_grad);
+    let _ = requires_grad;
     check_device(device)?;
+    let g = pick_generator("randint", generator)?;
     let mut ints: Vec<i64> = Vec::new();
     let mut sz = size.cloned();
     for a in args.iter() {
@@ -295,7 +302,13 @@ fn randint(
         sz.ok_or_else(|| PyTypeError::new_err("randint() missing required argument 'size'"))?;
     let size = extract_size("randint", &PyTuple::new(sz.py(), [sz])?)?;
     let dt = opt_dtype(dtype)?.unwrap_or(DType::Int64);
-    Ok(random::randint(low, high, &to_dims("randint", &size)?, dt)?)
+    Ok(random::randint(
+        low,
+        high,
+        &to_dims("randint", &size)?,
+        dt,
+        &g,
+    )?)
 }
 
 #[pyfunction]
@@ -307,45 +320,41 @@ fn randperm(
     requires_grad: bool,
     generator: Option<&Obj<'_>>,
 ) -> PyResult<Tensor> {
-    let _ = (generator, requires_grad);
+    let _ = requires_grad;
     check_device(device)?;
+    let g = pick_generator("randperm", generator)?;
     Ok(random::randperm(
         n,
         opt_dtype(dtype)?.unwrap_or(DType::Int64),
+        &g,
     )?)
 }
 
-/// A saved state of the global generator (`get_rng_state` / `set_rng_state`).
-#[pyclass(name = "RngState", module = "gradstream", frozen)]
-pub struct PyRngState {
-    state: random::State,
-}
-
+/// `set_default_dtype(d)`: the dtype of Python floats, float factories and int-to-float
+/// promotion. Any floating-point dtype, as in PyTorch.
 #[pyfunction]
-fn get_rng_state() -> PyRngState {
-    PyRngState {
-        state: random::get_state(),
+fn set_default_dtype(d: &Obj<'_>) -> PyResult<()> {
+    if d.cast::<PyDType>().is_err() {
+        return Err(PyTypeError::new_err(format!(
+            "set_default_dtype(): invalid dtype object: only floating-point types are \
+             supported as the default type (got {})",
+            type_name(d)
+        )));
     }
+    let dt = extract_dtype(d)?;
+    dtype::set_default_float(dt).map_err(|_| {
+        PyTypeError::new_err(format!(
+            "set_default_dtype(): only floating-point types are supported as the default \
+             type, got {}",
+            dt.name()
+        ))
+    })
 }
 
+/// The default float dtype (float32 unless `set_default_dtype` changed it).
 #[pyfunction]
-fn set_rng_state(state: &Obj<'_>) -> PyResult<()> {
-    let s = state.cast::<PyRngState>().map_err(|_| {
-        PyTypeError::new_err("set_rng_state() expects a state returned by get_rng_state()")
-    })?;
-    random::set_state(s.get().state.clone());
-    Ok(())
-}
-
-/// Seed the global generator: the same seed gives the same `rand`, `randn`, dropout masks.
-#[pyfunction]
-fn manual_seed(seed: i64) {
-    random::manual_seed(seed as u64)
-}
-
-#[pyfunction]
-fn seed() -> u64 {
-    random::seed()
+fn get_default_dtype(py: Python<'_>) -> PyResult<Py<PyDType>> {
+    PyDType::object(py, dtype::default_float())
 }
 
 /// `meshgrid(*tensors, indexing="ij")`: views of each 1-D input expanded to the grid.
@@ -379,11 +388,10 @@ fn meshgrid(
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_class::<PyRngState>()?;
     add_functions! { m,
         tensor, as_tensor, from_numpy, zeros, ones, empty, full, zeros_like, ones_like,
         empty_like, full_like, arange, linspace, eye, rand, randn, rand_like, randn_like,
-        randint, randperm, manual_seed, get_rng_state, set_rng_state, seed, meshgrid
+        randint, randperm, meshgrid, set_default_dtype, get_default_dtype
     }
     Ok(())
 }

@@ -12,6 +12,7 @@ pub mod nerf;
 pub mod nn;
 pub mod op;
 pub mod optim;
+pub mod random;
 pub mod reduce;
 pub mod saved_hooks;
 pub mod scan;
@@ -60,6 +61,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     nn::register(m)?;
     op::register(m)?;
     optim::register(m)?;
+    random::register(m)?;
     reduce::register(m)?;
     saved_hooks::register(m)?;
     scan::register(m)?;

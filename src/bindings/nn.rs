@@ -6,6 +6,7 @@ use pyo3::prelude::*;
 
 use crate::bindings::add_functions;
 use crate::bindings::convert::{extract_tensor, opt_tensor};
+use crate::bindings::random::pick_generator;
 use crate::bindings::Obj;
 
 use crate::ops::nn;
@@ -62,27 +63,26 @@ fn _nn_embedding(weight: &Obj<'_>, idx: &Obj<'_>, padding_idx: Option<i64>) -> P
 #[pyfunction]
 fn _nn_dropout(x: &Obj<'_>, p: f64) -> PyResult<Tensor> {
     let x = extract_tensor("dropout", "input", x)?;
-    Ok(nn::dropout(&x, p, |n| random::keep_mask(n, p))?)
+    let g = random::default_generator();
+    Ok(nn::dropout(&x, p, |n| random::keep_mask(n, p, g))?)
 }
 
-/// Fill `t` in place with U(a, b) draws from the global generator.
+/// Fill `t` in place with U(a, b) draws from `generator` (the global one if None).
 #[pyfunction]
-fn _nn_uniform_(t: &Obj<'_>, a: f64, b: f64) -> PyResult<()> {
-    Ok(random::uniform_(
-        &extract_tensor("uniform_", "tensor", t)?,
-        a,
-        b,
-    )?)
+#[pyo3(signature = (t, a, b, generator=None))]
+fn _nn_uniform_(t: &Obj<'_>, a: f64, b: f64, generator: Option<&Obj<'_>>) -> PyResult<()> {
+    let g = pick_generator("uniform_", generator)?;
+    let t = extract_tensor("uniform_", "tensor", t)?;
+    Ok(random::uniform_(&t, a, b, &g)?)
 }
 
-/// Fill `t` in place with N(mean, std^2) draws from the global generator.
+/// Fill `t` in place with N(mean, std^2) draws from `generator` (the global one if None).
 #[pyfunction]
-fn _nn_normal_(t: &Obj<'_>, mean: f64, std: f64) -> PyResult<()> {
-    Ok(random::normal_(
-        &extract_tensor("normal_", "tensor", t)?,
-        mean,
-        std,
-    )?)
+#[pyo3(signature = (t, mean, std, generator=None))]
+fn _nn_normal_(t: &Obj<'_>, mean: f64, std: f64, generator: Option<&Obj<'_>>) -> PyResult<()> {
+    let g = pick_generator("normal_", generator)?;
+    let t = extract_tensor("normal_", "tensor", t)?;
+    Ok(random::normal_(&t, mean, std, &g)?)
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

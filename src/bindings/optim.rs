@@ -103,10 +103,12 @@ impl PyParamState {
         let mut s = self.s.lock();
         let d = PyDict::new(py);
         if let Some(step) = s.step {
-            let t = crate::ops::creation::scalar_tensor(
-                crate::ops::Scalar::Float(step),
-                DType::Float32,
-            )?;
+            // PyTorch's `_get_scalar_dtype()`: float64 under a float64 default, else float32.
+            let dt = match crate::dtype::default_float() {
+                DType::Float64 => DType::Float64,
+                _ => DType::Float32,
+            };
+            let t = crate::ops::creation::scalar_tensor(crate::ops::Scalar::Float(step), dt)?;
             d.set_item("step", t)?;
         }
         for key in optim::BUFFERS {

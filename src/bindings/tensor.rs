@@ -81,15 +81,15 @@ impl PyTensor {
     #[pyo3(signature = (*args, requires_grad=false))]
     fn new(args: &Bound<'_, PyTuple>, requires_grad: bool) -> PyResult<Self> {
         let t = if args.is_empty() {
-            ops::creation::zeros(&[0], DType::Float32)?
+            ops::creation::zeros(&[0], crate::dtype::default_float())?
         } else if args.len() == 1 && args.get_item(0)?.cast::<PyTensor>().is_ok() {
             args.get_item(0)?.cast::<PyTensor>()?.get().t.detach()
         } else if args.iter().all(|a| a.extract::<i64>().is_ok()) {
             let size = crate::bindings::convert::extract_size("Tensor", args)?;
             let dims = crate::bindings::convert::to_dims("Tensor", &size)?;
-            ops::creation::zeros(&dims, DType::Float32)?
+            ops::creation::zeros(&dims, crate::dtype::default_float())?
         } else {
-            tensor_from_data(&args.get_item(0)?, Some(DType::Float32))?
+            tensor_from_data(&args.get_item(0)?, Some(crate::dtype::default_float()))?
         };
         t.set_requires_grad(requires_grad)?;
         Ok(PyTensor { t })

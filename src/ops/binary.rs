@@ -5,7 +5,7 @@
 use crate::autograd::function::{record, should_record};
 use crate::autograd::saved::SavedTensor;
 use crate::backend::{self, Bin};
-use crate::dtype::{Category, DType, DEFAULT_FLOAT};
+use crate::dtype::{default_float, Category, DType};
 use crate::error::{CandleContext, Error, Result};
 use crate::ops::convert::{cast_data, to_dtype};
 use crate::ops::inplace::{update_data, Update};
@@ -254,7 +254,7 @@ fn op_dtype(op: BinaryOp, a: &Operand, b: &Operand) -> Result<DType> {
             "hypot: not implemented for {} tensors (floating point only)",
             dtype.name()
         ))),
-        BinaryOp::Div | BinaryOp::Atan2 if category != Category::Floating => Ok(DEFAULT_FLOAT),
+        BinaryOp::Div | BinaryOp::Atan2 if category != Category::Floating => Ok(default_float()),
         BinaryOp::Sub if is_bool(a) || is_bool(b) => Err(Error::dtype(
             "sub: Subtraction, the `-` operator, with a bool tensor is not supported. If you are \
              trying to invert a mask, use the `~` or `logical_not()` operator instead.",

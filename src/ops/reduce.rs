@@ -10,7 +10,7 @@ pub mod softmax;
 use crate::autograd::function::record;
 use crate::autograd::saved::SavedTensor;
 use crate::backend;
-use crate::dtype::{DType, DEFAULT_FLOAT};
+use crate::dtype::{default_float, DType};
 use crate::error::{CandleContext, Error, Result};
 use crate::ops::binary::{add, compare, div, mul, mul_scalar, sub, CompareOp};
 use crate::ops::convert::to_dtype;
@@ -257,7 +257,7 @@ pub fn logsumexp(x: &Tensor, dims: Option<&[usize]>, keepdim: bool) -> Result<Te
     let x = if x.dtype().is_floating_point() {
         x.clone()
     } else {
-        to_dtype(x, DEFAULT_FLOAT)?
+        to_dtype(x, default_float())?
     };
     let in_dims = x.dims();
     let reduced = all_dims(dims, in_dims.len());

@@ -11,7 +11,7 @@ use crate::autograd::grad_mode;
 use crate::autograd::saved::SavedTensor;
 pub use crate::backend::UnaryOp;
 use crate::backend::{self, Bin, Pred};
-use crate::dtype::{DType, DEFAULT_FLOAT};
+use crate::dtype::{default_float, DType};
 use crate::error::{CandleContext, Error, Result};
 use crate::ops::binary::{
     add_scalar, binary, compare, div, mul, mul_scalar, pow_scalar, rsub_scalar, where_, BinaryOp,
@@ -273,7 +273,7 @@ fn prepare(op: UnaryOp, x: &Tensor) -> Result<Tensor> {
         return Ok(x.clone());
     }
     match op.int_inputs() {
-        IntInputs::ToFloat => to_dtype(x, DEFAULT_FLOAT),
+        IntInputs::ToFloat => to_dtype(x, default_float()),
         IntInputs::Keep if dt == DType::Bool => {
             match op {
                 UnaryOp::Square => return to_dtype(x, DType::Int64),

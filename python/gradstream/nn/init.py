@@ -1,6 +1,6 @@
-"""`gradstream.nn.init`: in-place initialisers drawing from the global generator
-(``gradstream.manual_seed`` seeds it). Each runs without recording autograd history and
-returns its tensor."""
+"""`gradstream.nn.init`: in-place initialisers drawing from ``generator`` or, by default,
+the global generator (``gradstream.manual_seed`` seeds it). Each runs without recording
+autograd history and returns its tensor."""
 
 from __future__ import annotations
 
@@ -98,13 +98,13 @@ def _calculate_correct_fan(tensor: Tensor, mode: str) -> int:
 
 def uniform_(tensor: Tensor, a: float = 0.0, b: float = 1.0, generator=None) -> Tensor:
     _check("uniform_", tensor)
-    _core._nn_uniform_(tensor, float(a), float(b))
+    _core._nn_uniform_(tensor, float(a), float(b), generator)
     return tensor
 
 
 def normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0, generator=None) -> Tensor:
     _check("normal_", tensor)
-    _core._nn_normal_(tensor, float(mean), float(std))
+    _core._nn_normal_(tensor, float(mean), float(std), generator)
     return tensor
 
 
@@ -127,13 +127,13 @@ def xavier_uniform_(tensor: Tensor, gain: float = 1.0, generator=None) -> Tensor
     fan_in, fan_out = _calculate_fan_in_and_fan_out(tensor)
     std = gain * math.sqrt(2.0 / float(fan_in + fan_out))
     a = math.sqrt(3.0) * std
-    return uniform_(tensor, -a, a)
+    return uniform_(tensor, -a, a, generator)
 
 
 def xavier_normal_(tensor: Tensor, gain: float = 1.0, generator=None) -> Tensor:
     fan_in, fan_out = _calculate_fan_in_and_fan_out(tensor)
     std = gain * math.sqrt(2.0 / float(fan_in + fan_out))
-    return normal_(tensor, 0.0, std)
+    return normal_(tensor, 0.0, std, generator)
 
 
 def kaiming_uniform_(
@@ -145,7 +145,7 @@ def kaiming_uniform_(
     fan = _calculate_correct_fan(tensor, mode)
     gain = calculate_gain(nonlinearity, a)
     bound = math.sqrt(3.0) * gain / math.sqrt(fan)
-    return uniform_(tensor, -bound, bound)
+    return uniform_(tensor, -bound, bound, generator)
 
 
 def kaiming_normal_(
@@ -156,7 +156,7 @@ def kaiming_normal_(
         return tensor
     fan = _calculate_correct_fan(tensor, mode)
     std = calculate_gain(nonlinearity, a) / math.sqrt(fan)
-    return normal_(tensor, 0.0, std)
+    return normal_(tensor, 0.0, std, generator)
 
 
 def _erfinv(y: Tensor) -> Tensor:
@@ -194,7 +194,8 @@ def trunc_normal_(
 
     lo, hi = cdf((a - mean) / std), cdf((b - mean) / std)
     with no_grad():
-        u = _core.rand(*tuple(tensor.shape), dtype=_core.float64) * (hi - lo) + lo
+        u = _core.rand(*tuple(tensor.shape), dtype=_core.float64, generator=generator)
+        u = u * (hi - lo) + lo
         # 2u - 1 in the open interval (-1, 1), where erfinv is finite.
         y = (u * 2.0 - 1.0).clamp(-1.0 + 1e-15, 1.0 - 1e-15)
         x = _erfinv(y) * (std * math.sqrt(2.0)) + mean
@@ -240,12 +241,12 @@ def sparse_(tensor: Tensor, sparsity: float, std: float = 0.01, generator=None) 
         raise ValueError("Only tensors with 2 dimensions are supported")
     rows, cols = tuple(tensor.shape)
     num_zeros = int(math.ceil(sparsity * rows))
-    normal_(tensor, 0.0, std)
+    normal_(tensor, 0.0, std, generator)
     if num_zeros == 0 or cols == 0:
         return tensor
     keep = np.ones((rows, cols), dtype=bool)
     for c in range(cols):
-        keep[_core.randperm(rows)[:num_zeros].numpy(), c] = False
+        keep[_core.randperm(rows, generator=generator)[:num_zeros].numpy(), c] = False
     with no_grad():
         tensor.mul_(_core.tensor(keep).to(tensor.dtype))
     return tensor
@@ -276,7 +277,7 @@ def orthogonal_(tensor: Tensor, gain: float = 1.0, generator=None) -> Tensor:
     rows = tensor.shape[0]
     cols = tensor.numel() // rows
     with no_grad():
-        a = _core.randn(rows, cols, dtype=_core.float64)
+        a = _core.randn(rows, cols, dtype=_core.float64, generator=generator)
         q = _orthonormal_columns(a.t() if rows < cols else a)
         if rows < cols:
             q = q.t()

@@ -43,7 +43,7 @@ class LayerNorm(Module):
         self.normalized_shape = tuple(normalized_shape)
         self.eps = eps
         self.elementwise_affine = elementwise_affine
-        dt = dtype if dtype is not None else _core.float32
+        dt = dtype if dtype is not None else _core.get_default_dtype()
         if elementwise_affine:
             self.weight = Parameter(_core.ones(*self.normalized_shape, dtype=dt))
             if bias:
@@ -99,7 +99,7 @@ class Embedding(Module):
         self.norm_type = norm_type
         self.scale_grad_by_freq = scale_grad_by_freq
         self.sparse = sparse
-        dt = dtype if dtype is not None else _core.float32
+        dt = dtype if dtype is not None else _core.get_default_dtype()
         if _weight is None:
             self.weight = Parameter(
                 _core.empty(num_embeddings, embedding_dim, dtype=dt), requires_grad=not _freeze

@@ -14,7 +14,7 @@ __all__ = ["Linear", "Identity", "Bilinear"]
 
 
 def _dtype(dtype):
-    return dtype if dtype is not None else _core.float32
+    return dtype if dtype is not None else _core.get_default_dtype()
 
 
 class Identity(Module):
