@@ -440,7 +440,10 @@ def ctc_loss(
     # With an empty target the two ends coincide: count the single path once.
     last = where(_core.tensor([[False, k == 0] for k in tg_lens]), _LOG_ZERO, last)
     loss = -last.logsumexp(1)
-    never = _core.tensor([t == 0 for t in in_lens])
+    # No frames: the empty target has the one empty alignment (loss 0), any other none.
+    lens = list(zip(in_lens, tg_lens, strict=True))
+    loss = where(_core.tensor([t == 0 and k == 0 for t, k in lens]), 0.0, loss)
+    never = _core.tensor([t == 0 and k > 0 for t, k in lens])
     impossible = (loss > -_LOG_ZERO / 2).logical_or(never)
     loss = where(impossible, 0.0 if zero_infinity else math.inf, loss)
     if reduction == "mean":
