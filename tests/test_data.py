@@ -537,3 +537,24 @@ def test_timeout_waiting_for_a_worker():
     loader = DataLoader(Slow(1.0), batch_size=1, num_workers=1, timeout=0.2)
     with pytest.raises(RuntimeError, match=r"DataLoader timed out after 0.2 seconds"):
         next(iter(loader))
+
+
+def test_gradstream_generator_drives_shuffling():
+    from gradstream.utils.data import DataLoader, RandomSampler, random_split
+
+    def order(seed):
+        return list(RandomSampler(range(50), generator=gs.Generator().manual_seed(seed)))
+
+    assert order(7) == order(7) and order(7) != order(8)
+    assert sorted(order(7)) == list(range(50))
+    g = gs.Generator().manual_seed(1)
+    first = [
+        b.tolist() for b in DataLoader(list(range(10)), batch_size=5, shuffle=True, generator=g)
+    ]
+    second = [
+        b.tolist() for b in DataLoader(list(range(10)), batch_size=5, shuffle=True, generator=g)
+    ]
+    assert first != second  # the generator moved on: the next epoch is another order
+    parts = random_split(range(10), [3, 7], generator=gs.Generator().manual_seed(2))
+    again = random_split(range(10), [3, 7], generator=gs.Generator().manual_seed(2))
+    assert [list(p) for p in parts] == [list(p) for p in again]

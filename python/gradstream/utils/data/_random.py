@@ -1,11 +1,11 @@
 """Where the samplers' randomness comes from.
 
-With no generator, gradstream's global RNG (`gradstream.manual_seed` makes it reproducible).
-With a generator (any object with `initial_seed()` and `manual_seed(seed)`, such as a
-`torch.Generator`), a `random.Random` seeded from `generator.initial_seed()`; the generator is
-then re-seeded from that source, so the next epoch draws a different order and re-seeding the
-generator replays the sequence. Orders therefore differ from PyTorch's for the same seed (a
-different RNG), but the same seed always gives the same order in gradstream.
+With no generator, gradstream's global RNG (`gradstream.manual_seed` makes it reproducible);
+with a `gradstream.Generator`, that generator's draws, as PyTorch's samplers use theirs. Any
+other generator object with `initial_seed()` and `manual_seed(seed)` (a `torch.Generator`)
+seeds a `random.Random`, and is then re-seeded from it, so the next epoch draws a different
+order and re-seeding the generator replays the sequence. Orders differ from PyTorch's for
+the same seed (a different RNG), but the same seed always gives the same order here.
 """
 
 from __future__ import annotations
@@ -15,18 +15,23 @@ import random
 import gradstream
 
 
+def _native(generator) -> bool:
+    return generator is None or isinstance(generator, gradstream.Generator)
+
+
 def python_rng(generator=None) -> random.Random:
     """A `random.Random` drawn from `generator`, or from gradstream's global RNG when None."""
-    if generator is None:
-        return random.Random(int(gradstream.randint(0, 2**62, (1,)).item()))
+    if _native(generator):
+        seed = gradstream.randint(0, 2**62, (1,), generator=generator).item()
+        return random.Random(int(seed))
     rng = random.Random(generator.initial_seed())
     generator.manual_seed(rng.getrandbits(63))
     return rng
 
 
 def randperm(n: int, generator=None) -> list[int]:
-    if generator is None:
-        return gradstream.randperm(n).tolist()
+    if _native(generator):
+        return gradstream.randperm(n, generator=generator).tolist()
     order = list(range(n))
     python_rng(generator).shuffle(order)
     return order
@@ -34,8 +39,8 @@ def randperm(n: int, generator=None) -> list[int]:
 
 def randint(high: int, size: int, generator=None) -> list[int]:
     """`size` integers drawn uniformly from [0, high)."""
-    if generator is None:
-        return gradstream.randint(0, high, (size,)).tolist()
+    if _native(generator):
+        return gradstream.randint(0, high, (size,), generator=generator).tolist()
     rng = python_rng(generator)
     return [rng.randrange(high) for _ in range(size)]
 
