@@ -49,6 +49,15 @@ def test_isclose_allclose_match_torch(ab, rtol, atol, equal_nan):
     assert gs.equal(gs.tensor(a), gs.tensor(b)) == torch.equal(torch.tensor(a), torch.tensor(b))
 
 
+def test_isclose_equal_nan_without_tolerances(torch_ref):
+    nan = float("nan")
+    got = gs.isclose(gs.tensor([nan, 1.0]), gs.tensor([nan, 1.0]), rtol=0, atol=0, equal_nan=True)
+    want = torch.isclose(
+        torch.tensor([nan, 1.0]), torch.tensor([nan, 1.0]), rtol=0, atol=0, equal_nan=True
+    )
+    assert_close(got, want)
+
+
 def test_isclose_noncontiguous(torch_ref):
     x = np.arange(12, dtype=np.float32).reshape(3, 4)
     g, t = gs.tensor(x).t(), torch_ref.tensor(x).t()

@@ -22,10 +22,10 @@ def isclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):
                 f"isclose(): {name} must be greater than or equal to zero, but got {v}"
             )
     close = input == other
+    if equal_nan and input.is_floating_point():
+        close = close | (input.isnan() & other.isnan())
     if rtol == 0 and atol == 0:
         return close
-    if equal_nan:
-        close = close | (input.isnan() & other.isnan())
     a, b = (input, other) if input.is_floating_point() else (input.double(), other.double())
     diff = (a - b).abs()
     return close | (diff.isfinite() & (diff <= atol + rtol * b.abs()))
