@@ -1,5 +1,5 @@
 """`gradstream.optim`: PyTorch's optimizers on fused Rust kernels, steppable inside the
-backward pass (``in_backward=True``)."""
+backward pass (``in_backward=True``); LBFGS (closure-based) in Python."""
 
 from . import lr_scheduler
 from .adadelta import Adadelta
@@ -7,6 +7,7 @@ from .adagrad import Adagrad
 from .adam import Adam, AdamW
 from .adamax import Adamax
 from .asgd import ASGD
+from .lbfgs import LBFGS
 from .nadam import NAdam
 from .optimizer import Optimizer
 from .radam import RAdam
@@ -27,5 +28,6 @@ __all__ = [
     "Adadelta",
     "Rprop",
     "ASGD",
+    "LBFGS",
     "lr_scheduler",
 ]
