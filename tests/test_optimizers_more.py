@@ -328,3 +328,30 @@ def test_param_groups_and_float64(name):
     for sa, sb in zip(*out, strict=True):
         for pa, pb in zip(sa, sb, strict=True):
             np.testing.assert_allclose(pa, pb, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_accumulation_and_clipping_in_backward(name):
+    """In the backward pass with accumulate(2) and per-parameter clipping (the norm's
+    factor, then the value clamp, as the stream applies them), each optimizer matches
+    step() after accumulating two backwards and clipping with nn.utils."""
+    init, gsteps = start(10), grads(8, seed=11)
+    scaled = [[0.5 * g for g in s] for s in gsteps]  # two halves sum to the whole
+    pa = [gs.tensor(a.copy(), requires_grad=True) for a in init]
+    pb = [gs.tensor(a.copy(), requires_grad=True) for a in init]
+    oa = getattr(gs.optim, name)(pa, **FIXED[name])
+    ob = getattr(gs.optim, name)(pb, **FIXED[name], in_backward=True)
+    ob.accumulate(2).clip_grad(max_value=0.4, max_norm=1.0)
+    for g in scaled:
+        backward(gs, pa, g)
+        backward(gs, pa, g)
+        for p in pa:
+            gs.nn.utils.clip_grad_norm_([p], 1.0)
+            gs.nn.utils.clip_grad_value_([p], 0.4)
+        oa.step()
+        oa.zero_grad()
+        backward(gs, pb, g)
+        backward(gs, pb, g)
+        assert all(p.grad is None for p in pb)
+    for a, b in zip(pa, pb, strict=True):
+        np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-5, atol=1e-6)
