@@ -10,7 +10,7 @@ use _core::backend::candle::Candle;
 use _core::backend::cpu::Cpu;
 use _core::backend::{
     AdamStep, Bin, ElementwiseOps, GradPrep, InplaceOps, LineKernel, MaskOps, NnOps, OptimOps,
-    ReduceOps, SortOps, UnaryOp, Update,
+    ReduceOps, SortOps, StepRule, UnaryOp, Update,
 };
 use candle_core::{Device, Tensor};
 
@@ -115,7 +115,9 @@ fn main() {
             decoupled: false,
             step_size: 1e-3,
             bias_correction2_sqrt: 1.0,
+            amsgrad: false,
         };
+        let rule = StepRule::Adam(s);
         let prep = GradPrep {
             scale: 1.0,
             clip_value: None,
@@ -124,7 +126,7 @@ fn main() {
         row(
             "Adam step (in place)",
             &size,
-            || cpu.adam(&p, &y, ((&m, &v), None), &s, &prep).unwrap(),
+            || cpu.optim_step(&p, &y, &[&m, &v], &rule, &prep).unwrap(),
             || adam_candle(&p, &y, &m, &v).unwrap(),
         );
     }

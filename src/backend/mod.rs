@@ -21,7 +21,7 @@
 //! | `IndexOps`                    | advanced-index take/put on any strided layout      | NotImplementedError                      |
 //! | `SortOps`                     | stable argsort of lines and rows, runs, binary search | NotImplementedError                   |
 //! | `RenderOps`                   | fused NeRF volume renderer and its backward        | NotImplementedError                      |
-//! | `OptimOps`                    | fused in-place SGD/Adam steps, grad norms          | NotImplementedError                      |
+//! | `OptimOps`                    | fused in-place optimizer steps, grad norms         | NotImplementedError                      |
 //!
 //! Everything else is candle's on every device: matmul (`gemm`, rayon), casts, `cat`,
 //! `where_cond`, comparisons, `sum_keepdim`, `index_select`, views.
@@ -51,7 +51,10 @@ pub use inplace::{InplaceOps, Update};
 pub use lines::{LineKernel, Lines, ReduceOps};
 pub use mask::MaskOps;
 pub use nn::NnOps;
-pub use optim::{AdamStep, GradPrep, OptimOps, SgdStep};
+pub use optim::{
+    AdadeltaStep, AdagradStep, AdamStep, AdamaxStep, AsgdStep, GradPrep, NAdamStep, OptimOps,
+    RAdamStep, RmsPropStep, RpropStep, SgdStep, StepRule,
+};
 pub use render::{RenderInputs, RenderOps, RenderShape};
 pub use sort::SortOps;
 

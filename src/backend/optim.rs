@@ -40,35 +40,171 @@ pub struct AdamStep {
     pub decoupled: bool,
     pub step_size: f64,
     pub bias_correction2_sqrt: f64,
+    /// `max_exp_avg_sq` is the third state buffer.
+    pub amsgrad: bool,
 }
 
-/// Adam's per-parameter state: the moments (`exp_avg`, `exp_avg_sq`) and, with
-/// amsgrad, `max_exp_avg_sq`.
-pub type AdamState<'a> = ((&'a Tensor, &'a Tensor), Option<&'a Tensor>);
+/// RMSprop's coefficients.
+#[derive(Clone, Copy, Debug)]
+pub struct RmsPropStep {
+    pub lr: f64,
+    pub alpha: f64,
+    pub eps: f64,
+    pub weight_decay: f64,
+    pub momentum: f64,
+    pub centered: bool,
+}
 
-pub trait OptimOps {
-    /// `param -= lr * (momentum-smoothed, decayed) grad`, in place; `buf` the momentum.
-    fn sgd(
-        &self,
-        param: &Tensor,
-        _grad: &Tensor,
-        _buf: Option<&Tensor>,
-        _s: &SgdStep,
-        _prep: &GradPrep,
-    ) -> Result<()> {
-        Err(not_implemented("SGD step", param.device()))
+/// Adagrad's coefficients (`clr`: the learning rate after `lr_decay`).
+#[derive(Clone, Copy, Debug)]
+pub struct AdagradStep {
+    pub clr: f64,
+    pub eps: f64,
+    pub weight_decay: f64,
+}
+
+/// Adamax's coefficients (`clr`: `lr / (1 - beta1^step)`).
+#[derive(Clone, Copy, Debug)]
+pub struct AdamaxStep {
+    pub clr: f64,
+    pub beta1: f64,
+    pub beta2: f64,
+    pub eps: f64,
+    pub weight_decay: f64,
+}
+
+/// NAdam's coefficients for one step (the momentum schedule folded into `c_grad`, `c_avg`).
+#[derive(Clone, Copy, Debug)]
+pub struct NAdamStep {
+    pub lr: f64,
+    pub beta1: f64,
+    pub beta2: f64,
+    pub eps: f64,
+    pub weight_decay: f64,
+    pub decoupled: bool,
+    pub bias_correction2: f64,
+    /// `-lr (1 - mu) / (1 - mu_product)`.
+    pub c_grad: f64,
+    /// `-lr mu_next / (1 - mu_product mu_next)`.
+    pub c_avg: f64,
+}
+
+/// RAdam's coefficients for one step; `rect` is `None` while the variance is not tractable.
+#[derive(Clone, Copy, Debug)]
+pub struct RAdamStep {
+    pub lr: f64,
+    pub beta1: f64,
+    pub beta2: f64,
+    pub eps: f64,
+    pub weight_decay: f64,
+    pub decoupled: bool,
+    pub bias_correction1: f64,
+    pub bias_correction2_sqrt: f64,
+    pub rect: Option<f64>,
+}
+
+/// Adadelta's coefficients.
+#[derive(Clone, Copy, Debug)]
+pub struct AdadeltaStep {
+    pub lr: f64,
+    pub rho: f64,
+    pub eps: f64,
+    pub weight_decay: f64,
+}
+
+/// Rprop's coefficients.
+#[derive(Clone, Copy, Debug)]
+pub struct RpropStep {
+    pub eta_minus: f64,
+    pub eta_plus: f64,
+    pub step_size_min: f64,
+    pub step_size_max: f64,
+}
+
+/// ASGD's coefficients for one step (`eta`, `mu` as the state held them before it).
+#[derive(Clone, Copy, Debug)]
+pub struct AsgdStep {
+    pub eta: f64,
+    pub lambd: f64,
+    pub mu: f64,
+    pub weight_decay: f64,
+}
+
+/// One optimizer step rule with its coefficients. The state buffers the kernel receives,
+/// in order (PyTorch's state-dict names):
+///
+/// | rule | buffers |
+/// |---|---|
+/// | `Sgd` | `momentum_buffer` if momentum != 0 |
+/// | `Adam` | `exp_avg`, `exp_avg_sq`, `max_exp_avg_sq` if amsgrad |
+/// | `RmsProp` | `square_avg`, `momentum_buffer` if momentum > 0, `grad_avg` if centered |
+/// | `Adagrad` | `sum` |
+/// | `Adamax` | `exp_avg`, `exp_inf` |
+/// | `NAdam`, `RAdam` | `exp_avg`, `exp_avg_sq` |
+/// | `Adadelta` | `square_avg`, `acc_delta` |
+/// | `Rprop` | `prev`, `step_size` |
+/// | `Asgd` | `ax` |
+#[derive(Clone, Copy, Debug)]
+pub enum StepRule {
+    Sgd(SgdStep),
+    Adam(AdamStep),
+    RmsProp(RmsPropStep),
+    Adagrad(AdagradStep),
+    Adamax(AdamaxStep),
+    NAdam(NAdamStep),
+    RAdam(RAdamStep),
+    Adadelta(AdadeltaStep),
+    Rprop(RpropStep),
+    Asgd(AsgdStep),
+}
+
+impl StepRule {
+    pub fn name(&self) -> &'static str {
+        match self {
+            StepRule::Sgd(_) => "SGD",
+            StepRule::Adam(_) => "Adam",
+            StepRule::RmsProp(_) => "RMSprop",
+            StepRule::Adagrad(_) => "Adagrad",
+            StepRule::Adamax(_) => "Adamax",
+            StepRule::NAdam(_) => "NAdam",
+            StepRule::RAdam(_) => "RAdam",
+            StepRule::Adadelta(_) => "Adadelta",
+            StepRule::Rprop(_) => "Rprop",
+            StepRule::Asgd(_) => "ASGD",
+        }
     }
 
-    /// One Adam/AdamW step, in place on the parameter and its moments.
-    fn adam(
+    /// How many state buffers the kernel takes.
+    pub fn buffers(&self) -> usize {
+        match self {
+            StepRule::Sgd(s) => usize::from(s.momentum != 0.0),
+            StepRule::Adam(s) => 2 + usize::from(s.amsgrad),
+            StepRule::RmsProp(s) => 1 + usize::from(s.momentum > 0.0) + usize::from(s.centered),
+            StepRule::Adagrad(_) | StepRule::Asgd(_) => 1,
+            StepRule::Adamax(_)
+            | StepRule::NAdam(_)
+            | StepRule::RAdam(_)
+            | StepRule::Adadelta(_)
+            | StepRule::Rprop(_) => 2,
+        }
+    }
+}
+
+pub trait OptimOps {
+    /// One optimizer step, in place on the parameter and its state buffers (in the order
+    /// [`StepRule`] lists), reading the gradient through `prep`.
+    fn optim_step(
         &self,
         param: &Tensor,
         _grad: &Tensor,
-        _state: AdamState<'_>,
-        _s: &AdamStep,
+        _state: &[&Tensor],
+        rule: &StepRule,
         _prep: &GradPrep,
     ) -> Result<()> {
-        Err(not_implemented("Adam step", param.device()))
+        Err(not_implemented(
+            &format!("{} step", rule.name()),
+            param.device(),
+        ))
     }
 
     /// `sum(|g|^p)` (or `max |g|` for p = inf) of a gradient, in f64.

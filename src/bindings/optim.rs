@@ -57,15 +57,15 @@ impl PyOptimGroup {
             Some(Field::Flag(f)) => *f = value.is_truthy()?,
             None => {}
         }
-        if key == "betas" {
-            let b: Vec<Obj<'_>> = value.try_iter()?.collect::<PyResult<_>>()?;
-            let [b1, b2] = b.as_slice() else {
+        if let Some((a, b)) = h.pair(key) {
+            let v: Vec<Obj<'_>> = value.try_iter()?.collect::<PyResult<_>>()?;
+            let [x, y] = v.as_slice() else {
                 return Err(PyValueError::new_err(format!(
-                    "betas must be a pair, got {} values",
-                    b.len()
+                    "{key} must be a pair, got {} values",
+                    v.len()
                 )));
             };
-            (h.beta1, h.beta2) = (float_of("betas", b1)?, float_of("betas", b2)?);
+            (*a, *b) = (float_of(key, x)?, float_of(key, y)?);
         }
         Ok(())
     }
@@ -73,11 +73,12 @@ impl PyOptimGroup {
     /// The value the kernels will use for `key` (for tests of the write-through).
     fn get<'py>(&self, py: Python<'py>, key: &str) -> PyResult<Bound<'py, PyAny>> {
         let mut h = self.g.read().clone();
-        let betas = PyTuple::new(py, [h.beta1, h.beta2])?.into_any();
+        if let Some((a, b)) = h.pair(key) {
+            return Ok(PyTuple::new(py, [*a, *b])?.into_any());
+        }
         match h.field(key) {
             Some(Field::Number(x)) => Ok(x.into_pyobject(py)?.into_any()),
             Some(Field::Flag(f)) => Ok(f.into_pyobject(py)?.to_owned().into_any()),
-            None if key == "betas" => Ok(betas),
             None => Err(PyKeyError::new_err(key.to_string())),
         }
     }
@@ -100,21 +101,22 @@ impl PyParamState {
 
     /// PyTorch's `optimizer.state[p]` layout: the tensors are the live buffers.
     fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let mut s = self.s.lock();
+        let s = self.s.lock();
         let d = PyDict::new(py);
+        // PyTorch's `_get_scalar_dtype()`: float64 under a float64 default, else float32.
+        let dt = match crate::dtype::default_float() {
+            DType::Float64 => DType::Float64,
+            _ => DType::Float32,
+        };
+        let scalar = |v: f64| crate::ops::creation::scalar_tensor(crate::ops::Scalar::Float(v), dt);
         if let Some(step) = s.step {
-            // PyTorch's `_get_scalar_dtype()`: float64 under a float64 default, else float32.
-            let dt = match crate::dtype::default_float() {
-                DType::Float64 => DType::Float64,
-                _ => DType::Float32,
-            };
-            let t = crate::ops::creation::scalar_tensor(crate::ops::Scalar::Float(step), dt)?;
-            d.set_item("step", t)?;
+            d.set_item("step", scalar(step)?)?;
         }
-        for key in optim::BUFFERS {
-            if let Some(t) = s.buffer(key).and_then(|b| b.as_ref()) {
-                d.set_item(key, t.detach())?;
-            }
+        for (key, v) in &s.scalars {
+            d.set_item(*key, scalar(*v)?)?;
+        }
+        for (key, t) in &s.buffers {
+            d.set_item(*key, t.detach())?;
         }
         Ok(d)
     }
@@ -128,14 +130,14 @@ impl PyParamState {
             if v.is_none() {
                 continue;
             }
-            match key.as_str() {
-                "step" => s.step = Some(float_of("step", &v)?),
-                _ => {
-                    if let Some(buf) = s.buffer(&key) {
-                        let t = extract_tensor("load_state_dict", &key, &v)?;
-                        *buf = Some(optim::adopt_state(&p, &t, &key)?);
-                    }
-                }
+            if key == "step" {
+                s.step = Some(float_of("step", &v)?);
+            } else if let Some(name) = optim::SCALARS.iter().find(|n| **n == key) {
+                let x = float_of(name, &v)?;
+                s.set_scalar(name, f64::from(x as f32));
+            } else if let Some(name) = optim::BUFFERS.iter().find(|n| **n == key) {
+                let t = extract_tensor("load_state_dict", name, &v)?;
+                s.set_buffer(name, optim::adopt_state(&p, &t, name)?);
             }
         }
         *self.s.lock() = s;

@@ -4,7 +4,10 @@
 use candle_core::Tensor;
 
 use crate::backend;
-pub use crate::backend::{AdamStep, GradPrep, SgdStep};
+pub use crate::backend::{
+    AdadeltaStep, AdagradStep, AdamStep, AdamaxStep, AsgdStep, GradPrep, NAdamStep, RAdamStep,
+    RmsPropStep, RpropStep, SgdStep, StepRule,
+};
 use crate::error::Result;
 
 /// `sum(|g|^p)` (or `max |g|` for p = inf) of a gradient, in f64.

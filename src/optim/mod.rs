@@ -1,4 +1,5 @@
-//! Optimizers in Rust: per-parameter update kernels (SGD, Adam, AdamW) and the
+//! Optimizers in Rust: per-parameter update kernels (SGD, Adam, AdamW, RMSprop, Adagrad,
+//! Adamax, NAdam, RAdam, Adadelta, Rprop, ASGD) and the
 //! in-backward mode, where each parameter is stepped by a Rust post-accumulate hook the
 //! moment its gradient is final, and its gradient freed.
 //!
@@ -16,27 +17,47 @@ use crate::error::{Error, Result};
 use crate::memory::Role;
 use crate::ops;
 use crate::tensor::{check_like, shape_str, Tensor};
-use kernels::{AdamStep, GradPrep, SgdStep};
+use kernels::{
+    AdadeltaStep, AdagradStep, AdamStep, AdamaxStep, AsgdStep, GradPrep, NAdamStep, RAdamStep,
+    RmsPropStep, RpropStep, SgdStep, StepRule,
+};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
     Sgd,
     Adam,
     AdamW,
+    RmsProp,
+    Adagrad,
+    Adamax,
+    NAdam,
+    RAdam,
+    Adadelta,
+    Rprop,
+    Asgd,
 }
 
 impl Kind {
     pub fn parse(name: &str) -> Result<Kind> {
-        match name {
-            "sgd" => Ok(Kind::Sgd),
-            "adam" => Ok(Kind::Adam),
-            "adamw" => Ok(Kind::AdamW),
-            _ => Err(Error::value(format!("unknown optimizer kind '{name}'"))),
-        }
+        Ok(match name {
+            "sgd" => Kind::Sgd,
+            "adam" => Kind::Adam,
+            "adamw" => Kind::AdamW,
+            "rmsprop" => Kind::RmsProp,
+            "adagrad" => Kind::Adagrad,
+            "adamax" => Kind::Adamax,
+            "nadam" => Kind::NAdam,
+            "radam" => Kind::RAdam,
+            "adadelta" => Kind::Adadelta,
+            "rprop" => Kind::Rprop,
+            "asgd" => Kind::Asgd,
+            _ => return Err(Error::value(format!("unknown optimizer kind '{name}'"))),
+        })
     }
 }
 
-/// One param group's hyperparameters, as the kernels read them at each step.
+/// One param group's hyperparameters, as the kernels read them at each step (each
+/// optimizer reads its own; Python sets every key of the group).
 #[derive(Clone, Debug)]
 pub struct Hyper {
     pub kind: Kind,
@@ -50,8 +71,22 @@ pub struct Hyper {
     pub beta2: f64,
     pub eps: f64,
     pub amsgrad: bool,
-    /// Adam with `decoupled_weight_decay=True` is AdamW.
+    /// Adam with `decoupled_weight_decay=True` is AdamW; NAdam and RAdam have it too.
     pub decoupled: bool,
+    /// RMSprop's smoothing constant; ASGD's eta power.
+    pub alpha: f64,
+    pub centered: bool,
+    pub lr_decay: f64,
+    pub initial_accumulator_value: f64,
+    pub momentum_decay: f64,
+    pub rho: f64,
+    /// Rprop's `etas` and `step_sizes` pairs.
+    pub eta_minus: f64,
+    pub eta_plus: f64,
+    pub step_size_min: f64,
+    pub step_size_max: f64,
+    pub lambd: f64,
+    pub t0: f64,
 }
 
 impl Hyper {
@@ -69,10 +104,22 @@ impl Hyper {
             eps: 1e-8,
             amsgrad: false,
             decoupled: kind == Kind::AdamW,
+            alpha: 0.99,
+            centered: false,
+            lr_decay: 0.0,
+            initial_accumulator_value: 0.0,
+            momentum_decay: 4e-3,
+            rho: 0.9,
+            eta_minus: 0.5,
+            eta_plus: 1.2,
+            step_size_min: 1e-6,
+            step_size_max: 50.0,
+            lambd: 1e-4,
+            t0: 1e6,
         }
     }
 
-    /// The hyperparameter a param-group key names (`betas` is two of them, set apart).
+    /// The hyperparameter a param-group key names (pairs such as `betas` are [`Hyper::pair`]).
     pub fn field(&mut self, key: &str) -> Option<Field<'_>> {
         Some(match key {
             "lr" => Field::Number(&mut self.lr),
@@ -80,10 +127,28 @@ impl Hyper {
             "dampening" => Field::Number(&mut self.dampening),
             "weight_decay" => Field::Number(&mut self.weight_decay),
             "eps" => Field::Number(&mut self.eps),
+            "alpha" => Field::Number(&mut self.alpha),
+            "lr_decay" => Field::Number(&mut self.lr_decay),
+            "initial_accumulator_value" => Field::Number(&mut self.initial_accumulator_value),
+            "momentum_decay" => Field::Number(&mut self.momentum_decay),
+            "rho" => Field::Number(&mut self.rho),
+            "lambd" => Field::Number(&mut self.lambd),
+            "t0" => Field::Number(&mut self.t0),
             "nesterov" => Field::Flag(&mut self.nesterov),
             "maximize" => Field::Flag(&mut self.maximize),
             "amsgrad" => Field::Flag(&mut self.amsgrad),
+            "centered" => Field::Flag(&mut self.centered),
             "decoupled_weight_decay" => Field::Flag(&mut self.decoupled),
+            _ => return None,
+        })
+    }
+
+    /// The two hyperparameters a pair-valued param-group key names.
+    pub fn pair(&mut self, key: &str) -> Option<(&mut f64, &mut f64)> {
+        Some(match key {
+            "betas" => (&mut self.beta1, &mut self.beta2),
+            "etas" => (&mut self.eta_minus, &mut self.eta_plus),
+            "step_sizes" => (&mut self.step_size_min, &mut self.step_size_max),
             _ => return None,
         })
     }
@@ -100,47 +165,102 @@ pub type Group = Arc<RwLock<Hyper>>;
 /// A parameter's optimizer state (PyTorch's `optimizer.state[p]`).
 #[derive(Default)]
 pub struct ParamState {
-    /// Adam's step count (PyTorch keeps it as a float32 0-d tensor).
+    /// The step count (PyTorch keeps it as a float32 0-d tensor).
     pub step: Option<f64>,
-    pub momentum_buffer: Option<Tensor>,
-    pub exp_avg: Option<Tensor>,
-    pub exp_avg_sq: Option<Tensor>,
-    pub max_exp_avg_sq: Option<Tensor>,
+    /// Other scalar state (NAdam's `mu_product`, ASGD's `eta` and `mu`): float32 values,
+    /// as PyTorch's 0-d tensors hold them.
+    pub scalars: Vec<(&'static str, f64)>,
+    /// State buffers by PyTorch's state-dict name, in the order they were made.
+    pub buffers: Vec<(&'static str, Tensor)>,
     /// Backward passes accumulated into `.grad` since the last in-backward step.
     pub micro_batches: u64,
 }
 
+/// Every state buffer name the optimizers use (PyTorch's state-dict keys).
+pub const BUFFERS: [&str; 12] = [
+    "momentum_buffer",
+    "exp_avg",
+    "exp_avg_sq",
+    "max_exp_avg_sq",
+    "square_avg",
+    "grad_avg",
+    "sum",
+    "exp_inf",
+    "acc_delta",
+    "prev",
+    "step_size",
+    "ax",
+];
+
+/// The scalar state names besides `step`.
+pub const SCALARS: [&str; 3] = ["mu_product", "eta", "mu"];
+
 impl ParamState {
     pub fn is_empty(&self) -> bool {
-        self.step.is_none()
-            && self.momentum_buffer.is_none()
-            && self.exp_avg.is_none()
-            && self.exp_avg_sq.is_none()
-            && self.max_exp_avg_sq.is_none()
+        self.step.is_none() && self.scalars.is_empty() && self.buffers.is_empty()
     }
 
-    /// The state buffer PyTorch's state dict names `key`.
-    pub fn buffer(&mut self, key: &str) -> Option<&mut Option<Tensor>> {
-        Some(match key {
-            "momentum_buffer" => &mut self.momentum_buffer,
-            "exp_avg" => &mut self.exp_avg,
-            "exp_avg_sq" => &mut self.exp_avg_sq,
-            "max_exp_avg_sq" => &mut self.max_exp_avg_sq,
-            _ => return None,
-        })
+    pub fn get(&self, key: &str) -> Option<&Tensor> {
+        self.buffers.iter().find(|(k, _)| *k == key).map(|(_, t)| t)
+    }
+
+    /// Make the buffer `key` if it is missing: shaped like `p`, filled with `fill`.
+    fn ensure(&mut self, key: &'static str, p: &Tensor, fill: f64) -> Result<()> {
+        if self.get(key).is_none() {
+            self.buffers.push((key, state_like(p, fill)?));
+        }
+        Ok(())
+    }
+
+    /// The buffers `keys`, which must exist, in that order.
+    fn data(&self, keys: &[&str]) -> Vec<candle_core::Tensor> {
+        keys.iter()
+            .map(|k| {
+                self.get(k)
+                    .expect("state buffer made before the step")
+                    .data()
+            })
+            .collect()
+    }
+
+    pub fn scalar(&self, key: &str) -> Option<f64> {
+        self.scalars
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, v)| *v)
+    }
+
+    pub fn set_scalar(&mut self, key: &'static str, v: f64) {
+        match self.scalars.iter_mut().find(|(k, _)| *k == key) {
+            Some(e) => e.1 = v,
+            None => self.scalars.push((key, v)),
+        }
+    }
+
+    /// Put a buffer (replacing one of the same name).
+    pub fn set_buffer(&mut self, key: &'static str, t: Tensor) {
+        match self.buffers.iter_mut().find(|(k, _)| *k == key) {
+            Some(e) => e.1 = t,
+            None => self.buffers.push((key, t)),
+        }
     }
 }
 
-/// The state dict's buffer keys, in PyTorch's order.
-pub const BUFFERS: [&str; 4] = ["momentum_buffer", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"];
-
 pub type State = Arc<Mutex<ParamState>>;
 
-/// A new zero state buffer shaped like `p`, counted as optimizer state.
-fn state_like(p: &Tensor) -> Result<Tensor> {
+/// A new state buffer shaped like `p` and filled with `fill`, counted as optimizer state.
+fn state_like(p: &Tensor, fill: f64) -> Result<Tensor> {
     let t = ops::creation::zeros_like(p)?;
+    if fill != 0.0 {
+        ops::inplace::fill_data(&t, ops::Scalar::Float(fill))?;
+    }
     t.set_role(Role::OptimizerState, true);
     Ok(t)
+}
+
+/// A value as a float32 0-d tensor holds it (PyTorch's scalar optimizer state).
+fn f32r(v: f64) -> f64 {
+    v as f32 as f64
 }
 
 /// Take ownership of a state tensor given by the user (load_state_dict): a dense copy in
@@ -225,12 +345,40 @@ pub fn step(
         maximize: h.maximize,
         ..prep
     };
-    match h.kind {
+    let (rule, keys) = rule_for(param, h, st)?;
+    let bufs = st.data(keys);
+    let refs: Vec<&candle_core::Tensor> = bufs.iter().collect();
+    backend::on(&pdata).optim_step(&pdata, &gdata, &refs, &rule, &prep)?;
+    for k in keys {
+        if let Some(t) = st.get(k) {
+            t.bump_version();
+        }
+    }
+    param.bump_version();
+    Ok(())
+}
+
+/// Advance `st` by one step of `h.kind` (making missing buffers, counting the step,
+/// updating scalar state) and give the kernel's rule and the buffers it takes, in order.
+fn rule_for(
+    p: &Tensor,
+    h: &Hyper,
+    st: &mut ParamState,
+) -> Result<(StepRule, &'static [&'static str])> {
+    let next_step = |st: &mut ParamState| {
+        let s = st.step.unwrap_or(0.0) + 1.0;
+        st.step = Some(s);
+        s
+    };
+    Ok(match h.kind {
         Kind::Sgd => {
-            let init = st.momentum_buffer.is_none();
-            if h.momentum != 0.0 && init {
-                st.momentum_buffer = Some(state_like(param)?);
-            }
+            let init = st.get("momentum_buffer").is_none();
+            let keys: &[&str] = if h.momentum != 0.0 {
+                st.ensure("momentum_buffer", p, 0.0)?;
+                &["momentum_buffer"]
+            } else {
+                &[]
+            };
             let s = SgdStep {
                 lr: h.lr,
                 momentum: h.momentum,
@@ -239,28 +387,18 @@ pub fn step(
                 weight_decay: h.weight_decay,
                 init_buffer: init,
             };
-            let buf = if h.momentum != 0.0 {
-                st.momentum_buffer.as_ref().map(|b| b.data())
-            } else {
-                None
-            };
-            backend::on(&pdata).sgd(&pdata, &gdata, buf.as_ref(), &s, &prep)?;
-            if let Some(b) = &st.momentum_buffer {
-                b.bump_version();
-            }
+            (StepRule::Sgd(s), keys)
         }
         Kind::Adam | Kind::AdamW => {
-            if st.exp_avg.is_none() {
-                st.exp_avg = Some(state_like(param)?);
-            }
-            if st.exp_avg_sq.is_none() {
-                st.exp_avg_sq = Some(state_like(param)?);
-            }
-            if h.amsgrad && st.max_exp_avg_sq.is_none() {
-                st.max_exp_avg_sq = Some(state_like(param)?);
-            }
-            let step = st.step.unwrap_or(0.0) + 1.0;
-            st.step = Some(step);
+            st.ensure("exp_avg", p, 0.0)?;
+            st.ensure("exp_avg_sq", p, 0.0)?;
+            let keys: &[&str] = if h.amsgrad {
+                st.ensure("max_exp_avg_sq", p, 0.0)?;
+                &["exp_avg", "exp_avg_sq", "max_exp_avg_sq"]
+            } else {
+                &["exp_avg", "exp_avg_sq"]
+            };
+            let step = next_step(st);
             let bias_correction1 = 1.0 - h.beta1.powf(step);
             let bias_correction2 = 1.0 - h.beta2.powf(step);
             let s = AdamStep {
@@ -272,26 +410,159 @@ pub fn step(
                 decoupled: h.decoupled || h.kind == Kind::AdamW,
                 step_size: h.lr / bias_correction1,
                 bias_correction2_sqrt: bias_correction2.powf(0.5),
+                amsgrad: h.amsgrad,
             };
-            let m = st.exp_avg.as_ref().expect("initialised").data();
-            let v = st.exp_avg_sq.as_ref().expect("initialised").data();
-            let x = if h.amsgrad {
-                st.max_exp_avg_sq.as_ref().map(|x| x.data())
-            } else {
-                None
-            };
-            let state = ((&m, &v), x.as_ref());
-            backend::on(&pdata).adam(&pdata, &gdata, state, &s, &prep)?;
-            for t in [&st.exp_avg, &st.exp_avg_sq, &st.max_exp_avg_sq]
-                .into_iter()
-                .flatten()
-            {
-                t.bump_version();
-            }
+            (StepRule::Adam(s), keys)
         }
-    }
-    param.bump_version();
-    Ok(())
+        Kind::RmsProp => {
+            st.ensure("square_avg", p, 0.0)?;
+            let (mom, centered) = (h.momentum > 0.0, h.centered);
+            if mom {
+                st.ensure("momentum_buffer", p, 0.0)?;
+            }
+            if centered {
+                st.ensure("grad_avg", p, 0.0)?;
+            }
+            next_step(st);
+            let keys: &[&str] = match (mom, centered) {
+                (false, false) => &["square_avg"],
+                (true, false) => &["square_avg", "momentum_buffer"],
+                (false, true) => &["square_avg", "grad_avg"],
+                (true, true) => &["square_avg", "momentum_buffer", "grad_avg"],
+            };
+            let s = RmsPropStep {
+                lr: h.lr,
+                alpha: h.alpha,
+                eps: h.eps,
+                weight_decay: h.weight_decay,
+                momentum: h.momentum,
+                centered,
+            };
+            (StepRule::RmsProp(s), keys)
+        }
+        Kind::Adagrad => {
+            st.ensure("sum", p, h.initial_accumulator_value)?;
+            let step = next_step(st);
+            let s = AdagradStep {
+                clr: h.lr / (1.0 + (step - 1.0) * h.lr_decay),
+                eps: h.eps,
+                weight_decay: h.weight_decay,
+            };
+            (StepRule::Adagrad(s), &["sum"])
+        }
+        Kind::Adamax => {
+            st.ensure("exp_avg", p, 0.0)?;
+            st.ensure("exp_inf", p, 0.0)?;
+            let step = next_step(st);
+            let s = AdamaxStep {
+                clr: h.lr / (1.0 - h.beta1.powf(step)),
+                beta1: h.beta1,
+                beta2: h.beta2,
+                eps: h.eps,
+                weight_decay: h.weight_decay,
+            };
+            (StepRule::Adamax(s), &["exp_avg", "exp_inf"])
+        }
+        Kind::NAdam => {
+            if st.scalar("mu_product").is_none() {
+                st.set_scalar("mu_product", 1.0);
+            }
+            st.ensure("exp_avg", p, 0.0)?;
+            st.ensure("exp_avg_sq", p, 0.0)?;
+            let step = next_step(st);
+            let mu = h.beta1 * (1.0 - 0.5 * 0.96f64.powf(step * h.momentum_decay));
+            let mu_next = h.beta1 * (1.0 - 0.5 * 0.96f64.powf((step + 1.0) * h.momentum_decay));
+            let prod = st.scalar("mu_product").unwrap_or(1.0);
+            let prod = f32r(f64::from(prod as f32 * mu as f32));
+            st.set_scalar("mu_product", prod);
+            let s = NAdamStep {
+                lr: h.lr,
+                beta1: h.beta1,
+                beta2: h.beta2,
+                eps: h.eps,
+                weight_decay: h.weight_decay,
+                decoupled: h.decoupled,
+                bias_correction2: 1.0 - h.beta2.powf(step),
+                c_grad: -h.lr * (1.0 - mu) / (1.0 - prod),
+                c_avg: (-h.lr * mu_next) / (1.0 - prod * mu_next),
+            };
+            (StepRule::NAdam(s), &["exp_avg", "exp_avg_sq"])
+        }
+        Kind::RAdam => {
+            st.ensure("exp_avg", p, 0.0)?;
+            st.ensure("exp_avg_sq", p, 0.0)?;
+            let step = next_step(st);
+            let bc1 = 1.0 - h.beta1.powf(step);
+            let bc2 = 1.0 - h.beta2.powf(step);
+            let rho_inf = 2.0 / (1.0 - h.beta2) - 1.0;
+            let rho_t = rho_inf - 2.0 * step * h.beta2.powf(step) / bc2;
+            let rect = (rho_t > 5.0).then(|| {
+                ((rho_t - 4.0) * (rho_t - 2.0) * rho_inf
+                    / ((rho_inf - 4.0) * (rho_inf - 2.0) * rho_t))
+                    .powf(0.5)
+            });
+            let s = RAdamStep {
+                lr: h.lr,
+                beta1: h.beta1,
+                beta2: h.beta2,
+                eps: h.eps,
+                weight_decay: h.weight_decay,
+                decoupled: h.decoupled,
+                bias_correction1: bc1,
+                bias_correction2_sqrt: bc2.powf(0.5),
+                rect,
+            };
+            (StepRule::RAdam(s), &["exp_avg", "exp_avg_sq"])
+        }
+        Kind::Adadelta => {
+            st.ensure("square_avg", p, 0.0)?;
+            st.ensure("acc_delta", p, 0.0)?;
+            next_step(st);
+            let s = AdadeltaStep {
+                lr: h.lr,
+                rho: h.rho,
+                eps: h.eps,
+                weight_decay: h.weight_decay,
+            };
+            (StepRule::Adadelta(s), &["square_avg", "acc_delta"])
+        }
+        Kind::Rprop => {
+            st.ensure("prev", p, 0.0)?;
+            st.ensure("step_size", p, h.lr)?;
+            next_step(st);
+            let s = RpropStep {
+                eta_minus: h.eta_minus,
+                eta_plus: h.eta_plus,
+                step_size_min: h.step_size_min,
+                step_size_max: h.step_size_max,
+            };
+            (StepRule::Rprop(s), &["prev", "step_size"])
+        }
+        Kind::Asgd => {
+            if st.scalar("eta").is_none() {
+                st.set_scalar("eta", f32r(h.lr));
+            }
+            if st.scalar("mu").is_none() {
+                st.set_scalar("mu", 1.0);
+            }
+            st.ensure("ax", p, 0.0)?;
+            let step = next_step(st);
+            let (eta, mu) = (
+                st.scalar("eta").unwrap_or(1.0),
+                st.scalar("mu").unwrap_or(1.0),
+            );
+            let s = AsgdStep {
+                eta,
+                lambd: h.lambd,
+                mu,
+                weight_decay: h.weight_decay,
+            };
+            let new_eta = h.lr / (1.0 + h.lambd * h.lr * step).powf(h.alpha);
+            st.set_scalar("eta", f32r(new_eta));
+            st.set_scalar("mu", f32r(1.0 / (step - h.t0).max(1.0)));
+            (StepRule::Asgd(s), &["ax"])
+        }
+    })
 }
 
 /// What the in-backward hooks of one optimizer share: accumulation and clipping.

@@ -1,8 +1,9 @@
 """`Optimizer`: PyTorch's base class, with Rust kernels and an in-backward mode.
 
-Built-in optimizers (SGD, Adam, AdamW) keep each param group's hyperparameters in a Rust
-struct that the Python ``param_groups`` dicts write through to, and each parameter's
-state in Rust. ``step()`` runs one fused in-place kernel per parameter.
+Built-in optimizers (SGD, Adam, AdamW, RMSprop, Adagrad, Adamax, NAdam, RAdam, Adadelta,
+Rprop, ASGD) keep each param group's hyperparameters in a Rust struct that the Python
+``param_groups`` dicts write through to, and each parameter's state in Rust. ``step()``
+runs one fused in-place kernel per parameter. LBFGS is written in Python.
 
 ``in_backward=True`` installs a Rust post-accumulate hook on every parameter: the
 parameter is stepped the moment its gradient is final and the gradient is freed, so
