@@ -45,8 +45,13 @@ def _check_same(gopt, topt, gsch, tsch):
 def drive(make, steps: int, kind: str = "sgd", lrs=(0.1, 0.3), metrics=None):
     """Builds the scheduler in both libraries and compares every step's lrs."""
     gopt, topt = _optimizers(kind, lrs)
+    try:
+        tsch = make(torch.optim.lr_scheduler, topt)
+    except Exception as e:  # noqa: BLE001  (an edge PyTorch refuses, e.g. a 0-step phase)
+        with pytest.raises(type(e)):
+            make(gs.optim.lr_scheduler, gopt)
+        return None
     gsch = make(gs.optim.lr_scheduler, gopt)
-    tsch = make(torch.optim.lr_scheduler, topt)
     for i in range(steps):
         _check_same(gopt, topt, gsch, tsch)
         gopt.step()
