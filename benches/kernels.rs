@@ -9,8 +9,8 @@ use std::time::Instant;
 use _core::backend::candle::Candle;
 use _core::backend::cpu::Cpu;
 use _core::backend::{
-    AdamStep, Bin, ElementwiseOps, GradPrep, InplaceOps, LineKernel, MaskOps, NnOps, OptimOps,
-    ReduceOps, SortOps, StepRule, UnaryOp, Update,
+    AdamBase, AdamStep, Bin, ElementwiseOps, GradPrep, InplaceOps, LineKernel, MaskOps, NnOps,
+    OptimOps, ReduceOps, SortOps, StepRule, UnaryOp, Update,
 };
 use candle_core::{Device, Tensor};
 
@@ -107,12 +107,14 @@ fn main() {
             randn(&[n]).abs().unwrap(),
         );
         let s = AdamStep {
-            lr: 1e-3,
-            beta1: 0.9,
-            beta2: 0.999,
-            eps: 1e-8,
-            weight_decay: 0.0,
-            decoupled: false,
+            base: AdamBase {
+                lr: 1e-3,
+                beta1: 0.9,
+                beta2: 0.999,
+                eps: 1e-8,
+                weight_decay: 0.0,
+                decoupled: false,
+            },
             step_size: 1e-3,
             bias_correction2_sqrt: 1.0,
             amsgrad: false,

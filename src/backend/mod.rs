@@ -52,8 +52,8 @@ pub use lines::{LineKernel, Lines, ReduceOps};
 pub use mask::MaskOps;
 pub use nn::NnOps;
 pub use optim::{
-    AdadeltaStep, AdagradStep, AdamStep, AdamaxStep, AsgdStep, GradPrep, NAdamStep, OptimOps,
-    RAdamStep, RmsPropStep, RpropStep, SgdStep, StepRule,
+    AdadeltaStep, AdagradStep, AdamBase, AdamStep, AdamaxStep, AsgdStep, GradPrep, NAdamStep,
+    OptimOps, RAdamStep, RmsPropStep, RpropStep, SgdStep, StepRule,
 };
 pub use render::{RenderInputs, RenderOps, RenderShape};
 pub use sort::SortOps;

@@ -29,15 +29,22 @@ pub struct SgdStep {
     pub init_buffer: bool,
 }
 
-/// Adam's / AdamW's coefficients for one step (bias corrections already folded in).
+/// What Adam, NAdam and RAdam share: the learning rate, the moments' betas, epsilon, and
+/// weight decay (decoupled for AdamW and with `decoupled_weight_decay=True`).
 #[derive(Clone, Copy, Debug)]
-pub struct AdamStep {
+pub struct AdamBase {
     pub lr: f64,
     pub beta1: f64,
     pub beta2: f64,
     pub eps: f64,
     pub weight_decay: f64,
     pub decoupled: bool,
+}
+
+/// Adam's / AdamW's coefficients for one step (bias corrections already folded in).
+#[derive(Clone, Copy, Debug)]
+pub struct AdamStep {
+    pub base: AdamBase,
     pub step_size: f64,
     pub bias_correction2_sqrt: f64,
     /// `max_exp_avg_sq` is the third state buffer.
@@ -76,12 +83,7 @@ pub struct AdamaxStep {
 /// NAdam's coefficients for one step (the momentum schedule folded into `c_grad`, `c_avg`).
 #[derive(Clone, Copy, Debug)]
 pub struct NAdamStep {
-    pub lr: f64,
-    pub beta1: f64,
-    pub beta2: f64,
-    pub eps: f64,
-    pub weight_decay: f64,
-    pub decoupled: bool,
+    pub base: AdamBase,
     pub bias_correction2: f64,
     /// `-lr (1 - mu) / (1 - mu_product)`.
     pub c_grad: f64,
@@ -92,12 +94,7 @@ pub struct NAdamStep {
 /// RAdam's coefficients for one step; `rect` is `None` while the variance is not tractable.
 #[derive(Clone, Copy, Debug)]
 pub struct RAdamStep {
-    pub lr: f64,
-    pub beta1: f64,
-    pub beta2: f64,
-    pub eps: f64,
-    pub weight_decay: f64,
-    pub decoupled: bool,
+    pub base: AdamBase,
     pub bias_correction1: f64,
     pub bias_correction2_sqrt: f64,
     pub rect: Option<f64>,

@@ -18,8 +18,8 @@ use crate::memory::Role;
 use crate::ops;
 use crate::tensor::{check_like, shape_str, Tensor};
 use kernels::{
-    AdadeltaStep, AdagradStep, AdamStep, AdamaxStep, AsgdStep, GradPrep, NAdamStep, RAdamStep,
-    RmsPropStep, RpropStep, SgdStep, StepRule,
+    AdadeltaStep, AdagradStep, AdamBase, AdamStep, AdamaxStep, AsgdStep, GradPrep, NAdamStep,
+    RAdamStep, RmsPropStep, RpropStep, SgdStep, StepRule,
 };
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -151,6 +151,20 @@ impl Hyper {
             "step_sizes" => (&mut self.step_size_min, &mut self.step_size_max),
             _ => return None,
         })
+    }
+}
+
+impl Hyper {
+    /// The coefficients the Adam family shares; AdamW always decouples its weight decay.
+    fn adam_base(&self) -> AdamBase {
+        AdamBase {
+            lr: self.lr,
+            beta1: self.beta1,
+            beta2: self.beta2,
+            eps: self.eps,
+            weight_decay: self.weight_decay,
+            decoupled: self.decoupled || self.kind == Kind::AdamW,
+        }
     }
 }
 
@@ -402,12 +416,7 @@ fn rule_for(
             let bias_correction1 = 1.0 - h.beta1.powf(step);
             let bias_correction2 = 1.0 - h.beta2.powf(step);
             let s = AdamStep {
-                lr: h.lr,
-                beta1: h.beta1,
-                beta2: h.beta2,
-                eps: h.eps,
-                weight_decay: h.weight_decay,
-                decoupled: h.decoupled || h.kind == Kind::AdamW,
+                base: h.adam_base(),
                 step_size: h.lr / bias_correction1,
                 bias_correction2_sqrt: bias_correction2.powf(0.5),
                 amsgrad: h.amsgrad,
@@ -476,12 +485,7 @@ fn rule_for(
             let prod = f32r(f64::from(prod as f32 * mu as f32));
             st.set_scalar("mu_product", prod);
             let s = NAdamStep {
-                lr: h.lr,
-                beta1: h.beta1,
-                beta2: h.beta2,
-                eps: h.eps,
-                weight_decay: h.weight_decay,
-                decoupled: h.decoupled,
+                base: h.adam_base(),
                 bias_correction2: 1.0 - h.beta2.powf(step),
                 c_grad: -h.lr * (1.0 - mu) / (1.0 - prod),
                 c_avg: (-h.lr * mu_next) / (1.0 - prod * mu_next),
@@ -502,12 +506,7 @@ fn rule_for(
                     .powf(0.5)
             });
             let s = RAdamStep {
-                lr: h.lr,
-                beta1: h.beta1,
-                beta2: h.beta2,
-                eps: h.eps,
-                weight_decay: h.weight_decay,
-                decoupled: h.decoupled,
+                base: h.adam_base(),
                 bias_correction1: bc1,
                 bias_correction2_sqrt: bc2.powf(0.5),
                 rect,

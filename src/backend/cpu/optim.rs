@@ -152,6 +152,60 @@ fn nonzero<C: Real>(v: f64) -> Option<C> {
     (v != 0.0).then(|| C::of(v))
 }
 
+/// Weight decay as the Adam family applies it: L2 into the gradient, or decoupled onto the
+/// parameter before the step (AdamW's `p *= 1 - lr * wd`).
+#[derive(Clone, Copy)]
+enum Decay<C> {
+    L2(Option<C>),
+    Decoupled(C),
+}
+
+impl<C: Real> Decay<C> {
+    fn new(weight_decay: f64, decoupled: bool, lr: f64) -> Self {
+        match weight_decay != 0.0 && decoupled {
+            true => Decay::Decoupled(C::of(1.0 - lr * weight_decay)),
+            false => Decay::L2(nonzero(weight_decay)),
+        }
+    }
+
+    /// The decayed (parameter, gradient).
+    #[inline(always)]
+    fn apply(self, p: C, g: C) -> (C, C) {
+        match self {
+            Decay::L2(wd) => (p, l2(g, p, wd)),
+            Decay::Decoupled(k) => (p * k, g),
+        }
+    }
+}
+
+/// Adam's two moments, updated in `s[0]`, `s[1]`: `m = lerp(m, g, 1 - b1)` and
+/// `v = b2 v + (1 - b2) g^2`.
+#[derive(Clone, Copy)]
+struct Moments<C> {
+    w1: C,
+    b2: C,
+    w2: C,
+}
+
+impl<C: Real> Moments<C> {
+    fn new(beta1: f64, beta2: f64) -> Self {
+        Moments {
+            w1: C::of(1.0 - beta1),
+            b2: C::of(beta2),
+            w2: C::of(1.0 - beta2),
+        }
+    }
+
+    #[inline(always)]
+    fn update<const K: usize>(self, s: &mut [C; K], g: C) -> (C, C) {
+        let m = lerp(s[0], g, self.w1);
+        let v = s[1] * self.b2 + self.w2 * g * g;
+        s[0] = m;
+        s[1] = v;
+        (m, v)
+    }
+}
+
 struct Sgd<C> {
     wd: Option<C>,
     mom: C,
@@ -180,12 +234,8 @@ impl<C: Real> Rule<C> for Sgd<C> {
 }
 
 struct Adam<C> {
-    wd: Option<C>,
-    decoupled: bool,
-    decay: C,
-    w1: C,
-    b2: C,
-    w2: C,
+    decay: Decay<C>,
+    moments: Moments<C>,
     bc2: C,
     eps: C,
     neg_step: C,
@@ -194,18 +244,8 @@ struct Adam<C> {
 impl<C: Real> Rule<C> for Adam<C> {
     #[inline(always)]
     fn update<const K: usize>(&self, p: C, g: C, s: &mut [C; K]) -> C {
-        let (mut p, mut d) = (p, g);
-        if let Some(wd) = self.wd {
-            if self.decoupled {
-                p *= self.decay;
-            } else {
-                d += wd * p;
-            }
-        }
-        let m = lerp(s[0], d, self.w1);
-        let v = s[1] * self.b2 + self.w2 * d * d;
-        s[0] = m;
-        s[1] = v;
+        let (p, d) = self.decay.apply(p, g);
+        let (m, v) = self.moments.update(s, d);
         let src = if K == 3 {
             s[K - 1] = maximum(s[K - 1], v);
             s[K - 1]
@@ -288,12 +328,8 @@ impl<C: Real> Rule<C> for Adamax<C> {
 }
 
 struct NAdam<C> {
-    wd: Option<C>,
-    decoupled: bool,
-    decay: C,
-    w1: C,
-    b2: C,
-    w2: C,
+    decay: Decay<C>,
+    moments: Moments<C>,
     bc2: C,
     eps: C,
     c_grad: C,
@@ -303,18 +339,8 @@ struct NAdam<C> {
 impl<C: Real> Rule<C> for NAdam<C> {
     #[inline(always)]
     fn update<const K: usize>(&self, p: C, g: C, s: &mut [C; K]) -> C {
-        let (mut p, mut g) = (p, g);
-        if let Some(wd) = self.wd {
-            if self.decoupled {
-                p *= self.decay;
-            } else {
-                g += wd * p;
-            }
-        }
-        let m = lerp(s[0], g, self.w1);
-        let v = s[1] * self.b2 + self.w2 * g * g;
-        s[0] = m;
-        s[1] = v;
+        let (p, g) = self.decay.apply(p, g);
+        let (m, v) = self.moments.update(s, g);
         let denom = (v / self.bc2).sqrt() + self.eps;
         let p = p + self.c_grad * g / denom;
         p + self.c_avg * m / denom
@@ -322,12 +348,8 @@ impl<C: Real> Rule<C> for NAdam<C> {
 }
 
 struct RAdam<C> {
-    wd: Option<C>,
-    decoupled: bool,
-    decay: C,
-    w1: C,
-    b2: C,
-    w2: C,
+    decay: Decay<C>,
+    moments: Moments<C>,
     bc1: C,
     bc2_sqrt: C,
     eps: C,
@@ -338,18 +360,8 @@ struct RAdam<C> {
 impl<C: Real> Rule<C> for RAdam<C> {
     #[inline(always)]
     fn update<const K: usize>(&self, p: C, g: C, s: &mut [C; K]) -> C {
-        let (mut p, mut g) = (p, g);
-        if let Some(wd) = self.wd {
-            if self.decoupled {
-                p *= self.decay;
-            } else {
-                g += wd * p;
-            }
-        }
-        let m = lerp(s[0], g, self.w1);
-        let v = s[1] * self.b2 + self.w2 * g * g;
-        s[0] = m;
-        s[1] = v;
+        let (p, g) = self.decay.apply(p, g);
+        let (m, v) = self.moments.update(s, g);
         let u = m / self.bc1 * self.lr;
         let u = match self.rect {
             Some(r) => u * (self.bc2_sqrt / (v.sqrt() + self.eps)) * r,
@@ -545,14 +557,10 @@ fn run_rule<E: Elem>(p: &mut [E], g: &[E], bufs: Vec<&mut [E]>, rule: &StepRule,
         }
         StepRule::Adam(s) => {
             let r = Adam {
-                wd: nonzero(s.weight_decay),
-                decoupled: s.decoupled,
-                decay: c(1.0 - s.lr * s.weight_decay),
-                w1: c(1.0 - s.beta1),
-                b2: c(s.beta2),
-                w2: c(1.0 - s.beta2),
+                decay: Decay::new(s.base.weight_decay, s.base.decoupled, s.base.lr),
+                moments: Moments::new(s.base.beta1, s.base.beta2),
                 bc2: c(s.bias_correction2_sqrt),
-                eps: c(s.eps),
+                eps: c(s.base.eps),
                 neg_step: c(-s.step_size),
             };
             walk(p, g, bufs, &r, prep)
@@ -589,14 +597,10 @@ fn run_rule<E: Elem>(p: &mut [E], g: &[E], bufs: Vec<&mut [E]>, rule: &StepRule,
         }
         StepRule::NAdam(s) => {
             let r = NAdam {
-                wd: nonzero(s.weight_decay),
-                decoupled: s.decoupled,
-                decay: c(1.0 - s.lr * s.weight_decay),
-                w1: c(1.0 - s.beta1),
-                b2: c(s.beta2),
-                w2: c(1.0 - s.beta2),
+                decay: Decay::new(s.base.weight_decay, s.base.decoupled, s.base.lr),
+                moments: Moments::new(s.base.beta1, s.base.beta2),
                 bc2: c(s.bias_correction2),
-                eps: c(s.eps),
+                eps: c(s.base.eps),
                 c_grad: c(s.c_grad),
                 c_avg: c(s.c_avg),
             };
@@ -604,16 +608,12 @@ fn run_rule<E: Elem>(p: &mut [E], g: &[E], bufs: Vec<&mut [E]>, rule: &StepRule,
         }
         StepRule::RAdam(s) => {
             let r = RAdam {
-                wd: nonzero(s.weight_decay),
-                decoupled: s.decoupled,
-                decay: c(1.0 - s.lr * s.weight_decay),
-                w1: c(1.0 - s.beta1),
-                b2: c(s.beta2),
-                w2: c(1.0 - s.beta2),
+                decay: Decay::new(s.base.weight_decay, s.base.decoupled, s.base.lr),
+                moments: Moments::new(s.base.beta1, s.base.beta2),
                 bc1: c(s.bias_correction1),
                 bc2_sqrt: c(s.bias_correction2_sqrt),
-                eps: c(s.eps),
-                lr: c(s.lr),
+                eps: c(s.base.eps),
+                lr: c(s.base.lr),
                 rect: s.rect.map(c),
             };
             walk(p, g, bufs, &r, prep)
