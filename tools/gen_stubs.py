@@ -215,6 +215,7 @@ PARAMS = {
 
 # Where an op gives a parameter a type its name does not: "op.param" or "Class.op.param".
 OVERRIDES = {
+    "_nn_random_.distribution": "str",
     "_panic.message": "str",
     "_run_backward.roots": "list[Tensor]",
     "_run_backward.grads": "list[Tensor | None]",
@@ -331,7 +332,7 @@ RETURNS = {
         "_reset_peak_memory_stats "
         "_record_memory_history _push_saved_tensors_hooks _pop_saved_tensors_hooks "
         "_push_saved_tensors_bf16 _raise_saved_tensors_pack_error "
-        "_optim_step _optim_detach _scale_ _clamp_ _nn_uniform_ _nn_normal_ "
+        "_optim_step _optim_detach _scale_ _clamp_ _nn_random_ "
         "_set_memory_accounting_mode".split(),
         "None",
     ),

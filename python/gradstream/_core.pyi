@@ -911,8 +911,7 @@ __all__ = [
     '_nn_class_last',
     '_nn_embedding',
     '_nn_dropout',
-    '_nn_uniform_',
-    '_nn_normal_',
+    '_nn_random_',
     '_panic',
     '_OptimGroup',
     '_ParamState',
@@ -1081,13 +1080,10 @@ def _nn_layer_norm(x: Tensor, k: _int, weight: Tensor | None = ..., bias: Tensor
     """
     `layer_norm` over the last `k` dims.
     """
-def _nn_normal_(t: Tensor, mean: _float, std: _float, generator: Generator | None = ...) -> None:
+def _nn_random_(t: Tensor, distribution: str, a: _float, b: _float, generator: Generator | None = ...) -> None:
     """
-    Fill `t` in place with N(mean, std^2) draws from `generator` (the global one if None).
-    """
-def _nn_uniform_(t: Tensor, a: _float, b: _float, generator: Generator | None = ...) -> None:
-    """
-    Fill `t` in place with U(a, b) draws from `generator` (the global one if None).
+    Fill `t` in place with draws from `generator` (the global one if None): U(a, b) for
+    `"uniform"`, N(a, b^2) for `"normal"` (`nn.init.uniform_` / `normal_`).
     """
 def _norm_pow(ts: Sequence[Tensor], norm_type: _float) -> _float:
     """

@@ -252,16 +252,27 @@ pub fn opt_tensor(op: &str, name: &str, obj: Option<&Obj<'_>>) -> PyResult<Optio
         .transpose()
 }
 
+/// An argument that must be an instance of the class `T` (`what`, in the error).
+pub fn extract_class<'a, 'py, T: pyo3::type_object::PyTypeCheck>(
+    op: &str,
+    name: &str,
+    what: &str,
+    obj: &'a Obj<'py>,
+) -> PyResult<&'a Bound<'py, T>> {
+    obj.cast::<T>().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "{op}(): argument '{name}' must be {what}, not {}",
+            type_name(obj)
+        ))
+    })
+}
+
 /// An argument that must be a tensor.
 pub fn extract_tensor(op: &str, name: &str, obj: &Obj<'_>) -> PyResult<Tensor> {
-    obj.cast::<PyTensor>()
-        .map(|t| t.get().t.clone())
-        .map_err(|_| {
-            PyTypeError::new_err(format!(
-                "{op}(): argument '{name}' must be Tensor, not {}",
-                type_name(obj)
-            ))
-        })
+    Ok(extract_class::<PyTensor>(op, name, "Tensor", obj)?
+        .get()
+        .t
+        .clone())
 }
 
 fn array_to_tensor<T: numpy::Element + candle_core::WithDType>(

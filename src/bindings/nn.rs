@@ -67,28 +67,36 @@ fn _nn_dropout(x: &Obj<'_>, p: f64) -> PyResult<Tensor> {
     Ok(nn::dropout(&x, p, |n| random::keep_mask(n, p, g))?)
 }
 
-/// Fill `t` in place with U(a, b) draws from `generator` (the global one if None).
+/// Fill `t` in place with draws from `generator` (the global one if None): U(a, b) for
+/// `"uniform"`, N(a, b^2) for `"normal"` (`nn.init.uniform_` / `normal_`).
 #[pyfunction]
-#[pyo3(signature = (t, a, b, generator=None))]
-fn _nn_uniform_(t: &Obj<'_>, a: f64, b: f64, generator: Option<&Obj<'_>>) -> PyResult<()> {
-    let g = pick_generator("uniform_", generator)?;
-    let t = extract_tensor("uniform_", "tensor", t)?;
-    Ok(random::uniform_(&t, a, b, &g)?)
-}
-
-/// Fill `t` in place with N(mean, std^2) draws from `generator` (the global one if None).
-#[pyfunction]
-#[pyo3(signature = (t, mean, std, generator=None))]
-fn _nn_normal_(t: &Obj<'_>, mean: f64, std: f64, generator: Option<&Obj<'_>>) -> PyResult<()> {
-    let g = pick_generator("normal_", generator)?;
-    let t = extract_tensor("normal_", "tensor", t)?;
-    Ok(random::normal_(&t, mean, std, &g)?)
+#[pyo3(signature = (t, distribution, a, b, generator=None))]
+fn _nn_random_(
+    t: &Obj<'_>,
+    distribution: &str,
+    a: f64,
+    b: f64,
+    generator: Option<&Obj<'_>>,
+) -> PyResult<()> {
+    let op = if distribution == "normal" {
+        "normal_"
+    } else {
+        "uniform_"
+    };
+    let g = pick_generator(op, generator)?;
+    let t = extract_tensor(op, "tensor", t)?;
+    match distribution {
+        "uniform" => Ok(random::uniform_(&t, a, b, &g)?),
+        "normal" => Ok(random::normal_(&t, a, b, &g)?),
+        other => Err(PyValueError::new_err(format!(
+            "_nn_random_: unknown distribution '{other}'"
+        ))),
+    }
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     add_functions! { m,
-        _nn_layer_norm, _nn_gather_rows, _nn_class_last, _nn_embedding, _nn_dropout, _nn_uniform_,
-        _nn_normal_
+        _nn_layer_norm, _nn_gather_rows, _nn_class_last, _nn_embedding, _nn_dropout, _nn_random_
     }
     Ok(())
 }

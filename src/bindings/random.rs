@@ -9,7 +9,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyFloat, PyInt};
 
 use crate::bindings::add_functions;
-use crate::bindings::convert::{check_device, type_name, PyDevice};
+use crate::bindings::convert::{check_device, extract_class, type_name, PyDevice};
 use crate::bindings::op::tensor_ops;
 use crate::bindings::tensor::PyTensor;
 use crate::bindings::Obj;
@@ -139,14 +139,8 @@ fn default_object(py: Python<'_>) -> PyResult<Py<PyGenerator>> {
 pub fn pick_generator(op: &str, obj: Option<&Obj<'_>>) -> PyResult<Arc<Generator>> {
     match obj {
         Some(o) if !o.is_none() => {
-            o.cast::<PyGenerator>()
-                .map(|g| g.get().g.clone())
-                .map_err(|_| {
-                    PyTypeError::new_err(format!(
-                        "{op}(): argument 'generator' must be Generator, not {}",
-                        type_name(o)
-                    ))
-                })
+            let g = extract_class::<PyGenerator>(op, "generator", "Generator", o)?;
+            Ok(g.get().g.clone())
         }
         _ => Ok(default_generator().clone()),
     }

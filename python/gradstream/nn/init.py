@@ -98,13 +98,13 @@ def _calculate_correct_fan(tensor: Tensor, mode: str) -> int:
 
 def uniform_(tensor: Tensor, a: float = 0.0, b: float = 1.0, generator=None) -> Tensor:
     _check("uniform_", tensor)
-    _core._nn_uniform_(tensor, float(a), float(b), generator)
+    _core._nn_random_(tensor, "uniform", float(a), float(b), generator)
     return tensor
 
 
 def normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0, generator=None) -> Tensor:
     _check("normal_", tensor)
-    _core._nn_normal_(tensor, float(mean), float(std), generator)
+    _core._nn_random_(tensor, "normal", float(mean), float(std), generator)
     return tensor
 
 
