@@ -2,46 +2,12 @@
 
 from __future__ import annotations
 
+from . import _checks as check
 from .optimizer import Optimizer
 
 __all__ = ["Adam", "AdamW"]
 
-_ADAM_KEYS = frozenset(
-    {
-        "lr",
-        "betas",
-        "eps",
-        "weight_decay",
-        "amsgrad",
-        "maximize",
-        "foreach",
-        "capturable",
-        "differentiable",
-        "fused",
-        "decoupled_weight_decay",
-    }
-)
-
-
-def _check_adam(g: dict) -> None:
-    lr = g["lr"]
-    if not isinstance(lr, (int, float)) and not hasattr(lr, "__float__"):
-        raise TypeError(f"Invalid learning rate type: {type(lr).__name__}")
-    if not 0.0 <= float(lr):
-        raise ValueError(f"Invalid learning rate: {lr}")
-    if not 0.0 <= g["eps"]:
-        raise ValueError(f"Invalid epsilon value: {g['eps']}")
-    betas = g["betas"]
-    if not isinstance(betas, (tuple, list)) or len(betas) != 2:
-        raise TypeError(f"betas must be a pair of floats, got {betas!r}")
-    for i in range(2):
-        if isinstance(betas[i], bool) or not isinstance(betas[i], (int, float)):
-            raise TypeError(f"Invalid beta parameter at index {i}: {betas[i]!r} is not a float")
-        if not 0.0 <= betas[i] < 1.0:
-            raise ValueError(f"Invalid beta parameter at index {i}: {betas[i]}")
-    if not 0.0 <= g["weight_decay"]:
-        raise ValueError(f"Invalid weight_decay value: {g['weight_decay']}")
-    g["betas"] = (float(betas[0]), float(betas[1]))
+_ADAM_KEYS = check.keys("betas", "eps", "amsgrad", "fused", "decoupled_weight_decay")
 
 
 class Adam(Optimizer):
@@ -84,7 +50,10 @@ class Adam(Optimizer):
         super().__init__(params, defaults, in_backward=in_backward)
 
     def _validate_group(self, g: dict) -> None:
-        _check_adam(g)
+        check.lr(g)
+        check.eps(g)
+        check.betas(g)
+        check.nonneg(g, "weight_decay")
 
 
 class AdamW(Adam):
