@@ -323,29 +323,32 @@ class CosineAnnealingLR(LRScheduler):
         return [lo + (b - lo) * (1 + math.cos(math.pi * e / t)) / 2 for b in self.base_lrs]
 
 
+def _check_schedulers(owner: str, schedulers, optimizer) -> None:
+    """PyTorch's checks on the schedulers a SequentialLR or ChainedScheduler combines."""
+    for i, s in enumerate(schedulers):
+        if not hasattr(s, "optimizer"):
+            raise TypeError(f"{owner} at index {i} should have `optimizer` as its attribute.")
+        if isinstance(s, ReduceLROnPlateau):
+            raise ValueError(
+                f"{owner} does not support `ReduceLROnPlateau` scheduler as it "
+                "requires additional kwargs to be specified when calling `step`, but got one "
+                f"at index {i} in the given schedulers sequence."
+            )
+        if s.optimizer is not optimizer:
+            raise ValueError(
+                f"{owner} expects all schedulers to belong to the same "
+                f"optimizer, but got scheduler {type(s).__name__} at index {i} with a "
+                "different optimizer."
+            )
+
+
 class SequentialLR(LRScheduler):
     def __init__(self, optimizer: Optimizer, schedulers: list, milestones: list, last_epoch=-1):
         if len(schedulers) < 1:
             raise ValueError(
                 f"{type(self).__name__} expects at least one scheduler, but got no scheduler."
             )
-        for i, s in enumerate(schedulers):
-            if not hasattr(s, "optimizer"):
-                raise TypeError(
-                    f"{type(self).__name__} at index {i} should have `optimizer` as its attribute."
-                )
-            if isinstance(s, ReduceLROnPlateau):
-                raise ValueError(
-                    f"{type(self).__name__} does not support `ReduceLROnPlateau` scheduler as it "
-                    "requires additional kwargs to be specified when calling `step`, but got one "
-                    f"at index {i} in the given schedulers sequence."
-                )
-            if s.optimizer is not optimizer:
-                raise ValueError(
-                    f"{type(self).__name__} expects all schedulers to belong to the same "
-                    f"optimizer, but got scheduler {type(s).__name__} at index {i} with a "
-                    "different optimizer."
-                )
+        _check_schedulers(type(self).__name__, schedulers, optimizer)
         if len(milestones) != len(schedulers) - 1:
             raise ValueError(
                 "Sequential Schedulers expects number of schedulers provided to be one more "
@@ -627,23 +630,7 @@ class ChainedScheduler(LRScheduler):
                 "no scheduler."
             )
         optimizer = optimizer or schedulers[0].optimizer
-        for i, s in enumerate(schedulers):
-            if not hasattr(s, "optimizer"):
-                raise TypeError(
-                    f"{type(self).__name__} at index {i} should have `optimizer` as its attribute."
-                )
-            if isinstance(s, ReduceLROnPlateau):
-                raise ValueError(
-                    f"{type(self).__name__} does not support `ReduceLROnPlateau` scheduler as it "
-                    "requires additional kwargs to be specified when calling `step`, but got one "
-                    f"at index {i} in the given schedulers sequence."
-                )
-            if s.optimizer is not optimizer:
-                raise ValueError(
-                    f"{type(self).__name__} expects all schedulers to belong to the same "
-                    f"optimizer, but got scheduler {type(s).__name__} at index {i} with a "
-                    "different optimizer."
-                )
+        _check_schedulers(type(self).__name__, schedulers, optimizer)
         self._schedulers = list(schedulers)
         self.optimizer = optimizer
         self._last_lr = [group["lr"] for group in self._schedulers[-1].optimizer.param_groups]
