@@ -27,6 +27,19 @@ class Dropout(Module):
         return f"p={self.p}, inplace={self.inplace}"
 
 
+def affine_parameters(module, shape, affine: bool, bias: bool | None, dtype):
+    """A normalisation layer's ``weight`` (ones) and ``bias`` (zeros) of ``shape``, both
+    None without ``affine``; ``bias=None`` registers no bias at all (RMSNorm). In the
+    default dtype unless ``dtype=``, which is returned."""
+    dt = dtype if dtype is not None else _core.get_default_dtype()
+    weight = Parameter(_core.ones(*shape, dtype=dt)) if affine else None
+    module.register_parameter("weight", weight)
+    if bias is not None:
+        b = Parameter(_core.zeros(*shape, dtype=dt)) if affine and bias else None
+        module.register_parameter("bias", b)
+    return dt
+
+
 class LayerNorm(Module):
     def __init__(
         self,
@@ -43,16 +56,7 @@ class LayerNorm(Module):
         self.normalized_shape = tuple(normalized_shape)
         self.eps = eps
         self.elementwise_affine = elementwise_affine
-        dt = dtype if dtype is not None else _core.get_default_dtype()
-        if elementwise_affine:
-            self.weight = Parameter(_core.ones(*self.normalized_shape, dtype=dt))
-            if bias:
-                self.bias = Parameter(_core.zeros(*self.normalized_shape, dtype=dt))
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        affine_parameters(self, self.normalized_shape, elementwise_affine, bias, dtype)
 
     def reset_parameters(self) -> None:
         if self.elementwise_affine:

@@ -8,7 +8,7 @@ import warnings
 from ... import _core
 from .. import functional as F
 from .. import init
-from ..parameter import Parameter
+from .layers import affine_parameters
 from .module import Module
 
 __all__ = [
@@ -26,11 +26,7 @@ class RMSNorm(Module):
         self.normalized_shape = tuple(normalized_shape)
         self.eps = eps
         self.elementwise_affine = elementwise_affine
-        dt = dtype if dtype is not None else _core.float32
-        if elementwise_affine:
-            self.weight = Parameter(_core.ones(*self.normalized_shape, dtype=dt))
-        else:
-            self.register_parameter("weight", None)
+        affine_parameters(self, self.normalized_shape, elementwise_affine, None, dtype)
 
     def reset_parameters(self) -> None:
         if self.elementwise_affine:
@@ -55,16 +51,7 @@ class GroupNorm(Module):
         self.num_channels = num_channels
         self.eps = eps
         self.affine = affine
-        dt = dtype if dtype is not None else _core.float32
-        if affine:
-            self.weight = Parameter(_core.ones(num_channels, dtype=dt))
-            if bias:
-                self.bias = Parameter(_core.zeros(num_channels, dtype=dt))
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        affine_parameters(self, (num_channels,), affine, bias, dtype)
 
     def reset_parameters(self) -> None:
         if self.affine:
@@ -109,16 +96,7 @@ class _InstanceNorm(Module):
         self.momentum = momentum
         self.affine = affine
         self.track_running_stats = track_running_stats
-        dt = dtype if dtype is not None else _core.float32
-        if affine:
-            self.weight = Parameter(_core.ones(num_features, dtype=dt))
-            if bias:
-                self.bias = Parameter(_core.zeros(num_features, dtype=dt))
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        dt = affine_parameters(self, (num_features,), affine, bias, dtype)
         if track_running_stats:
             self.register_buffer("running_mean", _core.zeros(num_features, dtype=dt))
             self.register_buffer("running_var", _core.ones(num_features, dtype=dt))
