@@ -63,6 +63,13 @@ fn product_data(
         dims[r - 1] = b.dims()[r - 1];
         return candle_core::Tensor::zeros(dims, dtype.candle(), a.device()).op("matmul");
     }
+    if dtype == DType::BFloat16 && a.device().is_cpu() {
+        // candle's CPU gemm has no bfloat16 kernel: multiply in float32, round once.
+        let fa = cast_data(a, dtype, DType::Float32)?;
+        let fb = cast_data(b, dtype, DType::Float32)?;
+        let out = dense(&fa)?.matmul(&dense(&fb)?).op("matmul")?;
+        return cast_data(&out, DType::Float32, dtype);
+    }
     if dtype.is_floating_point() {
         return dense(a)?.matmul(&dense(b)?).op("matmul");
     }
