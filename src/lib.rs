@@ -1,6 +1,7 @@
 //! gradstream's native core: tensors on candle-core, a streaming autograd engine, exact
 //! memory accounting, and the Python bindings (`gradstream._core`).
 
+pub mod autocast;
 pub mod autograd;
 pub mod backend;
 pub mod bindings;

@@ -217,6 +217,7 @@ PARAMS = {
 OVERRIDES = {
     "_nn_random_.distribution": "str",
     "_panic.message": "str",
+    "_set_autocast_dtype.dtype": "dtype | None",
     "_run_backward.roots": "list[Tensor]",
     "_run_backward.grads": "list[Tensor | None]",
     "_run_backward.retain_graph": "bool",
@@ -351,6 +352,7 @@ RETURNS = {
     "_norm_pow": "float",
     "manual_seed": "Generator",
     "get_default_dtype": "dtype",
+    **dict.fromkeys(["_autocast_dtype", "_set_autocast_dtype"], "dtype | None"),
     "Generator.manual_seed": "Generator",
     "Generator.set_state": "Generator",
     "Generator.seed": "int",

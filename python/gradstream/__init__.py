@@ -8,8 +8,10 @@ inside the backward pass.
 from . import (
     _core,
     _tensor,  # noqa: F401  (adds the Tensor methods written in Python)
+    amp,
     autograd,
     backends,
+    cpu,
     cuda,
     linalg,
     memory,
@@ -20,6 +22,15 @@ from . import (
 from ._core import *  # noqa: F403  (the op set: tensor, zeros, add, matmul, ...)
 from ._core import Tensor, device
 from ._core import dtype as dtype
+from .amp.autocast_mode import (
+    autocast,
+    get_autocast_cpu_dtype,
+    get_autocast_dtype,
+    is_autocast_cpu_enabled,
+    is_autocast_enabled,
+    set_autocast_dtype,
+    set_autocast_enabled,
+)
 from .autograd.grad_mode import (
     enable_grad,
     inference_mode,
@@ -70,8 +81,17 @@ __all__ = [
     "set_grad_enabled",
     "inference_mode",
     "is_grad_enabled",
+    "amp",
+    "autocast",
+    "is_autocast_enabled",
+    "set_autocast_enabled",
+    "get_autocast_dtype",
+    "set_autocast_dtype",
+    "is_autocast_cpu_enabled",
+    "get_autocast_cpu_dtype",
     "autograd",
     "backends",
+    "cpu",
     "cuda",
     "linalg",
     "memory",

@@ -728,6 +728,8 @@ __all__ = [
     'is_grad_enabled',
     '_set_grad_enabled',
     '_backward_calls',
+    '_autocast_dtype',
+    '_set_autocast_dtype',
     'tensor',
     'as_tensor',
     'from_numpy',
@@ -999,6 +1001,10 @@ __all__ = [
     'unique',
     'unique_consecutive',
 ]
+def _autocast_dtype() -> dtype | None:
+    """
+    The lower-precision dtype of this thread's autocast region, or None outside one.
+    """
 def _backward_calls() -> _int:
     """
     How many backward rules have run in this process (tests of path pruning use it).
@@ -1152,6 +1158,10 @@ def _saved_tensors_hooks_depth() -> _int:
 def _scale_(t: Tensor, factor: _float) -> None:
     """
     `t *= factor` in place, without autograd (gradient clipping).
+    """
+def _set_autocast_dtype(dtype: dtype | None) -> dtype | None:
+    """
+    Enter an autocast region in `dtype` (None leaves it); returns the previous dtype.
     """
 def _set_grad_enabled(enabled: _bool) -> None: ...
 def _set_memory_accounting_mode(mode: str) -> None:

@@ -6,12 +6,13 @@ use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple, PyWeakrefReference};
 
+use crate::autocast;
 use crate::autograd::engine::{run_backward, BackwardOptions};
 use crate::autograd::function::backward_calls;
 use crate::autograd::grad_mode;
 use crate::autograd::node::Node;
 use crate::bindings::add_functions;
-use crate::bindings::convert::extract_tensor;
+use crate::bindings::convert::{extract_tensor, PyDType};
 use crate::bindings::tensor::PyTensor;
 use crate::bindings::Obj;
 use crate::error::{Error, Result};
@@ -315,6 +316,22 @@ fn _set_grad_enabled(enabled: bool) {
     grad_mode::set_enabled(enabled)
 }
 
+/// The lower-precision dtype of this thread's autocast region, or None outside one.
+#[pyfunction]
+fn _autocast_dtype(py: Python<'_>) -> PyResult<Option<Py<PyDType>>> {
+    autocast::dtype()
+        .map(|dt| PyDType::object(py, dt))
+        .transpose()
+}
+
+/// Enter an autocast region in `dtype` (None leaves it); returns the previous dtype.
+#[pyfunction]
+fn _set_autocast_dtype(py: Python<'_>, dtype: Option<PyDType>) -> PyResult<Option<Py<PyDType>>> {
+    autocast::set_dtype(dtype.map(|d| d.dt))
+        .map(|dt| PyDType::object(py, dt))
+        .transpose()
+}
+
 /// How many backward rules have run in this process (tests of path pruning use it).
 #[pyfunction]
 fn _backward_calls() -> u64 {
@@ -325,7 +342,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyNode>()?;
     m.add_class::<PyHookHandle>()?;
     add_functions! { m,
-        _run_backward, is_grad_enabled, _set_grad_enabled, _backward_calls
+        _run_backward, is_grad_enabled, _set_grad_enabled, _backward_calls, _autocast_dtype,
+        _set_autocast_dtype
     }
     Ok(())
 }

@@ -4,6 +4,7 @@
 //! dims and records the node; the public ops check shapes (naming both) and reshape.
 //! Backward rules are products of gradstream ops, so double backward works.
 
+use crate::autocast;
 use crate::autograd::function::record;
 use crate::autograd::saved::SavedTensor;
 use crate::dtype::DType;
@@ -147,6 +148,7 @@ fn batched_mm(name: &'static str, a: &Tensor, b: &Tensor) -> Result<Tensor> {
 
 /// `matmul` with PyTorch's rules for 1-D, 2-D, batched and broadcast operands.
 pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    let (a, b) = (&autocast::lower(a)?, &autocast::lower(b)?);
     let (ra, rb) = (a.rank(), b.rank());
     if ra == 0 || rb == 0 {
         return Err(Error::shape(format!(
@@ -250,12 +252,14 @@ fn check_matrices(op: &str, (an, a): (&str, &Tensor), (bn, b): (&str, &Tensor)) 
 
 /// `mm(a, b)`: (n, k) @ (k, m), no broadcasting.
 pub fn mm(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    let (a, b) = (&autocast::lower(a)?, &autocast::lower(b)?);
     check_matrices("mm", ("self", a), ("mat2", b))?;
     batched_mm("MmBackward0", a, b)
 }
 
 /// `bmm(a, b)`: (B, n, k) @ (B, k, m), no broadcasting.
 pub fn bmm(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    let (a, b) = (&autocast::lower(a)?, &autocast::lower(b)?);
     require_rank("bmm", "batch1", a, 3, "3D tensor")?;
     require_rank("bmm", "batch2", b, 3, "3D tensor")?;
     check_dtypes("bmm", a, b)?;
@@ -338,6 +342,11 @@ pub fn outer(a: &Tensor, b: &Tensor) -> Result<Tensor> {
 /// `addmm(input, m1, m2, beta, alpha)`: `beta * input + alpha * (m1 @ m2)`, with `input`
 /// broadcast to the product's shape. With `beta == 0` the input is ignored (NaN too).
 pub fn addmm(input: &Tensor, m1: &Tensor, m2: &Tensor, beta: f64, alpha: f64) -> Result<Tensor> {
+    let (input, m1, m2) = (
+        &autocast::lower(input)?,
+        &autocast::lower(m1)?,
+        &autocast::lower(m2)?,
+    );
     check_matrices("addmm", ("mat1", m1), ("mat2", m2))?;
     check_dtypes("addmm", input, m1)?;
     let (d1, d2) = (m1.dims(), m2.dims());
@@ -374,6 +383,9 @@ pub fn addmm(input: &Tensor, m1: &Tensor, m2: &Tensor, beta: f64, alpha: f64) ->
 /// `linear(x, w, b)`: `x @ w.T + b`. The bias is added into the product's fresh buffer, so
 /// a layer allocates one output instead of two (the product is saved by no one).
 pub fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
+    let (x, w) = (&autocast::lower(x)?, &autocast::lower(w)?);
+    let b = b.map(autocast::lower).transpose()?;
+    let b = b.as_ref();
     let wt = if w.rank() == 2 {
         transpose(w, 0, 1)?
     } else {

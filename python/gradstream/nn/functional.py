@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from .. import _core
 from .._core import Tensor, gelu, sigmoid, silu, softplus, tanh
+from ..amp.autocast_mode import float32_under_autocast
 from ..linalg import vector_norm
 from ._functional.activation import *  # noqa: F403
 from ._functional.activation import __all__ as _activation_all
@@ -176,17 +177,20 @@ def softmin(input: Tensor, dim: int | None = None, _stacklevel: int = 3, dtype=N
 # ---- losses ----
 
 
+@float32_under_autocast
 def mse_loss(input, target, size_average=None, reduce=None, reduction: str = "mean") -> Tensor:
     reduction = _legacy_reduction(size_average, reduce, reduction)
     d = input - target
     return _reduce(d * d, reduction)
 
 
+@float32_under_autocast
 def l1_loss(input, target, size_average=None, reduce=None, reduction: str = "mean") -> Tensor:
     reduction = _legacy_reduction(size_average, reduce, reduction)
     return _reduce((input - target).abs(), reduction)
 
 
+@float32_under_autocast
 def smooth_l1_loss(
     input, target, size_average=None, reduce=None, reduction: str = "mean", beta: float = 1.0
 ) -> Tensor:
@@ -209,6 +213,7 @@ def _index_target(target: Tensor) -> Tensor:
     return target
 
 
+@float32_under_autocast
 def nll_loss(
     input: Tensor,
     target: Tensor,
@@ -258,6 +263,7 @@ def nll_loss(
     return loss.sum() / w.sum()
 
 
+@float32_under_autocast
 def cross_entropy(
     input: Tensor,
     target: Tensor,
@@ -318,6 +324,7 @@ def cross_entropy(
     return nll * (1 - label_smoothing) + ret * (label_smoothing / c)
 
 
+@float32_under_autocast
 def binary_cross_entropy(
     input, target, weight=None, size_average=None, reduce=None, reduction: str = "mean"
 ) -> Tensor:
@@ -336,6 +343,7 @@ def binary_cross_entropy(
     return _reduce(loss, reduction)
 
 
+@float32_under_autocast
 def binary_cross_entropy_with_logits(
     input,
     target,

@@ -7,6 +7,7 @@ import warnings
 
 from ... import _core
 from ..._core import Tensor, where
+from ...amp.autocast_mode import float32_under_autocast
 from .._reduction import _check_reduction, _check_tensor, _legacy_reduction, _reduce
 from .activation import logsigmoid
 from .distance import pairwise_distance
@@ -25,6 +26,7 @@ def _xlogx(t: Tensor) -> Tensor:
     return where(zero, 0.0, t * where(zero, 1.0, t).log())
 
 
+@float32_under_autocast
 def huber_loss(
     input: Tensor,
     target: Tensor,
@@ -46,6 +48,7 @@ def huber_loss(
     return _reduce(loss, reduction)
 
 
+@float32_under_autocast
 def kl_div(
     input: Tensor,
     target: Tensor,
@@ -78,6 +81,7 @@ def kl_div(
     return _reduce(loss, reduction)
 
 
+@float32_under_autocast
 def poisson_nll_loss(
     input: Tensor,
     target: Tensor,
@@ -136,6 +140,7 @@ def gaussian_nll_loss(
     return _reduce(loss, reduction)
 
 
+@float32_under_autocast
 def margin_ranking_loss(
     input1: Tensor,
     input2: Tensor,
@@ -155,6 +160,7 @@ def margin_ranking_loss(
     return _reduce((-target * (input1 - input2) + margin).clamp(min=0.0), reduction)
 
 
+@float32_under_autocast
 def hinge_embedding_loss(
     input: Tensor,
     target: Tensor,
@@ -171,6 +177,7 @@ def hinge_embedding_loss(
     return _reduce(neg + pos, reduction)
 
 
+@float32_under_autocast
 def soft_margin_loss(
     input: Tensor, target: Tensor, size_average=None, reduce=None, reduction: str = "mean"
 ) -> Tensor:
@@ -179,6 +186,7 @@ def soft_margin_loss(
     return _reduce(-logsigmoid(target * input), reduction)
 
 
+@float32_under_autocast
 def cosine_embedding_loss(
     input1: Tensor,
     input2: Tensor,
@@ -219,6 +227,7 @@ def _check_triplet_dims(op: str, anchor: Tensor, positive: Tensor, negative: Ten
         )
 
 
+@float32_under_autocast
 def triplet_margin_loss(
     anchor: Tensor,
     positive: Tensor,
@@ -269,6 +278,7 @@ def triplet_margin_with_distance_loss(
     return _reduce((d_pos - d_neg + margin).clamp(min=0.0), reduction)
 
 
+@float32_under_autocast
 def multilabel_soft_margin_loss(
     input: Tensor,
     target: Tensor,
@@ -288,6 +298,7 @@ def multilabel_soft_margin_loss(
     return _reduce(loss, reduction)
 
 
+@float32_under_autocast
 def multi_margin_loss(
     input: Tensor,
     target: Tensor,
@@ -328,6 +339,7 @@ def multi_margin_loss(
     return _reduce(loss, reduction)
 
 
+@float32_under_autocast
 def multilabel_margin_loss(
     input: Tensor,
     target: Tensor,
