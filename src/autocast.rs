@@ -6,16 +6,29 @@
 //! while gradients flow back to float32 leaves in float32 through the casts' backward.
 //! float64 operands are left alone, as PyTorch leaves them. The ops PyTorch runs in
 //! float32 under autocast (the losses) cast back in the Python layer.
+//!
+//! A parameter's cast is not kept for backward: PyTorch's autocast saves (and caches) a
+//! bfloat16 copy of every weight a product uses, half the parameters' bytes again. Here a
+//! product that saves the cast of a parameter saves the parameter itself, which is alive
+//! anyway, and backward casts it again (`parameter_source`, used by `SavedTensor`).
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+
+use crate::autograd::saved_hooks::holds_parameter;
 
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::ops::convert::to_dtype;
-use crate::tensor::Tensor;
+use crate::tensor::{Tensor, TensorImpl};
 
 thread_local! {
     static DTYPE: Cell<Option<DType>> = const { Cell::new(None) };
+    /// The live casts of parameters (or views of them) made in this region: cast's id ->
+    /// (cast, what was cast). Cleared whenever the region changes.
+    static PARAMETER_CASTS: RefCell<HashMap<usize, (Weak<TensorImpl>, Tensor)>> =
+        RefCell::new(HashMap::new());
 }
 
 /// The lower-precision dtype of the current autocast region, if one is active.
@@ -25,6 +38,7 @@ pub fn dtype() -> Option<DType> {
 
 /// Enter (`Some`) or leave (`None`) an autocast region; returns the previous state.
 pub fn set_dtype(dtype: Option<DType>) -> Option<DType> {
+    PARAMETER_CASTS.with(|c| c.borrow_mut().clear());
     DTYPE.with(|d| d.replace(dtype))
 }
 
@@ -35,8 +49,31 @@ pub fn lower(t: &Tensor) -> Result<Tensor> {
         Some(d)
             if t.dtype().is_floating_point() && t.dtype() != DType::Float64 && t.dtype() != d =>
         {
-            to_dtype(t, d)
+            let cast = to_dtype(t, d)?;
+            if holds_parameter(t) {
+                PARAMETER_CASTS.with(|c| {
+                    let mut casts = c.borrow_mut();
+                    casts.retain(|_, (weak, _)| weak.strong_count() > 0);
+                    casts.insert(cast.id(), (cast.downgrade(), t.clone()));
+                });
+            }
+            Ok(cast)
         }
         _ => Ok(t.clone()),
     }
+}
+
+/// The parameter `t` is an autocast cast of, if it is one.
+pub fn parameter_source(t: &Tensor) -> Option<Tensor> {
+    PARAMETER_CASTS.with(|c| {
+        let casts = c.borrow();
+        if casts.is_empty() {
+            return None;
+        }
+        let (cast, source) = casts.get(&t.id())?;
+        if !std::ptr::eq(cast.as_ptr(), Arc::as_ptr(&t.0)) {
+            return None;
+        }
+        Some(source.clone())
+    })
 }

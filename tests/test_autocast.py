@@ -238,3 +238,55 @@ def test_bfloat16_products_work_like_pytorch_outside_autocast():
     ref.sum().backward()
     assert ga.grad.dtype == gs.bfloat16
     _bf16_close(ga.grad, ta.grad, terms=4)
+
+
+def _two_linear(mod):
+    mod.manual_seed(0)
+    return mod.nn.Sequential(mod.nn.Linear(128, 256), mod.nn.Tanh(), mod.nn.Linear(256, 32))
+
+
+def test_autocast_saves_no_copy_of_the_weights():
+    """PyTorch keeps a bfloat16 copy of each weight for backward; gradstream keeps the
+    parameter (alive anyway) and casts it again when backward needs it."""
+    gc.collect()
+    model = _two_linear(gs)
+    x = gs.randn(64, 128)
+    with gs.autocast("cpu"):
+        loss = model(x).float().sum()
+    # x's bfloat16 copy (for the first weight's gradient) and tanh's bfloat16 output.
+    assert memory.memory_by_category()["activation"] == (64 * 128 + 64 * 256) * 2
+    loss.backward()
+    assert memory.memory_by_category()["activation"] == 0
+
+    ref = torch.nn.Sequential(torch.nn.Linear(128, 256), torch.nn.Tanh(), torch.nn.Linear(256, 32))
+    ref.load_state_dict({k: to_torch(v.detach()) for k, v in model.state_dict().items()})
+    with torch.autocast("cpu"):
+        ref(to_torch(x)).float().sum().backward()
+    for p, tp in zip(model.parameters(), ref.parameters(), strict=True):
+        _bf16_close(p.grad, tp.grad, terms=256)
+
+
+def test_recast_weights_double_backward_like_pytorch():
+    model, ref = _two_linear(gs), _two_linear(torch)
+    ref.load_state_dict({k: to_torch(v.detach()) for k, v in model.state_dict().items()})
+    (gx, tx) = _pair(8, 128, seed=10)
+    gx.requires_grad_()
+    tx.requires_grad_()
+    results = []
+    for mod, net, x in ((gs, model, gx), (torch, ref, tx)):
+        with mod.autocast("cpu"):
+            out = net(x).float().pow(2).sum()
+        (gx_,) = mod.autograd.grad(out, x, create_graph=True)
+        (gw,) = mod.autograd.grad(gx_.float().pow(2).sum(), net[2].weight)
+        results.append(gw)
+    _bf16_close(results[0], results[1], terms=256)
+
+
+def test_a_parameter_changed_in_place_before_backward_is_caught():
+    model = _two_linear(gs)
+    with gs.autocast("cpu"):
+        loss = model(gs.randn(4, 128, requires_grad=True)).float().sum()
+    with gs.no_grad():
+        model[2].weight.mul_(2.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()

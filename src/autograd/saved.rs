@@ -28,6 +28,13 @@ enum Store {
         data: Tensor,
         original: Option<Tensor>,
     },
+    /// An autocast cast of a parameter, kept as the parameter and cast again on unpack
+    /// (see `crate::autocast`): no bytes of its own.
+    Recast {
+        parameter: Tensor,
+        version: u64,
+        dtype: DType,
+    },
     /// What a pack hook returned. `witness` is an empty view sharing the original's version
     /// counter (no data); `edge` is the original's gradient edge when it required grad.
     Packed {
@@ -84,6 +91,17 @@ impl SavedTensor {
                     version,
                 };
             }
+        }
+        if let Some(parameter) = crate::autocast::parameter_source(t) {
+            return SavedTensor {
+                store: Store::Recast {
+                    version: parameter.version(),
+                    parameter,
+                    dtype: t.dtype(),
+                },
+                kind,
+                version,
+            };
         }
         data.set_role(Role::Activation, true);
         SavedTensor {
@@ -149,6 +167,32 @@ impl SavedTensor {
                     }
                 }
                 Ok(data.clone())
+            }
+            Store::Recast {
+                parameter,
+                version,
+                dtype,
+            } => {
+                if parameter.version() != *version {
+                    return Err(Error::autograd(format!(
+                        "one of the variables needed for gradient computation has been \
+                         modified by an inplace operation: the parameter [{} {}] whose \
+                         autocast copy {} saved is at version {}; expected version {} instead.",
+                        parameter.dtype().name(),
+                        shape_str(&parameter.dims()),
+                        name,
+                        parameter.version(),
+                        version
+                    )));
+                }
+                // Under create_graph the cast is recorded again, so the gradient reaches
+                // the parameter; otherwise it is a plain copy for this backward.
+                let source = if grad_mode::is_enabled() {
+                    parameter.clone()
+                } else {
+                    parameter.detach()
+                };
+                crate::ops::convert::to_dtype(&source, *dtype)
             }
             Store::Packed {
                 packed,

@@ -383,7 +383,8 @@ pub fn addmm(input: &Tensor, m1: &Tensor, m2: &Tensor, beta: f64, alpha: f64) ->
 /// `linear(x, w, b)`: `x @ w.T + b`. The bias is added into the product's fresh buffer, so
 /// a layer allocates one output instead of two (the product is saved by no one).
 pub fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
-    let (x, w) = (&autocast::lower(x)?, &autocast::lower(w)?);
+    // `matmul` casts x and w.T under autocast: casting the transposed view of a parameter
+    // lets the product save the parameter itself instead of its copy (see `autocast`).
     let b = b.map(autocast::lower).transpose()?;
     let b = b.as_ref();
     let wt = if w.rank() == 2 {
