@@ -88,7 +88,9 @@ fn tuple(ts: Vec<Tensor>) -> PyResult<Py<PyTuple>> {
 }
 
 fn split_to(t: &Tensor, split_size_or_sections: &Obj<'_>, dim: i64) -> PyResult<Py<PyTuple>> {
-    let d = wrap_dim("split", dim, t.rank())?;
+    if t.rank() == 0 {
+        return Err(crate::ops::needs_1d("split").into());
+    }
     if split_size_or_sections.is_instance_of::<PyInt>() {
         let s: i64 = split_size_or_sections.extract()?;
         if s < 0 {
@@ -96,6 +98,7 @@ fn split_to(t: &Tensor, split_size_or_sections: &Obj<'_>, dim: i64) -> PyResult<
                 "split expects split_size be non-negative, but got split_size={s}"
             )));
         }
+        let d = wrap_dim("split", dim, t.rank())?;
         return tuple(shape::split(t, s as usize, d)?);
     }
     let sizes: Vec<i64> = split_size_or_sections.extract().map_err(|_| {
@@ -114,6 +117,7 @@ fn split_to(t: &Tensor, split_size_or_sections: &Obj<'_>, dim: i64) -> PyResult<
         )));
     }
     let sizes: Vec<usize> = sizes.into_iter().map(|s| s as usize).collect();
+    let d = wrap_dim("split", dim, t.rank())?;
     tuple(shape::split_with_sizes(t, &sizes, d)?)
 }
 
@@ -253,6 +257,7 @@ tensor_ops! { mod functions;
         move_dims(&x, source, destination)
     }
     both fn chunk(x: Tensor, chunks: i64, dim: i64) [chunks, dim=0] -> Py<PyTuple> {
+        shape::check_chunk(&x, chunks)?;
         tuple(shape::chunk(&x, chunks, wrap_dim("chunk", dim, x.rank())?)?)
     }
     both fn unbind(x: Tensor, dim: i64) [dim=0] -> Py<PyTuple> {
@@ -275,17 +280,20 @@ tensor_ops! { mod functions;
     both fn triu(x: Tensor, diagonal: i64)
         [diagonal=0] -> Tensor { Ok(shape::tri(&x, diagonal, true)?) }
     both fn narrow(x: Tensor, dim: i64, start: i64, length: i64) [dim, start, length] -> Tensor {
+        if x.rank() == 0 {
+            return Err(crate::error::Error::shape("narrow() cannot be applied to a 0-dim tensor.").into());
+        }
+        if length < 0 {
+            return Err(PyRuntimeError::new_err(format!(
+                "narrow(): length must be non-negative (got {length})"
+            )));
+        }
         let d = wrap_dim("narrow", dim, x.rank())?;
         let size = x.dims().get(d).copied().unwrap_or(0) as i64;
         if start < -size || start > size {
             return Err(PyIndexError::new_err(format!(
                 "start out of range (expected to be in range of [{}, {size}], but got {start})",
                 -size
-            )));
-        }
-        if length < 0 {
-            return Err(PyRuntimeError::new_err(format!(
-                "narrow(): length must be non-negative (got {length})"
             )));
         }
         let s = if start < 0 { start + size } else { start };

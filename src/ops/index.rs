@@ -38,8 +38,13 @@ pub type ViewFn = Arc<dyn Fn(&Tensor) -> Result<Tensor> + Send + Sync>;
 /// `x.narrow(dim, start, len)`: a view.
 pub fn narrow(x: &Tensor, dim: usize, start: usize, len: usize) -> Result<Tensor> {
     let dims = x.dims();
+    if dims.is_empty() {
+        return Err(Error::shape(
+            "narrow() cannot be applied to a 0-dim tensor.",
+        ));
+    }
     if dim >= dims.len() || start + len > dims[dim] {
-        return Err(Error::index(format!(
+        return Err(Error::shape(format!(
             "narrow: start ({start}) + length ({len}) exceeds dimension size ({}) of dim {dim} \
              (input shape {})",
             dims.get(dim).copied().unwrap_or(0),
@@ -494,20 +499,6 @@ pub fn put_new(values: &Tensor, dims: &[usize], plan: Arc<IndexPlan>) -> Result<
     Ok(z)
 }
 
-fn check_writable(op: &str, t: &candle_core::Tensor) -> Result<()> {
-    if t.dims()
-        .iter()
-        .zip(t.stride())
-        .any(|(&d, &s)| d > 1 && s == 0)
-    {
-        return Err(Error::shape(format!(
-            "{op}: unsupported operation: more than one element of the written-to tensor refers \
-             to a single memory location. Please clone() the tensor before performing the operation."
-        )));
-    }
-    Ok(())
-}
-
 /// Write (or add) `values`, shaped like the plan's result and of `target`'s dtype, into
 /// `target`'s buffer. No autograd; bumps the version counter.
 fn put_raw(
@@ -517,7 +508,7 @@ fn put_raw(
     accumulate: bool,
 ) -> Result<()> {
     let td = target.data();
-    check_writable("index_put_", &td)?;
+    crate::ops::inplace::check_writable("index_put_", &td)?;
     let mut vd = values.data();
     if crate::memory::buffer_key(&vd).is_some()
         && crate::memory::buffer_key(&vd) == crate::memory::buffer_key(&td)

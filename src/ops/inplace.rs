@@ -9,7 +9,7 @@ use crate::ops::{broadcast_shape, Scalar};
 use crate::tensor::{shape_str, Tensor};
 
 /// A view whose elements share memory (a stride 0 over a dim > 1) cannot be written.
-fn check_writable(op: &str, dst: &candle_core::Tensor) -> Result<()> {
+pub(crate) fn check_writable(op: &str, dst: &candle_core::Tensor) -> Result<()> {
     let l = dst.layout();
     let overlapping = l
         .dims()

@@ -67,6 +67,14 @@ impl From<f64> for Operand {
 }
 
 impl Operand {
+    /// The shape it broadcasts as: a number is 0-d.
+    pub fn dims(&self) -> Vec<usize> {
+        match self {
+            Operand::Tensor(t) => t.dims(),
+            Operand::Scalar(_) => Vec::new(),
+        }
+    }
+
     fn promotion(&self) -> PromotionOperand {
         match self {
             Operand::Tensor(t) if t.rank() == 0 => PromotionOperand::ZeroDim(t.dtype()),
@@ -167,6 +175,18 @@ pub fn wrap_dim(op: &str, dim: i64, rank: usize) -> Result<usize> {
     } else {
         dim as usize
     })
+}
+
+/// PyTorch's error for an op that needs a real dim of a 0-d tensor (`unbind`, `roll`).
+pub fn no_dims(op: &str, dim: usize) -> Error {
+    Error::index(format!(
+        "{op}: Dimension specified as {dim} but tensor has no dimensions"
+    ))
+}
+
+/// PyTorch's error for an op that splits along a dim of a 0-d tensor (`split`, `chunk`).
+pub fn needs_1d(op: &str) -> Error {
+    Error::shape(format!("{op} expects at least a 1-dimensional tensor"))
 }
 
 /// Normalise a list of dims; `None` means all. Rejects repeats.

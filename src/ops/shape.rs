@@ -4,7 +4,7 @@
 mod join;
 mod view;
 
-pub use join::{cat, chunk, split, split_with_sizes, stack, unbind};
+pub use join::{cat, check_chunk, chunk, split, split_with_sizes, stack, unbind};
 pub use view::{compute_stride, view, view_dims};
 
 use crate::autograd::function::record;
@@ -149,7 +149,11 @@ pub fn unsqueeze(x: &Tensor, d: usize) -> Result<Tensor> {
 /// `squeeze(dims)`: drop those of `dims` (normalised) that have size 1. A view.
 pub fn squeeze(x: &Tensor, dims: &[usize]) -> Result<Tensor> {
     let in_dims = x.dims();
-    let mut drop: Vec<usize> = dims.iter().copied().filter(|&d| in_dims[d] == 1).collect();
+    let mut drop: Vec<usize> = dims
+        .iter()
+        .copied()
+        .filter(|&d| in_dims.get(d) == Some(&1))
+        .collect();
     if drop.is_empty() {
         return Ok(x.clone());
     }
@@ -188,6 +192,12 @@ pub fn unflatten(x: &Tensor, dim: usize, sizes: &[i64]) -> Result<Tensor> {
     if sizes.is_empty() {
         return Err(Error::shape("unflatten: sizes must be non-empty"));
     }
+    if dims.is_empty() {
+        return Err(Error::shape(format!(
+            "unflatten got an unexpected error: {}",
+            crate::ops::no_dims("unflatten", dim)
+        )));
+    }
     let inner = infer_shape("unflatten", sizes, dims[dim], &dims).map_err(|_| {
         Error::shape(format!(
             "unflatten: Provided sizes {sizes:?} don't multiply up to the size of dim {dim} ({}) \
@@ -205,6 +215,9 @@ pub fn unflatten(x: &Tensor, dim: usize, sizes: &[i64]) -> Result<Tensor> {
 /// `movedim(source, destination)` on normalised, distinct dims: a permutation.
 pub fn movedim(x: &Tensor, src: &[usize], dst: &[usize]) -> Result<Tensor> {
     let rank = x.rank();
+    if rank == 0 {
+        return Ok(x.clone());
+    }
     if src.len() != dst.len() {
         return Err(Error::shape(format!(
             "movedim: Invalid source or destination dims: source ({src:?} dims) should contain \
@@ -278,7 +291,10 @@ pub fn expand_sizes(x: &Tensor, req: &[i64]) -> Result<Tensor> {
 /// `flip(dims)` on normalised dims: a copy with those dims reversed.
 pub fn flip(x: &Tensor, dims: &[usize]) -> Result<Tensor> {
     let src = x.contiguous_data()?;
-    let data = if dims.iter().any(|&d| x.dims()[d] > 1) {
+    let data = if dims
+        .iter()
+        .any(|&d| x.dims().get(d).is_some_and(|&n| n > 1))
+    {
         src.flip(dims).op("flip")?
     } else {
         crate::ops::convert::dense_copy(&src)?
@@ -308,6 +324,9 @@ pub fn roll(x: &Tensor, shifts: &[i64], dims: Option<&[usize]>) -> Result<Tensor
             shifts.len(),
             dims.len()
         )));
+    }
+    if let (0, Some(&d)) = (x.rank(), dims.first()) {
+        return Err(crate::ops::no_dims("roll", d));
     }
     let mut data = x.data();
     for (&s, &d) in shifts.iter().zip(dims) {

@@ -15,6 +15,11 @@ pub fn cat(ts: &[Tensor], dim: i64) -> Result<Tensor> {
     if ts.is_empty() {
         return Err(Error::shape("cat(): expected a non-empty list of Tensors"));
     }
+    if let Some(i) = ts.iter().position(|t| t.rank() == 0) {
+        return Err(Error::shape(format!(
+            "cat(): zero-dimensional tensor (at position {i}) cannot be concatenated"
+        )));
+    }
     let skipped: Vec<bool> = ts.iter().map(|t| t.dims() == [0]).collect();
     let all_skipped = skipped.iter().all(|&s| s);
     let kept: Vec<usize> = (0..ts.len())
@@ -22,12 +27,6 @@ pub fn cat(ts: &[Tensor], dim: i64) -> Result<Tensor> {
         .collect();
     let first = &ts[kept[0]];
     let ref_dims = first.dims();
-    if ref_dims.is_empty() {
-        return Err(Error::shape(format!(
-            "cat(): zero-dimensional tensor (at position {}) cannot be concatenated",
-            kept[0]
-        )));
-    }
     let d = wrap_dim("cat", dim, ref_dims.len())?;
     for &i in &kept {
         let di = ts[i].dims();
@@ -102,6 +101,7 @@ pub fn stack(ts: &[Tensor], dim: i64) -> Result<Tensor> {
         return Err(Error::shape("stack(): expects a non-empty TensorList"));
     }
     let d0 = ts[0].dims();
+    let d = wrap_dim("stack", dim, d0.len() + 1)?;
     for (i, t) in ts.iter().enumerate().skip(1) {
         if t.dims() != d0 {
             return Err(Error::shape(format!(
@@ -112,7 +112,6 @@ pub fn stack(ts: &[Tensor], dim: i64) -> Result<Tensor> {
             )));
         }
     }
-    let d = wrap_dim("stack", dim, d0.len() + 1)?;
     let parts = ts
         .iter()
         .map(|t| super::unsqueeze(t, d))
@@ -122,7 +121,10 @@ pub fn stack(ts: &[Tensor], dim: i64) -> Result<Tensor> {
 
 /// `split(x, sizes, dim)` with explicit sizes summing to the dim's size: views.
 pub fn split_with_sizes(x: &Tensor, sizes: &[usize], dim: usize) -> Result<Vec<Tensor>> {
-    let n = x.dims()[dim];
+    let n = *x
+        .dims()
+        .get(dim)
+        .ok_or_else(|| crate::ops::needs_1d("split_with_sizes"))?;
     if sizes.iter().sum::<usize>() != n {
         return Err(Error::shape(format!(
             "split_with_sizes expects split_sizes to sum exactly to {n} (input tensor's size at \
@@ -134,7 +136,10 @@ pub fn split_with_sizes(x: &Tensor, sizes: &[usize], dim: usize) -> Result<Vec<T
 
 /// `split(x, size, dim)`: pieces of `size` along `dim`, the last one shorter.
 pub fn split(x: &Tensor, size: usize, dim: usize) -> Result<Vec<Tensor>> {
-    let n = x.dims()[dim];
+    let n = *x
+        .dims()
+        .get(dim)
+        .ok_or_else(|| crate::ops::needs_1d("split"))?;
     if size == 0 && n != 0 {
         return Err(Error::shape(format!(
             "split_size can only be 0 if dimension size is 0, but got dimension size of {n}"
@@ -151,12 +156,21 @@ pub fn split(x: &Tensor, size: usize, dim: usize) -> Result<Vec<Tensor>> {
 }
 
 /// `chunk(x, chunks, dim)`: `split` into pieces of `ceil(size / chunks)`.
-pub fn chunk(x: &Tensor, chunks: i64, dim: usize) -> Result<Vec<Tensor>> {
+/// `chunk`'s argument rules, checked before its dim (as PyTorch orders its checks).
+pub fn check_chunk(x: &Tensor, chunks: i64) -> Result<()> {
+    if x.rank() == 0 {
+        return Err(crate::ops::needs_1d("chunk"));
+    }
     if chunks <= 0 {
         return Err(Error::shape(format!(
             "chunk expects `chunks` to be greater than 0, got: {chunks}"
         )));
     }
+    Ok(())
+}
+
+pub fn chunk(x: &Tensor, chunks: i64, dim: usize) -> Result<Vec<Tensor>> {
+    check_chunk(x, chunks)?;
     let n = x.dims()[dim];
     if n == 0 {
         let sizes = vec![0; chunks as usize];
@@ -167,6 +181,9 @@ pub fn chunk(x: &Tensor, chunks: i64, dim: usize) -> Result<Vec<Tensor>> {
 
 /// `unbind(x, dim)`: every slice along `dim`, that dim removed. Views.
 pub fn unbind(x: &Tensor, dim: usize) -> Result<Vec<Tensor>> {
+    if x.rank() == 0 {
+        return Err(crate::ops::no_dims("unbind", dim));
+    }
     let pieces = Pieces {
         dim,
         spans: (0..x.dims()[dim]).map(|i| (i, 1)).collect(),
