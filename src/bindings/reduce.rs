@@ -119,6 +119,7 @@ fn variance(
         d => (d, unbiased),
     };
     let c = correction_arg(op, unbiased, correction)?;
+    reduce::check_var(t)?;
     let dims = dims_arg(op, t, dim)?;
     Ok(if std {
         reduce::std(t, dims.as_deref(), c, keepdim)?
@@ -156,6 +157,7 @@ tensor_ops! { mod functions;
     both fn mean(x: Tensor, dim: Option<&Obj<'_>>, keepdim: bool, dtype: Option<&Obj<'_>>)
         [dim=None, keepdim=false, *, dtype=None] -> Tensor {
         let t = with_dtype(&x, dtype)?;
+        reduce::check_mean(&t)?;
         let dims = dims_arg("mean", &t, dim)?;
         Ok(reduce::mean(&t, dims.as_deref(), keepdim)?)
     }
@@ -189,11 +191,13 @@ tensor_ops! { mod functions;
     /// Index (int64) of the first largest value along `dim`, or in the flattened input.
     both fn argmax(x: Tensor, dim: Option<&Obj<'_>>, keepdim: bool)
         [dim=None, keepdim=false] -> Tensor {
+        minmax::check_arg(&x, true)?;
         Ok(minmax::argmax(&x, opt_int_dim("argmax", &x, dim)?, keepdim, true)?)
     }
     /// Index (int64) of the first smallest value along `dim`, or in the flattened input.
     both fn argmin(x: Tensor, dim: Option<&Obj<'_>>, keepdim: bool)
         [dim=None, keepdim=false] -> Tensor {
+        minmax::check_arg(&x, false)?;
         Ok(minmax::argmax(&x, opt_int_dim("argmin", &x, dim)?, keepdim, false)?)
     }
     /// Vector norm of order `p` (2, 1, inf, -inf, 0, any number, or 'fro') over `dim`.

@@ -123,12 +123,17 @@ pub fn sum(x: &Tensor, dims: Option<&[usize]>, keepdim: bool) -> Result<Tensor> 
 }
 
 /// `mean` over `dims`; floating point only, as in PyTorch. Empty reductions give NaN.
-pub fn mean(x: &Tensor, dims: Option<&[usize]>, keepdim: bool) -> Result<Tensor> {
+/// `mean`'s dtype rule, checked before its dims (as PyTorch orders its checks).
+pub fn check_mean(x: &Tensor) -> Result<()> {
     require_float(
         "mean()",
         x,
         "could not infer output dtype. Input dtype must be either a floating point or complex dtype.",
-    )?;
+    )
+}
+
+pub fn mean(x: &Tensor, dims: Option<&[usize]>, keepdim: bool) -> Result<Tensor> {
+    check_mean(x)?;
     let in_dims = x.dims();
     let n = reduced_count(&in_dims, &all_dims(dims, in_dims.len()));
     let s = sum(x, dims, keepdim)?;
@@ -181,13 +186,19 @@ fn prod_dim(x: &Tensor, dim: usize, keepdim: bool) -> Result<Tensor> {
 }
 
 /// `var` with Bessel's `correction` (1 = unbiased); divides by `max(0, N - correction)`.
-pub fn var(x: &Tensor, dims: Option<&[usize]>, correction: f64, keepdim: bool) -> Result<Tensor> {
+/// `var`'s and `std`'s dtype rule, checked before their dims.
+pub fn check_var(x: &Tensor) -> Result<()> {
     if !x.dtype().is_floating_point() {
         return Err(Error::dtype(format!(
             "var: std and var only support floating point and complex dtypes, got {}",
             x.dtype().name()
         )));
     }
+    Ok(())
+}
+
+pub fn var(x: &Tensor, dims: Option<&[usize]>, correction: f64, keepdim: bool) -> Result<Tensor> {
+    check_var(x)?;
     let in_dims = x.dims();
     let n = reduced_count(&in_dims, &all_dims(dims, in_dims.len())) as f64;
     let mu = mean(x, dims, true)?;
@@ -196,8 +207,31 @@ pub fn var(x: &Tensor, dims: Option<&[usize]>, correction: f64, keepdim: bool) -
     mul_scalar(&ss, 1.0 / (n - correction).max(0.0))
 }
 
+/// `std`: the square root of `var`, whose backward is zero where the deviation is (PyTorch's
+/// `std_backward`; the root's own derivative is infinite there).
 pub fn std(x: &Tensor, dims: Option<&[usize]>, correction: f64, keepdim: bool) -> Result<Tensor> {
-    unary(UnaryOp::Sqrt, &var(x, dims, correction, keepdim)?)
+    let v = var(x, dims, correction, keepdim)?;
+    let out = {
+        let _plain = crate::autograd::grad_mode::GradModeGuard::new(false);
+        unary(UnaryOp::Sqrt, &v)?
+    };
+    record(
+        "StdBackward0",
+        &out,
+        &[&v],
+        || vec![SavedTensor::output(&out)],
+        |ctx, g| {
+            let s = &ctx.saved[0];
+            let d = div(g, &mul_scalar(s, 2.0)?)?;
+            let zero = compare(CompareOp::Eq, &s.into(), &0.0.into())?;
+            Ok(vec![Some(crate::ops::binary::where_(
+                &zero,
+                &0.0.into(),
+                &(&d).into(),
+            )?)])
+        },
+    );
+    Ok(out)
 }
 
 /// `any` (`all`): whether some (every) element is non-zero. Bool result (uint8 for uint8).
@@ -338,8 +372,9 @@ pub fn norm(x: &Tensor, p: f64, dims: Option<&[usize]>, keepdim: bool) -> Result
     let a = d.abs().op(op)?;
     let data = if p.is_infinite() {
         if d.elem_count() == 0 && reduced.iter().any(|&i| in_dims[i] == 0) {
-            return Err(Error::index(format!(
-                "{op}: Expected reduction dim to have non-zero size for ord={p} (input shape {})",
+            return Err(Error::Runtime(format!(
+                "{op} cannot compute the inf norm on an empty dimension because the operation \
+                 does not have an identity (ord={p}, input shape {})",
                 crate::tensor::shape_str(&in_dims)
             )));
         }

@@ -60,6 +60,14 @@ fn extreme(
     max: bool,
     node: &'static str,
 ) -> Result<Tensor> {
+    if dims.is_none() && x.numel() == 0 {
+        let op = if max { "amax" } else { "amin" };
+        return Err(Error::Runtime(format!(
+            "{op}(): Expected reduction dim to be specified for input.numel() == 0. Specify the \
+             reduction dim with the 'dim' argument. (input shape {})",
+            shape_str(&x.dims())
+        )));
+    }
     let in_dims = x.dims();
     let reduced = all_dims(dims, in_dims.len());
     let kd = keepdim_shape(&in_dims, &reduced);
@@ -142,11 +150,18 @@ fn one_hot_along(idx: &Tensor, n: usize, dim: usize, rank: usize, dtype: DType) 
 }
 
 /// `argmax`/`argmin`: along `dim`, or of the flattened tensor when `dim` is `None`.
-pub fn argmax(x: &Tensor, dim: Option<usize>, keepdim: bool, max: bool) -> Result<Tensor> {
+/// `argmax`'s and `argmin`'s dtype rule, checked before their dim.
+pub fn check_arg(x: &Tensor, max: bool) -> Result<()> {
     let op = if max { "argmax" } else { "argmin" };
     if x.dtype() == DType::Bool {
         return Err(Error::dtype(format!("{op}(): does not support bool input")));
     }
+    Ok(())
+}
+
+pub fn argmax(x: &Tensor, dim: Option<usize>, keepdim: bool, max: bool) -> Result<Tensor> {
+    let op = if max { "argmax" } else { "argmin" };
+    check_arg(x, max)?;
     let in_dims = x.dims();
     let d = x.data();
     let r = match dim {
