@@ -329,13 +329,15 @@ pub fn has_zero(t: &candle_core::Tensor) -> candle_core::Result<bool> {
 
 /// `op(a, b)` on tensors or numbers.
 pub fn binary(op: BinaryOp, a: &Operand, b: &Operand) -> Result<Tensor> {
+    // Shapes are checked before dtypes, as PyTorch does.
+    let shape = broadcast_shape(op.name(), &a.dims(), &b.dims())?;
     let dtype = op_dtype(op, a, b)?;
     let ts = promote_wrapping(&[a.clone(), b.clone()], dtype)?;
     let (ta, tb) = (&ts[0], &ts[1]);
     let (da, db) = (ta.dims(), tb.dims());
-    broadcast_shape(op.name(), &da, &db)?;
     let integral = !dtype.is_floating_point();
     if integral
+        && !shape.contains(&0)
         && matches!(
             op,
             BinaryOp::FloorDivide | BinaryOp::TruncDivide | BinaryOp::Remainder | BinaryOp::Fmod
@@ -346,6 +348,15 @@ pub fn binary(op: BinaryOp, a: &Operand, b: &Operand) -> Result<Tensor> {
     }
     let data = kernel2(op.name(), op.kernel(dtype), ta, tb)?;
     let out = Tensor::new(data, dtype);
+    if op == BinaryOp::FloorDivide && dtype.is_floating_point() {
+        // PyTorch records floor_divide on floats and refuses to differentiate it.
+        record("FloorDivideBackward0", &out, &[ta, tb], Vec::new, |_, _| {
+            Err(Error::Runtime(
+                "derivative for floor_divide is not implemented".into(),
+            ))
+        });
+        return Ok(out);
+    }
     if !op.differentiable() {
         return Ok(out);
     }
@@ -543,6 +554,12 @@ pub fn clamp(x: &Tensor, lo: Option<&Operand>, hi: Option<&Operand>) -> Result<T
     ops.extend(lo.cloned());
     ops.extend(hi.cloned());
     let dtype = result_dtype(&ops);
+    if dtype == DType::Bool {
+        return Err(Error::NotImplemented(format!(
+            "clamp: not implemented for 'Bool' (input shape {})",
+            shape_str(&x.dims())
+        )));
+    }
     let ts = promote_wrapping(&ops, dtype)?;
     let tx = &ts[0];
     let tlo = lo.map(|_| ts[1].clone());
@@ -759,12 +776,58 @@ fn other_and<'a>(dst: &'a Tensor, other: &'a Operand) -> Vec<&'a Tensor> {
 
 /// `addcmul`/`addcdiv`: `input + value * (t1 op t2)`, `op` being `Mul` or `Div`.
 pub fn addc(op: BinaryOp, input: &Tensor, t1: &Tensor, t2: &Tensor, value: f64) -> Result<Tensor> {
-    let prod = Operand::Tensor(binary(op, &t1.into(), &t2.into())?);
+    // The product is taken in the dtype of the whole expression, as PyTorch does (a float32
+    // product added to a float64 input would round first).
+    let dtype = result_dtype(&[input.into(), t1.into(), t2.into()]);
+    let name = if op == BinaryOp::Div {
+        "addcdiv"
+    } else {
+        "addcmul"
+    };
+    if dtype == DType::Bool {
+        return Err(Error::NotImplemented(format!(
+            "{name}: not implemented for 'Bool' (shapes {}, {} and {})",
+            shape_str(&input.dims()),
+            shape_str(&t1.dims()),
+            shape_str(&t2.dims())
+        )));
+    }
+    if op == BinaryOp::Div && !t1.dtype().is_floating_point() && !t2.dtype().is_floating_point() {
+        return Err(Error::Runtime(
+            "Integer division with addcdiv is no longer supported; use \
+             (input + value * torch.trunc(tensor1 / tensor2)).to(input.dtype) for integer inputs"
+                .into(),
+        ));
+    }
+    // An integer result takes the value as an integer, as PyTorch's Scalar conversion does.
+    let value = if dtype.is_floating_point() {
+        value
+    } else {
+        value.trunc()
+    };
+    let ts = promote(&[t1.into(), t2.into()], dtype)?;
+    let prod = Operand::Tensor(binary(op, &(&ts[0]).into(), &(&ts[1]).into())?);
     binary(BinaryOp::Add, &input.into(), &scale(&prod, value)?)
 }
 
 /// `lerp`: `input + weight * (end - input)`.
 pub fn lerp(input: &Tensor, end: &Tensor, weight: &Operand) -> Result<Tensor> {
+    let weight_dtype = match weight {
+        Operand::Tensor(w) => Some(("weight", w.dtype())),
+        Operand::Scalar(_) => None,
+    };
+    for (what, dt) in std::iter::once(("end", end.dtype())).chain(weight_dtype) {
+        if dt != input.dtype() {
+            return Err(Error::dtype(format!(
+                "lerp: expected dtype {} for `{what}` but got dtype {} (input shape {}, end \
+                 shape {})",
+                input.dtype().name(),
+                dt.name(),
+                shape_str(&input.dims()),
+                shape_str(&end.dims())
+            )));
+        }
+    }
     let diff = binary(BinaryOp::Sub, &end.into(), &input.into())?;
     let step = binary(BinaryOp::Mul, weight, &(&diff).into())?;
     binary(BinaryOp::Add, &input.into(), &(&step).into())

@@ -28,7 +28,7 @@ fn check_dtypes(op: &str, a: &Tensor, b: &Tensor) -> Result<()> {
         )));
     }
     if a.dtype() == DType::Bool {
-        return Err(Error::dtype(format!(
+        return Err(Error::NotImplemented(format!(
             "{op}: not implemented for 'Bool' (shapes {} and {})",
             shape_str(&a.dims()),
             shape_str(&b.dims())

@@ -211,14 +211,6 @@ pub fn searchsorted(
 ) -> Result<Tensor> {
     let op = "searchsorted";
     let (sd, vd) = (seq.dims(), values.dims());
-    if seq.dtype() == DType::Bool || values.dtype() == DType::Bool {
-        return Err(Error::NotImplemented(format!(
-            "torch.searchsorted(): not implemented for 'Bool' (boundaries dtype {}, input \
-             dtype {})",
-            seq.dtype().name(),
-            values.dtype().name()
-        )));
-    }
     let Some(&m) = sd.last() else {
         return Err(searchsorted_error(
             "boundaries tensor should have positive dimension, but got 0 dimension".into(),
@@ -281,6 +273,15 @@ pub fn searchsorted(
                 DType::Int64
             },
         ));
+    }
+    // A bool side compares as 0 and 1 against a numeric one (PyTorch promotes them); two
+    // bool sides PyTorch refuses.
+    if seq.dtype() == DType::Bool && values.dtype() == DType::Bool {
+        return Err(Error::NotImplemented(format!(
+            "torch.searchsorted(): not implemented for 'Bool' (boundaries shape {}, input shape {})",
+            shape_str(&sd),
+            shape_str(&vd)
+        )));
     }
     let cdt = if seq.dtype().is_floating_point() || values.dtype().is_floating_point() {
         CDType::F64
