@@ -65,6 +65,10 @@ int = int32  # noqa: A001
 __version__ = "0.1.0"
 
 
+def positive(input):  # noqa: A002  (PyTorch's name)
+    return Tensor.positive(input)
+
+
 def is_tensor(obj):
     return isinstance(obj, Tensor)
 

@@ -492,6 +492,10 @@ class Tensor:
         `outer(input, vec2)`: outer product of two 1-D tensors.
         """
     def permute(self, *dims: _Dims) -> Tensor: ...
+    def positive(self) -> Tensor:
+        """
+        `self` itself, as PyTorch's `positive`; a bool tensor has no unary `+`.
+        """
     def pow(self, exponent: _Operand) -> Tensor: ...
     def pow_(self, exponent: _Operand) -> Tensor: ...
     def prod(self, dim: _int | None = ..., keepdim: _bool = ..., *, dtype: _Dtype | None = ...) -> Tensor:

@@ -135,6 +135,13 @@ def new_tensor(self, data, *, dtype=None, device=None, requires_grad=False):
     return _core.tensor(data, dtype=dt, device=device, requires_grad=requires_grad)
 
 
+def positive(self):
+    """`self` itself, as PyTorch's `positive`; a bool tensor has no unary `+`."""
+    if self.dtype is _core.bool:
+        raise RuntimeError("The `+` operator, on a bool tensor is not supported.")
+    return self
+
+
 def _cast(dtype):
     def cast(self, memory_format=None):
         return self.to(dtype)
@@ -154,6 +161,7 @@ _METHODS = {
     "__deepcopy__": __deepcopy__,
     "__repr__": tensor_repr,
     "tolist": tolist,
+    "positive": positive,
     "isclose": isclose,
     "allclose": allclose,
     "equal": equal,

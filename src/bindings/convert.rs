@@ -410,6 +410,19 @@ pub fn tensor_to_numpy<'py>(py: Python<'py>, t: &Tensor) -> PyResult<Bound<'py, 
 
 /// Dims given as `f(2, 3)`, `f((2, 3))` or `f([2, 3])`.
 pub fn extract_size(op: &str, args: &Bound<'_, PyTuple>) -> PyResult<Vec<i64>> {
+    if args.is_empty() {
+        // `x.view()`, `zeros()`: PyTorch's argument parser refuses a missing size (an
+        // empty size is spelled `()`).
+        let what = match op {
+            "permute" | "flip" | "tile" => "dims",
+            "repeat" => "repeats",
+            "reshape" => "shape",
+            _ => "size",
+        };
+        return Err(PyTypeError::new_err(format!(
+            "{op}() missing 1 required positional arguments: \"{what}\""
+        )));
+    }
     let items: Vec<Obj<'_>> = if args.len() == 1 && !args.get_item(0)?.is_instance_of::<PyInt>() {
         let a = args.get_item(0)?;
         if extract_scalar(&a).is_some() {
