@@ -14,7 +14,7 @@ from gradstream.autograd.gradcheck import GradcheckError
 
 
 def f64(*shape, requires_grad=True):
-    return gs.randn(*shape, dtype=gs.float64, requires_grad=requires_grad)
+    return gs.randn(shape, dtype=gs.float64, requires_grad=requires_grad)
 
 
 # ---------------------------------------------------------------- recording

@@ -111,7 +111,7 @@ def test_addmm_matches_torch(torch_ref, in_shape, beta, alpha):
     ref.backward(torch_ref.from_numpy(g))
     for x, t in zip(xs, ts, strict=True):
         expected = t.grad if t.grad is not None else torch_ref.zeros_like(t)
-        got = x.grad if x.grad is not None else gs.zeros(*x.shape, dtype=gs.float64)
+        got = x.grad if x.grad is not None else gs.zeros(x.shape, dtype=gs.float64)
         assert_close(got, expected, rtol=1e-10, atol=1e-10)
     method = xs[0].addmm(xs[1], xs[2], beta=beta, alpha=alpha)
     assert_close(method, ref, rtol=1e-10, atol=1e-10)
