@@ -722,6 +722,7 @@ __all__ = [
     'bfloat16',
     'float32',
     'float64',
+    '_scaled_dot_product_attention',
     'Node',
     'RemovableHandle',
     '_run_backward',
@@ -1152,6 +1153,23 @@ def _saved_tensors_hooks_depth() -> _int:
 def _scale_(t: Tensor, factor: _float) -> None:
     """
     `t *= factor` in place, without autograd (gradient clipping).
+    """
+def _scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = ..., dropout_p: _float = ..., is_causal: _bool = ..., scale: _float | None = ..., enable_gqa: _bool = ..., generator: Generator | None = ...) -> Tensor:
+    """
+    Scaled dot-product attention, FlashAttention-2 on the CPU.
+
+    Args:
+        query, key, value: (..., L, E), (..., S, E), (..., S, Ev).
+        attn_mask: bool (True = attend) or float (added to the scores), broadcast to
+            (..., L, S).
+        dropout_p: probability of dropping an attention weight; the mask comes from
+            `generator` (the global one if None).
+        is_causal: query i attends to keys j <= i.
+        scale: the scores' factor, 1/sqrt(E) if None.
+        enable_gqa: key and value may have fewer heads (dim -3) than query.
+
+    Returns:
+        The attention output, (..., L, Ev).
     """
 def _set_grad_enabled(enabled: _bool) -> None: ...
 def _set_memory_accounting_mode(mode: str) -> None:
