@@ -2,6 +2,7 @@
 
 from . import (
     activation,
+    attention,
     container,
     distance,
     dropout,
@@ -14,6 +15,7 @@ from . import (
     shuffle,
 )
 from .activation import *  # noqa: F403
+from .attention import *  # noqa: F403
 from .container import *  # noqa: F403
 from .distance import *  # noqa: F403
 from .dropout import *  # noqa: F403
@@ -31,6 +33,7 @@ __all__ = [
     *container.__all__,
     *linear.__all__,
     *activation.__all__,
+    *attention.__all__,
     *layers.__all__,
     *dropout.__all__,
     *normalization.__all__,
