@@ -126,3 +126,46 @@ def test_parameters_and_errors_like_torch():
         gm(x, x, x, is_causal=True)
     with pytest.raises(RuntimeError):
         tm(*(torch.randn(3, 2, 8),) * 3, is_causal=True)
+
+
+def _load(gmod, tmod):
+    gmod.load_state_dict({k: gs.tensor(v.detach().numpy()) for k, v in tmod.state_dict().items()})
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+@pytest.mark.parametrize("batch_first", [False, True])
+def test_transformer_encoder_and_decoder_match_torch(norm_first, activation, batch_first):
+    kw = dict(dim_feedforward=16, dropout=0.0, activation=activation, batch_first=batch_first,
+              norm_first=norm_first)  # fmt: skip
+    torch.manual_seed(0)
+    t_enc = torch.nn.TransformerEncoder(torch.nn.TransformerEncoderLayer(8, 2, **kw), 2,
+                                        enable_nested_tensor=False)  # fmt: skip
+    t_dec = torch.nn.TransformerDecoder(torch.nn.TransformerDecoderLayer(8, 2, **kw), 2)
+    g_enc = nn.TransformerEncoder(nn.TransformerEncoderLayer(8, 2, **kw), 2)
+    g_dec = nn.TransformerDecoder(nn.TransformerDecoderLayer(8, 2, **kw), 2)
+    _load(g_enc, t_enc)
+    _load(g_dec, t_dec)
+    rng = np.random.default_rng(2)
+    shape = (3, 5, 8) if batch_first else (5, 3, 8)
+    gsrc, tsrc = _leaf(rng.standard_normal(shape).astype(np.float32))
+    gtgt, ttgt = _leaf(rng.standard_normal(shape).astype(np.float32))
+    kpm = rng.random((3, 5)) < 0.3
+    kpm[:, 0] = False
+    causal = np.triu(np.ones((5, 5), bool), 1)
+    gm, tm = (
+        g_enc(gsrc, src_key_padding_mask=gs.tensor(kpm)),
+        t_enc(tsrc, src_key_padding_mask=torch.tensor(kpm)),
+    )
+    assert_close(gm, tm, **TOL)
+    go = g_dec(gtgt, gm, tgt_mask=gs.tensor(causal), tgt_is_causal=True)
+    to = t_dec(ttgt, tm, tgt_mask=torch.tensor(causal), tgt_is_causal=True)
+    assert_close(go, to, **TOL)
+    go.pow(2).sum().backward()
+    to.pow(2).sum().backward()
+    assert_close(gsrc.grad, tsrc.grad, rtol=1e-4, atol=1e-4)
+    assert_close(gtgt.grad, ttgt.grad, rtol=1e-4, atol=1e-4)
+    for gmod, tmod in ((g_enc, t_enc), (g_dec, t_dec)):
+        tp = dict(tmod.named_parameters())
+        for name, p in gmod.named_parameters():
+            assert_close(p.grad, tp[name].grad, rtol=1e-3, atol=1e-4)

@@ -13,6 +13,7 @@ from . import (
     padding,
     rnn,
     shuffle,
+    transformer,
 )
 from .activation import *  # noqa: F403
 from .attention import *  # noqa: F403
@@ -27,6 +28,7 @@ from .normalization import *  # noqa: F403
 from .padding import *  # noqa: F403
 from .rnn import *  # noqa: F403
 from .shuffle import *  # noqa: F403
+from .transformer import *  # noqa: F403
 
 __all__ = [
     "Module",
@@ -42,4 +44,5 @@ __all__ = [
     *padding.__all__,
     *shuffle.__all__,
     *rnn.__all__,
+    *transformer.__all__,
 ]
