@@ -23,7 +23,7 @@ const BQ: usize = 64;
 const BK: usize = 64;
 
 /// The float types of the kernel: `exp` of a row (a vectorisable polynomial for f32).
-trait Flash: Real + Send + Sync + 'static {
+trait Flash: Real + num_traits::NumAssign + Send + Sync + 'static {
     /// `row[c] = exp(row[c] - shift)`.
     fn exp_shifted(row: &mut [Self], shift: Self);
 }
@@ -57,7 +57,7 @@ fn exp_f32(x: f32) -> f32 {
     p = p * r + 8.333_452e-3;
     p = p * r + 4.166_579_6e-2;
     p = p * r + 1.666_666_5e-1;
-    p = p * r + 5.000_000_1e-1;
+    p = p * r + 0.5;
     let y = p * r * r + r + 1.0;
     let pow2n = f32::from_bits(((n as i32 + 127) as u32) << 23);
     if x < -87.0 {
@@ -69,23 +69,23 @@ fn exp_f32(x: f32) -> f32 {
 
 /// Sum with 8 partial sums (vectorises without reassociating a single chain).
 #[inline(always)]
-fn sum<T: Real>(row: &[T]) -> T {
+fn sum<T: Flash>(row: &[T]) -> T {
     let mut acc = [T::zero(); 8];
     let mut chunks = row.chunks_exact(8);
     for c in &mut chunks {
         for (a, &x) in acc.iter_mut().zip(c) {
-            *a = *a + x;
+            *a += x;
         }
     }
     let mut s = chunks.remainder().iter().fold(T::zero(), |s, &x| s + x);
     for a in acc {
-        s = s + a;
+        s += a;
     }
     s
 }
 
 #[inline(always)]
-fn max<T: Real>(row: &[T]) -> T {
+fn max<T: Flash>(row: &[T]) -> T {
     row.iter()
         .fold(T::neg_infinity(), |m, &x| if x > m { x } else { m })
 }
@@ -205,7 +205,7 @@ impl<'a, T: Flash> Item<'a, T> {
             for r in 0..bq {
                 let row = base + (i0 + r) * m.row + j0 * m.col;
                 for (c, x) in sb[r * bk..(r + 1) * bk].iter_mut().enumerate() {
-                    *x = *x + md[row + c * m.col];
+                    *x += md[row + c * m.col];
                 }
             }
         }
@@ -268,7 +268,7 @@ impl<'a, T: Flash> Item<'a, T> {
                 m[r] = mnew;
                 if corr != T::one() {
                     for o in &mut out[r * ev..(r + 1) * ev] {
-                        *o = *o * corr;
+                        *o *= corr;
                     }
                 }
             }
@@ -287,7 +287,7 @@ impl<'a, T: Flash> Item<'a, T> {
             if l[r] > T::zero() {
                 let inv = T::one() / l[r];
                 for o in &mut out[r * ev..(r + 1) * ev] {
-                    *o = *o * inv;
+                    *o *= inv;
                 }
                 lse[r] = m[r] + l[r].ln();
             } else {
