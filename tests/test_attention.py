@@ -334,3 +334,34 @@ def test_non_tensor_argument_is_a_type_error():
     q = gs.randn(2, 3)
     with pytest.raises(TypeError):
         F.scaled_dot_product_attention(q, q, [1.0])
+
+
+@pytest.mark.parametrize("wanted", ["q", "k", "v", "qv"])
+def test_only_the_wanted_gradients(wanted):
+    rng = np.random.default_rng(7)
+    arrays = [rng.standard_normal((2, 70, 6)) for _ in range(3)]
+    pairs = [_pair(a, grad=name in wanted) for a, name in zip(arrays, "qkv", strict=True)]
+    got = F.scaled_dot_product_attention(*(p[0] for p in pairs), is_causal=True)
+    want = TF.scaled_dot_product_attention(*(p[1] for p in pairs), is_causal=True)
+    got.sum().backward()
+    want.sum().backward()
+    for (g, t), name in zip(pairs, "qkv", strict=True):
+        if name in wanted:
+            assert_close(g.grad, t.grad, rtol=1e-9, atol=1e-11)
+        else:
+            assert g.grad is None
+
+
+def test_create_graph_second_derivative_matches_torch():
+    rng = np.random.default_rng(8)
+    (gq, tq), (gk, tk), (gv, tv) = (_pair(rng.standard_normal((2, 5, 4))) for _ in range(3))
+    mask = rng.random((5, 5)) < 0.7
+    got = F.scaled_dot_product_attention(gq, gk, gv, attn_mask=gs.tensor(mask))
+    want = TF.scaled_dot_product_attention(tq, tk, tv, attn_mask=torch.tensor(mask))
+    (ggq,) = gs.autograd.grad(got.pow(2).sum(), gq, create_graph=True)
+    (tgq,) = torch.autograd.grad(want.pow(2).sum(), tq, create_graph=True)
+    assert_close(ggq, tgq, rtol=1e-9, atol=1e-11)
+    ggq.sum().backward()
+    tgq.sum().backward()
+    for a, b in zip((gq, gk, gv), (tq, tk, tv), strict=True):
+        assert_close(a.grad, b.grad, rtol=1e-8, atol=1e-10)
