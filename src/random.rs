@@ -100,6 +100,11 @@ impl Generator {
         Ok(())
     }
 
+    /// One 64-bit draw (the seed of a counter-based stream, e.g. attention's dropout).
+    pub fn next_u64(&self) -> u64 {
+        self.with(|r| r.random())
+    }
+
     fn with<R>(&self, f: impl FnOnce(&mut ChaCha12Rng) -> R) -> R {
         f(&mut self.inner.lock().rng)
     }

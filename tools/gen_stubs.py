@@ -215,6 +215,14 @@ PARAMS = {
 
 # Where an op gives a parameter a type its name does not: "op.param" or "Class.op.param".
 OVERRIDES = {
+    "_scaled_dot_product_attention.query": "Tensor",
+    "_scaled_dot_product_attention.key": "Tensor",
+    "_scaled_dot_product_attention.value": "Tensor",
+    "_scaled_dot_product_attention.attn_mask": "Tensor | None",
+    "_scaled_dot_product_attention.dropout_p": "float",
+    "_scaled_dot_product_attention.is_causal": "bool",
+    "_scaled_dot_product_attention.scale": "float | None",
+    "_scaled_dot_product_attention.enable_gqa": "bool",
     "_nn_random_.distribution": "str",
     "_panic.message": "str",
     "_set_autocast_dtype.dtype": "dtype | None",
@@ -369,6 +377,7 @@ RETURNS = {
         "_vector_norm _volume_render".split(),
         "Tensor",
     ),
+    "_scaled_dot_product_attention": "Tensor",
     "_function_node": "None",
     "Tensor.backward": "None",
     "Tensor.retain_grad": "None",

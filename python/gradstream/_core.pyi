@@ -492,10 +492,6 @@ class Tensor:
         `outer(input, vec2)`: outer product of two 1-D tensors.
         """
     def permute(self, *dims: _Dims) -> Tensor: ...
-    def positive(self) -> Tensor:
-        """
-        `self` itself, as PyTorch's `positive`; a bool tensor has no unary `+`.
-        """
     def pow(self, exponent: _Operand) -> Tensor: ...
     def pow_(self, exponent: _Operand) -> Tensor: ...
     def prod(self, dim: _int | None = ..., keepdim: _bool = ..., *, dtype: _Dtype | None = ...) -> Tensor:
@@ -726,14 +722,13 @@ __all__ = [
     'bfloat16',
     'float32',
     'float64',
+    '_scaled_dot_product_attention',
     'Node',
     'RemovableHandle',
     '_run_backward',
     'is_grad_enabled',
     '_set_grad_enabled',
     '_backward_calls',
-    '_autocast_dtype',
-    '_set_autocast_dtype',
     'tensor',
     'as_tensor',
     'from_numpy',
@@ -1005,10 +1000,6 @@ __all__ = [
     'unique',
     'unique_consecutive',
 ]
-def _autocast_dtype() -> dtype | None:
-    """
-    The lower-precision dtype of this thread's autocast region, or None outside one.
-    """
 def _backward_calls() -> _int:
     """
     How many backward rules have run in this process (tests of path pruning use it).
@@ -1163,9 +1154,22 @@ def _scale_(t: Tensor, factor: _float) -> None:
     """
     `t *= factor` in place, without autograd (gradient clipping).
     """
-def _set_autocast_dtype(dtype: dtype | None) -> dtype | None:
+def _scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = ..., dropout_p: _float = ..., is_causal: _bool = ..., scale: _float | None = ..., enable_gqa: _bool = ..., generator: Generator | None = ...) -> Tensor:
     """
-    Enter an autocast region in `dtype` (None leaves it); returns the previous dtype.
+    Scaled dot-product attention, FlashAttention-2 on the CPU.
+
+    Args:
+        query, key, value: (..., L, E), (..., S, E), (..., S, Ev).
+        attn_mask: bool (True = attend) or float (added to the scores), broadcast to
+            (..., L, S).
+        dropout_p: probability of dropping an attention weight; the mask comes from
+            `generator` (the global one if None).
+        is_causal: query i attends to keys j <= i.
+        scale: the scores' factor, 1/sqrt(E) if None.
+        enable_gqa: key and value may have fewer heads (dim -3) than query.
+
+    Returns:
+        The attention output, (..., L, Ev).
     """
 def _set_grad_enabled(enabled: _bool) -> None: ...
 def _set_memory_accounting_mode(mode: str) -> None:

@@ -22,6 +22,7 @@
 //! | `SortOps`                     | stable argsort of lines and rows, runs, binary search | NotImplementedError                   |
 //! | `RenderOps`                   | fused NeRF volume renderer and its backward        | NotImplementedError                      |
 //! | `OptimOps`                    | fused in-place optimizer steps, grad norms         | NotImplementedError                      |
+//! | `AttentionOps`                | FlashAttention-2 forward and backward              | NotImplementedError                      |
 //!
 //! Everything else is candle's on every device: matmul (`gemm`, rayon), casts, `cat`,
 //! `where_cond`, comparisons, `sum_keepdim`, `index_select`, views.
@@ -29,6 +30,7 @@
 //! Adding a device: a unit struct, an empty `impl XOps for It {}` per family (the
 //! fallback), then override the methods it has kernels for, and one arm in [`on`].
 
+pub mod attention;
 pub mod candle;
 pub mod cpu;
 pub mod elementwise;
@@ -45,6 +47,7 @@ use candle_core::Device;
 
 use crate::error::Error;
 
+pub use attention::AttentionOps;
 pub use elementwise::{Bin, ElementwiseOps, Pred, UnaryOp};
 pub use index::IndexOps;
 pub use inplace::{InplaceOps, Update};
@@ -75,7 +78,8 @@ backend!(
     IndexOps,
     SortOps,
     RenderOps,
-    OptimOps
+    OptimOps,
+    AttentionOps
 );
 
 /// The backend of a device: one match, no allocation.

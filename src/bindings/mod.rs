@@ -1,5 +1,6 @@
 //! The Python surface of the extension, one file per part of the API.
 
+pub mod attention;
 pub mod autograd;
 pub mod convert;
 pub mod creation;
@@ -50,6 +51,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     for dt in DType::ALL {
         m.add(dt.name(), convert::PyDType::object(m.py(), dt)?)?;
     }
+    attention::register(m)?;
     autograd::register(m)?;
     creation::register(m)?;
     function::register(m)?;

@@ -3,6 +3,7 @@
 //! Backward rules are written with these same ops, so they record a graph only when
 //! the engine runs with `create_graph=True` (grad mode on); otherwise nothing is recorded.
 
+pub mod attention;
 pub mod binary;
 pub mod convert;
 pub mod creation;

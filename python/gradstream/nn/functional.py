@@ -16,6 +16,8 @@ from ..linalg import vector_norm
 from ._functional.activation import *  # noqa: F403
 from ._functional.activation import __all__ as _activation_all
 from ._functional.activation import logsigmoid
+from ._functional.attention import *  # noqa: F403
+from ._functional.attention import __all__ as _attention_all
 from ._functional.distance import *  # noqa: F403
 from ._functional.distance import __all__ as _distance_all
 from ._functional.layers import *  # noqa: F403
@@ -52,6 +54,7 @@ __all__ = [
     "normalize",
     "softmin",
     *_activation_all,
+    *_attention_all,
     *_distance_all,
     *_layers_all,
     *_loss_all,

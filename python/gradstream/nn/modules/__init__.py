@@ -2,6 +2,7 @@
 
 from . import (
     activation,
+    attention,
     container,
     distance,
     dropout,
@@ -12,8 +13,10 @@ from . import (
     padding,
     rnn,
     shuffle,
+    transformer,
 )
 from .activation import *  # noqa: F403
+from .attention import *  # noqa: F403
 from .container import *  # noqa: F403
 from .distance import *  # noqa: F403
 from .dropout import *  # noqa: F403
@@ -25,12 +28,14 @@ from .normalization import *  # noqa: F403
 from .padding import *  # noqa: F403
 from .rnn import *  # noqa: F403
 from .shuffle import *  # noqa: F403
+from .transformer import *  # noqa: F403
 
 __all__ = [
     "Module",
     *container.__all__,
     *linear.__all__,
     *activation.__all__,
+    *attention.__all__,
     *layers.__all__,
     *dropout.__all__,
     *normalization.__all__,
@@ -39,4 +44,5 @@ __all__ = [
     *padding.__all__,
     *shuffle.__all__,
     *rnn.__all__,
+    *transformer.__all__,
 ]
