@@ -22,6 +22,7 @@
 //! | `SortOps`                     | stable argsort of lines and rows, runs, binary search | NotImplementedError                   |
 //! | `RenderOps`                   | fused NeRF volume renderer and its backward        | NotImplementedError                      |
 //! | `OptimOps`                    | fused in-place optimizer steps, grad norms         | NotImplementedError                      |
+//! | `ConvOps`                     | conv2d forward, input and weight grads (im2col + GEMM, groups) | candle's conv2d / conv_transpose2d (square args, groups=1) |
 //!
 //! Everything else is candle's on every device: matmul (`gemm`, rayon), casts, `cat`,
 //! `where_cond`, comparisons, `sum_keepdim`, `index_select`, views.
@@ -30,6 +31,7 @@
 //! fallback), then override the methods it has kernels for, and one arm in [`on`].
 
 pub mod candle;
+pub mod conv;
 pub mod cpu;
 pub mod elementwise;
 pub mod index;
@@ -45,6 +47,7 @@ use candle_core::Device;
 
 use crate::error::Error;
 
+pub use conv::{ConvGeometry, ConvOps};
 pub use elementwise::{Bin, ElementwiseOps, Pred, UnaryOp};
 pub use index::IndexOps;
 pub use inplace::{InplaceOps, Update};
@@ -75,7 +78,8 @@ backend!(
     IndexOps,
     SortOps,
     RenderOps,
-    OptimOps
+    OptimOps,
+    ConvOps
 );
 
 /// The backend of a device: one match, no allocation.

@@ -1,6 +1,7 @@
 //! The Python surface of the extension, one file per part of the API.
 
 pub mod autograd;
+pub mod conv;
 pub mod convert;
 pub mod creation;
 pub mod function;
@@ -51,6 +52,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.add(dt.name(), convert::PyDType::object(m.py(), dt)?)?;
     }
     autograd::register(m)?;
+    conv::register(m)?;
     creation::register(m)?;
     function::register(m)?;
     index::register(m)?;

@@ -4,6 +4,7 @@
 //! the engine runs with `create_graph=True` (grad mode on); otherwise nothing is recorded.
 
 pub mod binary;
+pub mod conv;
 pub mod convert;
 pub mod creation;
 pub mod index;

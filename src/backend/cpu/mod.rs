@@ -3,6 +3,7 @@
 //! elements. `benches/kernels.rs` times each against candle's op.
 
 pub mod block_sum;
+pub mod conv;
 pub mod dense;
 pub mod elementwise;
 pub mod index;
