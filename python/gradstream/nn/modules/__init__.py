@@ -3,8 +3,10 @@
 from . import (
     activation,
     container,
+    conv,
     distance,
     dropout,
+    fold,
     layers,
     linear,
     loss,
@@ -15,8 +17,10 @@ from . import (
 )
 from .activation import *  # noqa: F403
 from .container import *  # noqa: F403
+from .conv import *  # noqa: F403
 from .distance import *  # noqa: F403
 from .dropout import *  # noqa: F403
+from .fold import *  # noqa: F403
 from .layers import *  # noqa: F403
 from .linear import *  # noqa: F403
 from .loss import *  # noqa: F403
@@ -39,4 +43,6 @@ __all__ = [
     *padding.__all__,
     *shuffle.__all__,
     *rnn.__all__,
+    *conv.__all__,
+    *fold.__all__,
 ]
