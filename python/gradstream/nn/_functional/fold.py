@@ -61,10 +61,15 @@ def unfold(input: Tensor, kernel_size, dilation=1, padding=0, stride=1) -> Tenso
     L), L the number of blocks."""
     kernel, dilation, padding, stride = map(_pair, (kernel_size, dilation, padding, stride))
     _check_args(stride, padding, dilation, kernel)
-    if input.dim() not in (3, 4) or any(d == 0 for d in input.shape[-3:]):
+    if input.dim() < 3:  # PyTorch reads the channel dim first
+        raise IndexError(
+            f"Dimension out of range (expected to be in range of [{-input.dim()}, "
+            f"{input.dim() - 1}], but got {input.dim()})"
+        )
+    if input.dim() > 4 or any(d == 0 for d in input.shape[-3:]):
         raise RuntimeError(
-            "Expected 3D or 4D (batch mode) tensor with optional 0 dim batch size for input, "
-            f"but got: {list(input.shape)}"
+            "Expected 3D or 4D (batch mode) tensor with possibly 0 batch size and other "
+            f"non-zero dimensions for input, but got: {list(input.shape)}"
         )
     size = input.shape[-2:]
     blocks = _blocks(size, kernel, dilation, padding, stride)
