@@ -3,10 +3,12 @@
 //! CPU conv2d has no groups in its backward, no weight-gradient kernel, and builds the
 //! im2col buffer of the whole batch at once.
 //!
-//! Memory: the column buffers alive at any moment hold at most [`COLUMN_BUDGET`] bytes
-//! in all. The batch is split into one contiguous run of samples per worker; a worker
+//! Memory: the batch is split into one contiguous run of samples per worker; a worker
 //! turns one sample at a time into columns, a tile of output rows at a time, so no
-//! column buffer of the whole batch (or of a whole large sample) ever exists.
+//! column buffer of the whole batch (or of a whole large sample) ever exists. A tile's
+//! columns are about [`COLUMN_TILE`] bytes, so that the GEMM reads them from cache right
+//! after im2col wrote them (or col2im reads them right after the GEMM); all workers'
+//! buffers together never pass [`COLUMN_BUDGET`] (unless a single output row does).
 
 use std::ops::Range;
 
@@ -23,6 +25,9 @@ use crate::error::{Error, Result};
 /// The most bytes of im2col columns alive at once, over all workers.
 pub const COLUMN_BUDGET: usize = 32 << 20;
 
+/// The bytes of columns one GEMM takes at a time: about half a core's L2 cache.
+pub const COLUMN_TILE: usize = 1 << 20;
+
 /// How the work is split: `workers` runs of samples in parallel, each turning `rows`
 /// output rows at a time into columns; `gemm` is the GEMM's own parallelism (used when
 /// there are fewer samples than threads).
@@ -38,7 +43,8 @@ fn plan<T>(geo: &ConvGeometry) -> Plan {
     let workers = threads.min(geo.n).max(1);
     let per_worker = geo.n.div_ceil(workers).max(1);
     let row_bytes = geo.k() * geo.ow * std::mem::size_of::<T>();
-    let rows = (COLUMN_BUDGET / workers / row_bytes.max(1)).clamp(1, geo.oh.max(1));
+    let tile = COLUMN_TILE.min(COLUMN_BUDGET / workers);
+    let rows = (tile / row_bytes.max(1)).clamp(1, geo.oh.max(1));
     let gemm = if workers < threads {
         Parallelism::Rayon(threads)
     } else {
@@ -236,6 +242,9 @@ fn forward<T: Real>(x: &[T], w: &[T], bias: Option<&[T]>, geo: &ConvGeometry) ->
             yc.0.fill(*yc.1);
         }
     }
+    if xs == 0 || ys == 0 {
+        return y; // no input channels (or no output): y is the bias
+    }
     let p = plan::<T>(geo);
     let direct = pointwise(geo);
     let run = |(yw, xw): (&mut [T], &[T])| {
@@ -275,10 +284,60 @@ fn forward<T: Real>(x: &[T], w: &[T], bias: Option<&[T]>, geo: &ConvGeometry) ->
     y
 }
 
+/// For stride 1, the input gradient as a forward convolution of `g`: with the kernel
+/// flipped and its channel dims swapped, and padding `d * (k - 1) - p`. Its GEMMs sum over
+/// `c_out * kh * kw` (not over `c_out` alone, as col2im's do) and it needs no scatter.
+/// `None` where that geometry does not give back exactly `h` x `w`.
+fn flipped(geo: &ConvGeometry) -> Option<ConvGeometry> {
+    if geo.stride != (1, 1) {
+        return None;
+    }
+    let pad = |d: usize, k: usize, p: usize| (d * (k - 1)).checked_sub(p);
+    let ph = pad(geo.dilation.0, geo.kh, geo.padding.0)?;
+    let pw = pad(geo.dilation.1, geo.kw, geo.padding.1)?;
+    let size = |o: usize, p: usize, d: usize, k: usize| (o + 2 * p).checked_sub(d * (k - 1));
+    let h = size(geo.oh, ph, geo.dilation.0, geo.kh)?;
+    let w = size(geo.ow, pw, geo.dilation.1, geo.kw)?;
+    (h == geo.h && w == geo.w).then_some(ConvGeometry {
+        c_in: geo.c_out,
+        h: geo.oh,
+        w: geo.ow,
+        c_out: geo.c_in,
+        padding: (ph, pw),
+        oh: geo.h,
+        ow: geo.w,
+        ..*geo
+    })
+}
+
+/// `w` (c_out, cin_g, kh, kw) as the flipped kernel (c_in, cout_g, kh, kw) of `flipped`.
+fn flip_kernel<T: Real>(w: &[T], geo: &ConvGeometry) -> Vec<T> {
+    let (cg, og, kk) = (geo.cin_g(), geo.cout_g(), geo.kh * geo.kw);
+    let mut out = vec![T::zero(); w.len()];
+    for gi in 0..geo.groups {
+        for o in 0..og {
+            for c in 0..cg {
+                let src = &w[((gi * og + o) * cg + c) * kk..][..kk];
+                let dst = &mut out[((gi * cg + c) * og + o) * kk..][..kk];
+                for (d, e) in dst.iter_mut().zip(src.iter().rev()) {
+                    *d = *e;
+                }
+            }
+        }
+    }
+    out
+}
+
 fn input_grad<T: Real>(g: &[T], w: &[T], geo: &ConvGeometry) -> Vec<T> {
+    if let Some(f) = flipped(geo).filter(|_| !pointwise(geo)) {
+        return forward(g, &flip_kernel(w, geo), None, &f);
+    }
     let (xs, ys, l) = (geo.c_in * geo.h * geo.w, geo.c_out * geo.l(), geo.l());
     let (k, cg, og) = (geo.k(), geo.cin_g(), geo.cout_g());
     let mut dx = vec![T::zero(); geo.n * xs];
+    if xs == 0 || ys == 0 {
+        return dx;
+    }
     let p = plan::<T>(geo);
     let direct = pointwise(geo);
     let run = |(dxw, gw): (&mut [T], &[T])| {
@@ -358,7 +417,7 @@ fn weight_grad<T: Real>(g: &[T], x: &[T], geo: &ConvGeometry) -> Vec<T> {
         }
         a
     };
-    if geo.n == 0 {
+    if geo.n * xs * ys == 0 {
         return vec![T::zero(); size];
     }
     if p.workers > 1 {
