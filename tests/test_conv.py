@@ -389,3 +389,28 @@ def test_module_bad_arguments_raise_like_torch(name, args, kw):
         getattr(torch.nn, name)(*args, **kw)
     with pytest.raises(ValueError):
         getattr(nn, name)(*args, **kw)
+
+
+def test_batch_zero_matches_torch():
+    out = []
+    for lib, f in ((gs, F), (torch, TF)):
+        x = lib.zeros(0, 3, 5, 5, requires_grad=True)
+        w = lib.ones(4, 3, 3, 3, requires_grad=True)
+        b = lib.arange(4, dtype=lib.float32).requires_grad_(True)
+        y = f.conv2d(x, w, b, padding=1)
+        y.sum().backward()
+        out.append((y, x.grad, w.grad, b.grad))
+    for a, e in zip(*out, strict=True):
+        assert_close(a, e)
+
+
+def test_no_input_channels_gives_the_bias():
+    """(PyTorch returns an empty (N, 0, H, W) here; the sum over no channels is the bias.)"""
+    x = gs.zeros(3, 0, 5, 5, requires_grad=True)
+    w = gs.ones(4, 0, 3, 3, requires_grad=True)
+    b = gs.arange(4, dtype=gs.float32).requires_grad_(True)
+    y = F.conv2d(x, w, b, padding=1)
+    assert_close(y, b.detach().reshape(1, 4, 1, 1).expand(3, 4, 5, 5))
+    y.sum().backward()
+    assert tuple(x.grad.shape) == (3, 0, 5, 5) and tuple(w.grad.shape) == (4, 0, 3, 3)
+    assert_close(b.grad, gs.full((4,), 75.0))
