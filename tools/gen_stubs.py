@@ -373,6 +373,7 @@ RETURNS = {
         "_vector_norm _volume_render".split(),
         "Tensor",
     ),
+    **dict.fromkeys(["_conv", "_conv_transpose"], "Tensor"),
     "_function_node": "None",
     "Tensor.backward": "None",
     "Tensor.retain_grad": "None",
