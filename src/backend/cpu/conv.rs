@@ -145,7 +145,7 @@ fn col2im<T: Real>(cols: &[T], geo: &ConvGeometry, c0: usize, rows: &Range<usize
         let src = &cols[k * t + r * ow..k * t + (r + 1) * ow];
         let dst = &mut x[(c0 + k / per_c) * plane + iy * geo.w..][..geo.w];
         for (d, e) in dst[ix0..].iter_mut().step_by(sw).zip(&src[xs]) {
-            *d = *d + *e;
+            *d += *e;
         }
     });
 }
@@ -413,7 +413,7 @@ fn weight_grad<T: Real>(g: &[T], x: &[T], geo: &ConvGeometry) -> Vec<T> {
     let per = p.per_worker;
     let sum = |mut a: Vec<T>, b: Vec<T>| {
         for (u, v) in a.iter_mut().zip(b) {
-            *u = *u + v;
+            *u += v;
         }
         a
     };
