@@ -729,6 +729,8 @@ __all__ = [
     'is_grad_enabled',
     '_set_grad_enabled',
     '_backward_calls',
+    '_conv',
+    '_conv_transpose',
     'tensor',
     'as_tensor',
     'from_numpy',
@@ -1007,6 +1009,16 @@ def _backward_calls() -> _int:
 def _clamp_(t: Tensor, lo: _float, hi: _float) -> None:
     """
     Clamp `t` into `[lo, hi]` in place, without autograd (`clip_grad_value_`).
+    """
+def _conv(input: Tensor, weight: Tensor, bias: Tensor | None, spatial: _int, stride: Sequence[_int], padding: Sequence[_int], dilation: Sequence[_int], groups: _int) -> Tensor:
+    """
+    A `spatial`-d convolution (1 or 2) of `input` with `weight` (+ `bias`): stride,
+    padding and dilation have one value per spatial dim.
+    """
+def _conv_transpose(input: Tensor, weight: Tensor, bias: Tensor | None, spatial: _int, stride: Sequence[_int], padding: Sequence[_int], output_padding: Sequence[_int], groups: _int, dilation: Sequence[_int]) -> Tensor:
+    """
+    A `spatial`-d transposed convolution (1 or 2); `output_padding` adds to one side of
+    each output dim.
     """
 def _function_node(output: Tensor, inputs: Sequence[Tensor], backward: Callable[[Tensor], Sequence[Tensor | None]], release: Callable[[], object] | None, name: str) -> None:
     """

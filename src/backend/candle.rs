@@ -3,8 +3,8 @@
 //! NotImplementedError naming the op and the device.
 
 use super::{
-    AttentionOps, ElementwiseOps, IndexOps, InplaceOps, MaskOps, NnOps, OptimOps, ReduceOps,
-    RenderOps, SortOps,
+    AttentionOps, ConvOps, ElementwiseOps, IndexOps, InplaceOps, MaskOps, NnOps, OptimOps,
+    ReduceOps, RenderOps, SortOps,
 };
 
 /// candle's ops on any device.
@@ -20,6 +20,7 @@ impl SortOps for Candle {}
 impl RenderOps for Candle {}
 impl OptimOps for Candle {}
 impl AttentionOps for Candle {}
+impl ConvOps for Candle {}
 
 #[cfg(test)]
 mod tests {

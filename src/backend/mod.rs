@@ -23,6 +23,7 @@
 //! | `RenderOps`                   | fused NeRF volume renderer and its backward        | NotImplementedError                      |
 //! | `OptimOps`                    | fused in-place optimizer steps, grad norms         | NotImplementedError                      |
 //! | `AttentionOps`                | FlashAttention-2 forward and backward              | NotImplementedError                      |
+//! | `ConvOps`                     | conv2d forward, input and weight grads (im2col + GEMM, groups) | candle's conv2d / conv_transpose2d (square args, groups=1) |
 //!
 //! Everything else is candle's on every device: matmul (`gemm`, rayon), casts, `cat`,
 //! `where_cond`, comparisons, `sum_keepdim`, `index_select`, views.
@@ -32,6 +33,7 @@
 
 pub mod attention;
 pub mod candle;
+pub mod conv;
 pub mod cpu;
 pub mod elementwise;
 pub mod index;
@@ -48,6 +50,7 @@ use candle_core::Device;
 use crate::error::Error;
 
 pub use attention::AttentionOps;
+pub use conv::{ConvGeometry, ConvOps};
 pub use elementwise::{Bin, ElementwiseOps, Pred, UnaryOp};
 pub use index::IndexOps;
 pub use inplace::{InplaceOps, Update};
@@ -79,7 +82,8 @@ backend!(
     SortOps,
     RenderOps,
     OptimOps,
-    AttentionOps
+    AttentionOps,
+    ConvOps
 );
 
 /// The backend of a device: one match, no allocation.

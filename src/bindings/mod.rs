@@ -2,6 +2,7 @@
 
 pub mod attention;
 pub mod autograd;
+pub mod conv;
 pub mod convert;
 pub mod creation;
 pub mod function;
@@ -53,6 +54,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     }
     attention::register(m)?;
     autograd::register(m)?;
+    conv::register(m)?;
     creation::register(m)?;
     function::register(m)?;
     index::register(m)?;

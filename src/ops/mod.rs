@@ -5,6 +5,7 @@
 
 pub mod attention;
 pub mod binary;
+pub mod conv;
 pub mod convert;
 pub mod creation;
 pub mod index;

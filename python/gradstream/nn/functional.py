@@ -18,8 +18,12 @@ from ._functional.activation import __all__ as _activation_all
 from ._functional.activation import logsigmoid
 from ._functional.attention import *  # noqa: F403
 from ._functional.attention import __all__ as _attention_all
+from ._functional.conv import *  # noqa: F403
+from ._functional.conv import __all__ as _conv_all
 from ._functional.distance import *  # noqa: F403
 from ._functional.distance import __all__ as _distance_all
+from ._functional.fold import *  # noqa: F403
+from ._functional.fold import __all__ as _fold_all
 from ._functional.layers import *  # noqa: F403
 from ._functional.layers import __all__ as _layers_all
 from ._functional.loss import *  # noqa: F403
@@ -55,6 +59,8 @@ __all__ = [
     "softmin",
     *_activation_all,
     *_attention_all,
+    *_conv_all,
+    *_fold_all,
     *_distance_all,
     *_layers_all,
     *_loss_all,

@@ -4,6 +4,7 @@
 
 pub mod attention;
 pub mod block_sum;
+pub mod conv;
 pub mod dense;
 pub mod elementwise;
 pub mod index;

@@ -4,8 +4,10 @@ from . import (
     activation,
     attention,
     container,
+    conv,
     distance,
     dropout,
+    fold,
     layers,
     linear,
     loss,
@@ -18,8 +20,10 @@ from . import (
 from .activation import *  # noqa: F403
 from .attention import *  # noqa: F403
 from .container import *  # noqa: F403
+from .conv import *  # noqa: F403
 from .distance import *  # noqa: F403
 from .dropout import *  # noqa: F403
+from .fold import *  # noqa: F403
 from .layers import *  # noqa: F403
 from .linear import *  # noqa: F403
 from .loss import *  # noqa: F403
@@ -45,4 +49,6 @@ __all__ = [
     *shuffle.__all__,
     *rnn.__all__,
     *transformer.__all__,
+    *conv.__all__,
+    *fold.__all__,
 ]

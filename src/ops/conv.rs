@@ -1,0 +1,515 @@
+//! Convolution: `conv1d`/`conv2d` and their transposes, as PyTorch shapes and checks
+//! them. 1-d is 2-d with H = 1 (a reshape here, no second kernel); unbatched inputs get a
+//! batch dim of 1 for the kernel.
+//!
+//! Three recorded ops carry the whole family, each differentiable through the others:
+//! - `conv2d`: `y = conv(x, w) + b`. Saves the input and the weight only (and each only
+//!   when the other operand needs a gradient); nothing for the bias.
+//! - `conv2d_input_grad`: `dx = conv_transpose(g, w)`, the forward of `conv_transpose2d`.
+//! - `conv2d_weight_grad`: `dw = sum_n g_n · im2col(x_n)^T`.
+//!
+//! For `u` the gradient of `<T(g, w), u>`: `d/dg = conv(u, w)`, `d/dw = WG(g, u)`; for
+//! `v` that of `<WG(g, x), v>`: `d/dg = conv(x, v)`, `d/dx = T(g, v)`. So double backward
+//! (`create_graph=True`) needs no other kernel.
+
+use crate::autograd::function::record;
+use crate::autograd::saved::SavedTensor;
+use crate::backend;
+use crate::backend::conv::ConvGeometry;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::ops::binary::add;
+use crate::ops::nn::{compute_data, finish};
+use crate::ops::reduce::sum;
+use crate::ops::shape::reshape;
+use crate::tensor::{shape_str, Tensor};
+
+/// The stride, padding, dilation and groups of a convolution as the caller gave them,
+/// one value per spatial dim (1 or 2 of them).
+#[derive(Clone, Debug)]
+pub struct ConvArgs {
+    pub stride: Vec<i64>,
+    pub padding: Vec<i64>,
+    pub dilation: Vec<i64>,
+    pub groups: i64,
+}
+
+/// PyTorch's name of a dtype in its scalar-type messages.
+fn scalar_name(d: DType) -> &'static str {
+    match d {
+        DType::Float32 => "Float",
+        DType::Float64 => "Double",
+        DType::Float16 => "Half",
+        DType::BFloat16 => "BFloat16",
+        DType::Int64 => "Long",
+        DType::Int32 => "Int",
+        DType::UInt8 => "Byte",
+        DType::Bool => "Bool",
+    }
+}
+
+fn list(v: &[i64]) -> String {
+    format!(
+        "[{}]",
+        v.iter()
+            .map(|e| e.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
+}
+
+/// `(a x b)` or `(a)`: PyTorch's way of printing a per-channel size.
+fn per_channel(v: &[i64]) -> String {
+    let s: Vec<String> = v.iter().map(|e| e.to_string()).collect();
+    format!("({})", s.join(" x "))
+}
+
+fn rt(msg: String) -> Error {
+    Error::runtime(msg)
+}
+
+/// The checks every convolution shares: ranks, argument lengths and signs, groups, dtypes.
+/// Returns the input with a batch dim (and whether it was added).
+fn check_common(
+    op: &str,
+    x: &Tensor,
+    w: &Tensor,
+    spatial: usize,
+    a: &ConvArgs,
+) -> Result<(Tensor, bool)> {
+    let xr = x.rank();
+    if xr != spatial + 1 && xr != spatial + 2 {
+        return Err(rt(format!(
+            "Expected {}D (unbatched) or {}D (batched) input to {op}, but got input of size: {}",
+            spatial + 1,
+            spatial + 2,
+            shape_str(&x.dims())
+        )));
+    }
+    if w.rank() != spatial + 2 {
+        return Err(rt(format!(
+            "{op}: expected weight to be {}-dimensional, but got weight of size {}",
+            spatial + 2,
+            shape_str(&w.dims())
+        )));
+    }
+    for (name, v) in [
+        ("stride", &a.stride),
+        ("padding", &a.padding),
+        ("dilation", &a.dilation),
+    ] {
+        if v.len() != spatial {
+            return Err(rt(format!(
+                "expected {name} to be a single integer value or a list of {spatial} values to \
+                 match the convolution dimensions, but got {name}={}",
+                list(v)
+            )));
+        }
+    }
+    if a.stride.iter().any(|&s| s <= 0) {
+        return Err(rt("non-positive stride is not supported".into()));
+    }
+    if a.padding.iter().any(|&p| p < 0) {
+        return Err(rt("negative padding is not supported".into()));
+    }
+    if a.dilation.iter().any(|&d| d <= 0) {
+        return Err(rt(format!(
+            "dilation should be greater than zero, but got {}",
+            list(&a.dilation)
+        )));
+    }
+    if a.groups <= 0 {
+        return Err(rt("non-positive groups is not supported".into()));
+    }
+    let wd = w.dims();
+    if wd[0] % a.groups as usize != 0 {
+        return Err(rt(format!(
+            "Given groups={}, expected weight to be divisible by {} at dimension 0, but got \
+             weight of size [{}] instead",
+            a.groups,
+            a.groups,
+            shape_str(&wd)
+        )));
+    }
+    if x.dtype() != w.dtype() {
+        return Err(rt(format!(
+            "expected scalar type {} but found {} ({op}: input {} is {}, weight {} is {})",
+            scalar_name(x.dtype()),
+            scalar_name(w.dtype()),
+            shape_str(&x.dims()),
+            x.dtype().name(),
+            shape_str(&wd),
+            w.dtype().name()
+        )));
+    }
+    if xr == spatial + 1 {
+        let mut d = vec![1];
+        d.extend(x.dims());
+        Ok((reshape(x, &d)?, true))
+    } else {
+        Ok((x.clone(), false))
+    }
+}
+
+fn check_bias(op: &str, x: &Tensor, w: &Tensor, b: Option<&Tensor>, c: usize) -> Result<()> {
+    let Some(b) = b else { return Ok(()) };
+    if b.dims() != [c] {
+        return Err(rt(format!(
+            "Given weight of size {}, expected bias to be 1-dimensional with {c} elements, but \
+             got bias of size {} instead",
+            shape_str(&w.dims()),
+            shape_str(&b.dims())
+        )));
+    }
+    if b.dtype() != x.dtype() {
+        return Err(rt(format!(
+            "Input type ({}) and bias type ({}) should be the same ({op}: bias {})",
+            scalar_name(x.dtype()).to_lowercase(),
+            scalar_name(b.dtype()).to_lowercase(),
+            shape_str(&b.dims())
+        )));
+    }
+    Ok(())
+}
+
+/// A 1-d tensor's dims with H = 1 inserted before the last: (N, C, L) -> (N, C, 1, L).
+fn as_2d(t: &Tensor) -> Result<Tensor> {
+    let mut d = t.dims();
+    let last = d.pop().unwrap_or(1);
+    d.extend([1, last]);
+    reshape(t, &d)
+}
+
+/// Two values per spatial dim for the kernels: 1-d gets `fill` for H.
+fn pair(v: &[i64], fill: usize) -> (usize, usize) {
+    match v {
+        [a] => (fill, *a as usize),
+        [a, b] => (*a as usize, *b as usize),
+        _ => (fill, fill),
+    }
+}
+
+/// Undo `as_2d` and the added batch dim on a result.
+fn restore(y: Tensor, spatial: usize, unbatched: bool) -> Result<Tensor> {
+    let mut d = y.dims();
+    if spatial == 1 {
+        d.remove(2);
+    }
+    if unbatched {
+        d.remove(0);
+    }
+    if d == y.dims() {
+        Ok(y)
+    } else {
+        reshape(&y, &d)
+    }
+}
+
+/// `conv1d` (`spatial == 1`) or `conv2d` (`spatial == 2`) with explicit padding.
+pub fn conv(
+    x: &Tensor,
+    w: &Tensor,
+    b: Option<&Tensor>,
+    spatial: usize,
+    a: &ConvArgs,
+) -> Result<Tensor> {
+    let op = if spatial == 1 { "conv1d" } else { "conv2d" };
+    let (xb, unbatched) = check_common(op, x, w, spatial, a)?;
+    let (xd, wd) = (xb.dims(), w.dims());
+    let groups = a.groups as usize;
+    if xd[1] != wd[1] * groups {
+        return Err(rt(format!(
+            "Given groups={groups}, weight of size {}, expected input{} to have {} channels, but \
+             got {} channels instead",
+            shape_str(&wd),
+            shape_str(&xd),
+            wd[1] * groups,
+            xd[1]
+        )));
+    }
+    check_bias(op, x, w, b, wd[0])?;
+    let sp = &xd[2..];
+    let padded: Vec<i64> = (0..spatial)
+        .map(|i| sp[i] as i64 + 2 * a.padding[i])
+        .collect();
+    let kernel: Vec<i64> = (0..spatial)
+        .map(|i| a.dilation[i] * (wd[2 + i] as i64 - 1) + 1)
+        .collect();
+    if padded.iter().zip(&kernel).any(|(p, k)| p < k) {
+        return Err(rt(format!(
+            "Calculated padded input size per channel: {}. Kernel size: {}. Kernel size can't be \
+             greater than actual input size",
+            per_channel(&padded),
+            per_channel(&kernel)
+        )));
+    }
+    let out: Vec<usize> = (0..spatial)
+        .map(|i| ((padded[i] - kernel[i]) / a.stride[i] + 1) as usize)
+        .collect();
+    let (x4, w4) = if spatial == 1 {
+        (as_2d(&xb)?, as_2d(w)?)
+    } else {
+        (xb, w.clone())
+    };
+    let d4 = x4.dims();
+    let wd4 = w4.dims();
+    let (oh, ow) = if spatial == 1 {
+        (1, out[0])
+    } else {
+        (out[0], out[1])
+    };
+    let geo = ConvGeometry {
+        n: d4[0],
+        c_in: d4[1],
+        h: d4[2],
+        w: d4[3],
+        c_out: wd4[0],
+        kh: wd4[2],
+        kw: wd4[3],
+        stride: pair(&a.stride, 1),
+        padding: pair(&a.padding, 0),
+        dilation: pair(&a.dilation, 1),
+        groups,
+        oh,
+        ow,
+    };
+    restore(conv2d(&x4, &w4, b, geo)?, spatial, unbatched)
+}
+
+/// `conv_transpose1d`/`conv_transpose2d`: the input gradient of the convolution whose
+/// output has the input's shape.
+pub fn conv_transpose(
+    x: &Tensor,
+    w: &Tensor,
+    b: Option<&Tensor>,
+    spatial: usize,
+    a: &ConvArgs,
+    output_padding: &[i64],
+) -> Result<Tensor> {
+    let op = if spatial == 1 {
+        "conv_transpose1d"
+    } else {
+        "conv_transpose2d"
+    };
+    let (xb, unbatched) = check_common(op, x, w, spatial, a)?;
+    if output_padding.len() != spatial {
+        return Err(rt(format!(
+            "expected output_padding to be a single integer value or a list of {spatial} values \
+             to match the convolution dimensions, but got output_padding={}",
+            list(output_padding)
+        )));
+    }
+    let (xd, wd) = (xb.dims(), w.dims());
+    let groups = a.groups as usize;
+    if xd[1] != wd[0] {
+        return Err(rt(format!(
+            "Given transposed=1, weight of size {}, expected input{} to have {} channels, but got \
+             {} channels instead",
+            shape_str(&wd),
+            shape_str(&xd),
+            wd[0],
+            xd[1]
+        )));
+    }
+    check_bias(op, x, w, b, wd[1] * groups)?;
+    let bad = (0..spatial).any(|i| {
+        let o = output_padding[i];
+        o < 0 || (o >= a.stride[i] && o >= a.dilation[i])
+    });
+    if bad {
+        let names = if spatial == 1 {
+            vec![""]
+        } else {
+            vec!["_height", "_width"]
+        };
+        let part = |what: &str, v: &[i64]| {
+            (0..spatial)
+                .map(|i| format!("{what}{}: {}", names[i], v[i]))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        return Err(rt(format!(
+            "output padding must be smaller than either stride or dilation, but got {} {} {}",
+            part("output_padding", output_padding),
+            part("stride", &a.stride),
+            part("dilation", &a.dilation)
+        )));
+    }
+    let sp = &xd[2..];
+    let out: Vec<i64> = (0..spatial)
+        .map(|i| {
+            (sp[i] as i64 - 1) * a.stride[i] - 2 * a.padding[i]
+                + a.dilation[i] * (wd[2 + i] as i64 - 1)
+                + output_padding[i]
+                + 1
+        })
+        .collect();
+    if out.iter().any(|&o| o <= 0) {
+        let sizes: Vec<i64> = sp.iter().map(|&s| s as i64).collect();
+        return Err(rt(format!(
+            "Given input size per channel: {}. Calculated output size per channel: {}. Output \
+             size is too small",
+            per_channel(&sizes),
+            per_channel(&out)
+        )));
+    }
+    let (x4, w4) = if spatial == 1 {
+        (as_2d(&xb)?, as_2d(w)?)
+    } else {
+        (xb, w.clone())
+    };
+    let d4 = x4.dims();
+    let wd4 = w4.dims();
+    let (h, wo) = if spatial == 1 {
+        (1, out[0] as usize)
+    } else {
+        (out[0] as usize, out[1] as usize)
+    };
+    let geo = ConvGeometry {
+        n: d4[0],
+        c_in: wd4[1] * groups,
+        h,
+        w: wo,
+        c_out: wd4[0],
+        kh: wd4[2],
+        kw: wd4[3],
+        stride: pair(&a.stride, 1),
+        padding: pair(&a.padding, 0),
+        dilation: pair(&a.dilation, 1),
+        groups,
+        oh: d4[2],
+        ow: d4[3],
+    };
+    let mut y = conv2d_input_grad(&x4, &w4, geo)?;
+    if let Some(b) = b {
+        y = add(&y, &reshape(b, &[geo.c_in, 1, 1])?)?;
+    }
+    restore(y, spatial, unbatched)
+}
+
+/// The data of `t` in the compute dtype shared by a convolution's operands.
+fn data(op: &str, t: &Tensor) -> Result<candle_core::Tensor> {
+    Ok(compute_data(op, t)?.0)
+}
+
+/// The recorded forward on 4-d operands whose shapes `geo` describes (already checked).
+pub fn conv2d(x: &Tensor, w: &Tensor, b: Option<&Tensor>, geo: ConvGeometry) -> Result<Tensor> {
+    let xd = data("conv2d", x)?;
+    let wd = data("conv2d", w)?;
+    let bd = b.map(|b| data("conv2d", b)).transpose()?;
+    let y = backend::on(&xd).conv2d("conv2d", &xd, &wd, bd.as_ref(), &geo)?;
+    let out = finish(y, x.dtype())?;
+    let mut inputs = vec![x, w];
+    inputs.extend(b);
+    // dx needs the weight, dw the input: each is saved only if the other needs a gradient.
+    let (keep_w, keep_x) = (x.requires_grad(), w.requires_grad());
+    record(
+        "ConvolutionBackward0",
+        &out,
+        &inputs,
+        || {
+            let mut s = Vec::new();
+            if keep_w {
+                s.push(SavedTensor::input(w));
+            }
+            if keep_x {
+                s.push(SavedTensor::input(x));
+            }
+            s
+        },
+        move |ctx, g| {
+            let w = keep_w.then(|| &ctx.saved[0]);
+            let x = keep_x.then(|| &ctx.saved[usize::from(keep_w)]);
+            let mut grads = vec![None, None];
+            if let (true, Some(w)) = (ctx.needs(0), w) {
+                grads[0] = Some(conv2d_input_grad(g, w, geo)?);
+            }
+            if let (true, Some(x)) = (ctx.needs(1), x) {
+                grads[1] = Some(conv2d_weight_grad(g, x, geo)?);
+            }
+            if ctx.needs.len() > 2 {
+                grads.push(if ctx.needs(2) {
+                    Some(sum(g, Some(&[0, 2, 3]), false)?)
+                } else {
+                    None
+                });
+            }
+            Ok(grads)
+        },
+    );
+    Ok(out)
+}
+
+/// `dx = conv_transpose(g, w)` for `g` of shape `geo.output_dims()`, recorded.
+pub fn conv2d_input_grad(g: &Tensor, w: &Tensor, geo: ConvGeometry) -> Result<Tensor> {
+    let gd = data("conv_transpose2d", g)?;
+    let wd = data("conv_transpose2d", w)?;
+    let dx = backend::on(&gd).conv2d_input_grad("conv_transpose2d", &gd, &wd, &geo)?;
+    let out = finish(dx, g.dtype())?;
+    let (keep_w, keep_g) = (g.requires_grad(), w.requires_grad());
+    record(
+        "ConvolutionBackward0",
+        &out,
+        &[g, w],
+        || {
+            let mut s = Vec::new();
+            if keep_w {
+                s.push(SavedTensor::input(w));
+            }
+            if keep_g {
+                s.push(SavedTensor::input(g));
+            }
+            s
+        },
+        move |ctx, u| {
+            let w = keep_w.then(|| &ctx.saved[0]);
+            let g = keep_g.then(|| &ctx.saved[usize::from(keep_w)]);
+            let mut grads = vec![None, None];
+            if let (true, Some(w)) = (ctx.needs(0), w) {
+                grads[0] = Some(conv2d(u, w, None, geo)?);
+            }
+            if let (true, Some(g)) = (ctx.needs(1), g) {
+                grads[1] = Some(conv2d_weight_grad(g, u, geo)?);
+            }
+            Ok(grads)
+        },
+    );
+    Ok(out)
+}
+
+/// `dw = sum_n g_n · im2col(x_n)^T`, of shape `geo.weight_dims()`, recorded.
+pub fn conv2d_weight_grad(g: &Tensor, x: &Tensor, geo: ConvGeometry) -> Result<Tensor> {
+    let gd = data("conv2d_weight_grad", g)?;
+    let xd = data("conv2d_weight_grad", x)?;
+    let dw = backend::on(&gd).conv2d_weight_grad("conv2d_weight_grad", &gd, &xd, &geo)?;
+    let out = finish(dw, g.dtype())?;
+    let (keep_x, keep_g) = (g.requires_grad(), x.requires_grad());
+    record(
+        "ConvolutionWeightBackward0",
+        &out,
+        &[g, x],
+        || {
+            let mut s = Vec::new();
+            if keep_x {
+                s.push(SavedTensor::input(x));
+            }
+            if keep_g {
+                s.push(SavedTensor::input(g));
+            }
+            s
+        },
+        move |ctx, v| {
+            let x = keep_x.then(|| &ctx.saved[0]);
+            let g = keep_g.then(|| &ctx.saved[usize::from(keep_x)]);
+            let mut grads = vec![None, None];
+            if let (true, Some(x)) = (ctx.needs(0), x) {
+                grads[0] = Some(conv2d(x, v, None, geo)?);
+            }
+            if let (true, Some(g)) = (ctx.needs(1), g) {
+                grads[1] = Some(conv2d_input_grad(g, v, geo)?);
+            }
+            Ok(grads)
+        },
+    );
+    Ok(out)
+}
