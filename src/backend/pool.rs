@@ -14,7 +14,9 @@ use super::not_implemented;
 use crate::error::Result;
 
 /// One axis of a max-pooling window: output `o` reads input positions
-/// `o * stride - padding + k * dilation` for `k < kernel`, those inside `0..input`.
+/// `o * stride - padding + k * dilation` for `k < kernel`, those inside `0..input`; or,
+/// `adaptive`, PyTorch's adaptive window `floor(o * input / output)` to
+/// `ceil((o + 1) * input / output)` (`kernel` is then the longest window's length).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WindowAxis {
     pub input: usize,
@@ -23,12 +25,43 @@ pub struct WindowAxis {
     pub stride: usize,
     pub padding: usize,
     pub dilation: usize,
+    pub adaptive: bool,
 }
 
 impl WindowAxis {
     /// The first input position of output `o`'s window (may be negative: padding).
     pub fn start(&self, o: usize) -> isize {
         (o * self.stride) as isize - self.padding as isize
+    }
+
+    /// The input position of window position `k` of output `o`, if inside the input.
+    #[inline(always)]
+    pub fn pos(&self, o: usize, k: usize) -> Option<usize> {
+        if self.adaptive {
+            let s = o * self.input / self.output.max(1);
+            let e = ((o + 1) * self.input).div_ceil(self.output.max(1));
+            return (s + k < e).then_some(s + k);
+        }
+        let i = self.start(o) + (k * self.dilation) as isize;
+        (0..self.input as isize).contains(&i).then_some(i as usize)
+    }
+
+    /// An adaptive axis from `input` to `output` positions.
+    pub fn adaptive(input: usize, output: usize) -> WindowAxis {
+        let kernel = (0..output)
+            .map(|o| ((o + 1) * input).div_ceil(output) - o * input / output)
+            .max()
+            .unwrap_or(1)
+            .max(1);
+        WindowAxis {
+            input,
+            output,
+            kernel,
+            stride: 1,
+            padding: 0,
+            dilation: 1,
+            adaptive: true,
+        }
     }
 }
 

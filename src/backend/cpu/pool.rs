@@ -42,10 +42,7 @@ fn per_plane<T: Send + Sync, U: Send + Sync + Copy>(
 #[inline(always)]
 fn position(w: &Window, oh: usize, ow: usize, k: usize) -> Option<(usize, usize)> {
     let (kh, kw) = (k / w.w.kernel, k % w.w.kernel);
-    let ih = w.h.start(oh) + (kh * w.h.dilation) as isize;
-    let iw = w.w.start(ow) + (kw * w.w.dilation) as isize;
-    ((0..w.h.input as isize).contains(&ih) && (0..w.w.input as isize).contains(&iw))
-        .then_some((ih as usize, iw as usize))
+    Some((w.h.pos(oh, kh)?, w.w.pos(ow, kw)?))
 }
 
 fn max_pool_plane<T: Real, A: Copy + 'static>(w: &Window, x: &[T], out: &mut [(T, A)])
@@ -58,17 +55,15 @@ where
             let mut best = T::neg_infinity();
             let mut arg = None;
             for kh in 0..w.h.kernel {
-                let ih = w.h.start(oh) + (kh * w.h.dilation) as isize;
-                if ih < 0 || ih as usize >= w.h.input {
+                let Some(ih) = w.h.pos(oh, kh) else {
                     continue;
-                }
-                let row = &x[ih as usize * iw_n..(ih as usize + 1) * iw_n];
+                };
+                let row = &x[ih * iw_n..(ih + 1) * iw_n];
                 for kw in 0..w.w.kernel {
-                    let iw = w.w.start(ow) + (kw * w.w.dilation) as isize;
-                    if iw < 0 || iw as usize >= iw_n {
+                    let Some(iw) = w.w.pos(ow, kw) else {
                         continue;
-                    }
-                    let v = row[iw as usize];
+                    };
+                    let v = row[iw];
                     let k = kh * w.w.kernel + kw;
                     // PyTorch's rule: the first valid position unless a larger value or
                     // a NaN comes later (the first maximum wins, the last NaN does).
@@ -119,7 +114,7 @@ fn resample_plane<T: Real>(rows: &Taps, cols: &Taps, x: &[T], out: &mut [T], tmp
         for (k, &wk) in rw.iter().enumerate() {
             let (wk, r) = (T::of(wk), &x[(a0 + k) * w_in..(a0 + k + 1) * w_in]);
             for (t, &e) in tmp.iter_mut().zip(r) {
-                *t = *t + wk * e;
+                *t += wk * e;
             }
         }
         let o = &mut out[i * w_out..(i + 1) * w_out];
@@ -127,7 +122,7 @@ fn resample_plane<T: Real>(rows: &Taps, cols: &Taps, x: &[T], out: &mut [T], tmp
             let (b0, cw) = cols.tap(j);
             let mut acc = T::of(0.0);
             for (&wk, &e) in cw.iter().zip(&tmp[b0..b0 + cw.len()]) {
-                acc = acc + T::of(wk) * e;
+                acc += T::of(wk) * e;
             }
             *oj = acc;
         }
@@ -147,14 +142,14 @@ fn resample_adjoint_plane<T: Real>(
         for (j, &gj) in g[i * w_out..(i + 1) * w_out].iter().enumerate() {
             let (b0, cw) = cols.tap(j);
             for (t, &wk) in tmp[b0..b0 + cw.len()].iter_mut().zip(cw) {
-                *t = *t + T::of(wk) * gj;
+                *t += T::of(wk) * gj;
             }
         }
         let (a0, rw) = rows.tap(i);
         for (k, &wk) in rw.iter().enumerate() {
             let (wk, r) = (T::of(wk), &mut out[(a0 + k) * w_in..(a0 + k + 1) * w_in]);
             for (o, &t) in r.iter_mut().zip(tmp.iter()) {
-                *o = *o + wk * t;
+                *o += wk * t;
             }
         }
     }
