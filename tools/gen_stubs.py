@@ -308,6 +308,37 @@ OVERRIDES = {
     "eye.m": "int | None",
     "device.__new__.index": "int | None",
     "_nn_gather_rows.x": "Tensor",
+    # Pooling, interpolation and batch norm (bindings/pool.rs).
+    **{
+        f"{op}.{name}": t
+        for op in "_nn_max_pool _nn_avg_pool _nn_adaptive_avg_pool _nn_adaptive_max_pool "
+        "_nn_interpolate".split()
+        for name, t in {
+            "spatial": "int",
+            "kernel_size": "list[int]",
+            "stride": "list[int]",
+            "padding": "list[int]",
+            "dilation": "list[int]",
+            "ceil_mode": "bool",
+            "return_indices": "bool",
+            "count_include_pad": "bool",
+            "divisor_override": "int | None",
+            "output_size": "list[int]",
+            "size": "list[int]",
+            "scales": "list[float | None]",
+            "align_corners": "bool",
+        }.items()
+    },
+    **{
+        f"_nn_batch_norm.{name}": t
+        for name, t in {
+            "running_mean": "Tensor | None",
+            "running_var": "Tensor | None",
+            "weight": "Tensor | None",
+            "training": "bool",
+            "momentum": "float",
+        }.items()
+    },
     "_norm_pow.ts": "Sequence[Tensor]",
     "_graph_leaves.t": "Tensor",
     "RemovableHandle.__exit__._a": "object",
@@ -366,6 +397,10 @@ RETURNS = {
         "_linear _nn_class_last _nn_dropout _nn_embedding _nn_gather_rows _nn_layer_norm "
         "_vector_norm _volume_render".split(),
         "Tensor",
+    ),
+    **dict.fromkeys(["_nn_max_pool", "_nn_adaptive_max_pool"], "tuple[Tensor, Tensor | None]"),
+    **dict.fromkeys(
+        "_nn_avg_pool _nn_adaptive_avg_pool _nn_interpolate _nn_batch_norm".split(), "Tensor"
     ),
     "_function_node": "None",
     "Tensor.backward": "None",

@@ -3,13 +3,16 @@
 //! Backward rules are written with these same ops, so they record a graph only when
 //! the engine runs with `create_graph=True` (grad mode on); otherwise nothing is recorded.
 
+pub mod batch_norm;
 pub mod binary;
 pub mod convert;
 pub mod creation;
 pub mod index;
 pub mod inplace;
+pub mod interpolate;
 pub mod linalg;
 pub mod nn;
+pub mod pool;
 pub mod reduce;
 pub mod scan;
 pub mod shape;

@@ -21,7 +21,7 @@ use crate::ops::shape as shp;
 use crate::tensor::{shape_str, Tensor};
 
 /// The data of a floating point tensor in its compute dtype (f32 for half types).
-fn compute_data(op: &str, x: &Tensor) -> Result<(candle_core::Tensor, DType)> {
+pub(crate) fn compute_data(op: &str, x: &Tensor) -> Result<(candle_core::Tensor, DType)> {
     let dt = x.dtype();
     match dt {
         DType::Float32 | DType::Float64 => Ok((x.data(), dt)),
@@ -38,7 +38,7 @@ fn compute_data(op: &str, x: &Tensor) -> Result<(candle_core::Tensor, DType)> {
 }
 
 /// Wrap a computed result back in the input's dtype.
-fn finish(data: candle_core::Tensor, dtype: DType) -> Result<Tensor> {
+pub(crate) fn finish(data: candle_core::Tensor, dtype: DType) -> Result<Tensor> {
     let data = if data.dtype() != dtype.candle() {
         data.to_dtype(dtype.candle()).op("nn")?
     } else {
