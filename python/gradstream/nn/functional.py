@@ -15,12 +15,18 @@ from ..linalg import vector_norm
 from ._functional.activation import *  # noqa: F403
 from ._functional.activation import __all__ as _activation_all
 from ._functional.activation import logsigmoid
+from ._functional.batch_norm import *  # noqa: F403
+from ._functional.batch_norm import __all__ as _batch_norm_all
 from ._functional.distance import *  # noqa: F403
 from ._functional.distance import __all__ as _distance_all
+from ._functional.interpolate import *  # noqa: F403
+from ._functional.interpolate import __all__ as _interpolate_all
 from ._functional.layers import *  # noqa: F403
 from ._functional.layers import __all__ as _layers_all
 from ._functional.loss import *  # noqa: F403
 from ._functional.loss import __all__ as _loss_all
+from ._functional.pooling import *  # noqa: F403
+from ._functional.pooling import __all__ as _pooling_all
 from ._functional.shape import *  # noqa: F403
 from ._functional.shape import __all__ as _shape_all
 from ._reduction import _check_tensor, _legacy_reduction, _reduce
@@ -55,6 +61,9 @@ __all__ = [
     *_layers_all,
     *_loss_all,
     *_shape_all,
+    *_pooling_all,
+    *_interpolate_all,
+    *_batch_norm_all,
 ]
 
 

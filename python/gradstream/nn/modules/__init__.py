@@ -2,6 +2,7 @@
 
 from . import (
     activation,
+    batchnorm,
     container,
     distance,
     dropout,
@@ -10,10 +11,13 @@ from . import (
     loss,
     normalization,
     padding,
+    pooling,
     rnn,
     shuffle,
+    upsampling,
 )
 from .activation import *  # noqa: F403
+from .batchnorm import *  # noqa: F403
 from .container import *  # noqa: F403
 from .distance import *  # noqa: F403
 from .dropout import *  # noqa: F403
@@ -23,8 +27,10 @@ from .loss import *  # noqa: F403
 from .module import Module
 from .normalization import *  # noqa: F403
 from .padding import *  # noqa: F403
+from .pooling import *  # noqa: F403
 from .rnn import *  # noqa: F403
 from .shuffle import *  # noqa: F403
+from .upsampling import *  # noqa: F403
 
 __all__ = [
     "Module",
@@ -39,4 +45,7 @@ __all__ = [
     *padding.__all__,
     *shuffle.__all__,
     *rnn.__all__,
+    *pooling.__all__,
+    *upsampling.__all__,
+    *batchnorm.__all__,
 ]
