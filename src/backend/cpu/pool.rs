@@ -10,7 +10,7 @@ use rayon::prelude::*;
 use super::dense::{by_float, from_vec, with_slice};
 use super::scalar::Real;
 use super::{Cpu, PAR_MIN};
-use crate::backend::pool::{PoolOps, Taps, Window};
+use crate::backend::pool::{PoolOps, Taps, Window, WindowAxis};
 use crate::error::Result;
 
 /// Run `f(out_plane, in_plane)` over matching planes, in parallel above `PAR_MIN`.
@@ -45,11 +45,43 @@ fn position(w: &Window, oh: usize, ow: usize, k: usize) -> Option<(usize, usize)
     Some((w.h.pos(oh, kh)?, w.w.pos(ow, kw)?))
 }
 
-fn max_pool_plane<T: Real, A: Copy + 'static>(w: &Window, x: &[T], out: &mut [(T, A)])
+/// Whether every window of an axis lies inside the input with no gaps (no padding,
+/// dilation 1, not adaptive, no ceil_mode overhang): the kernel's fast path.
+fn dense(a: &WindowAxis) -> bool {
+    !a.adaptive
+        && a.padding == 0
+        && a.dilation == 1
+        && (a.output.max(1) - 1) * a.stride + a.kernel <= a.input
+}
+
+fn max_pool_plane<T: Real, A: Copy + 'static>(w: &Window, x: &[T], vals: &mut [T], args: &mut [A])
 where
     usize: AsPrimitive<A>,
 {
-    let (iw_n, ow_n) = (w.w.input, w.w.output);
+    let (iw_n, ow_n, kw_n) = (w.w.input, w.w.output, w.w.kernel);
+    if dense(&w.h) && dense(&w.w) {
+        for oh in 0..w.h.output {
+            let h0 = oh * w.h.stride;
+            for ow in 0..ow_n {
+                let w0 = ow * w.w.stride;
+                let mut best = x[h0 * iw_n + w0];
+                let mut arg = 0;
+                for kh in 0..w.h.kernel {
+                    let row = &x[(h0 + kh) * iw_n + w0..(h0 + kh) * iw_n + w0 + kw_n];
+                    for (kw, &v) in row.iter().enumerate() {
+                        // PyTorch's rule: the first maximum wins, and the last NaN does.
+                        if v > best || v.is_nan() {
+                            best = v;
+                            arg = kh * kw_n + kw;
+                        }
+                    }
+                }
+                vals[oh * ow_n + ow] = best;
+                args[oh * ow_n + ow] = arg.as_();
+            }
+        }
+        return;
+    }
     for oh in 0..w.h.output {
         for ow in 0..ow_n {
             let mut best = T::neg_infinity();
@@ -59,12 +91,12 @@ where
                     continue;
                 };
                 let row = &x[ih * iw_n..(ih + 1) * iw_n];
-                for kw in 0..w.w.kernel {
+                for kw in 0..kw_n {
                     let Some(iw) = w.w.pos(ow, kw) else {
                         continue;
                     };
                     let v = row[iw];
-                    let k = kh * w.w.kernel + kw;
+                    let k = kh * kw_n + kw;
                     // PyTorch's rule: the first valid position unless a larger value or
                     // a NaN comes later (the first maximum wins, the last NaN does).
                     if arg.is_none() {
@@ -76,7 +108,8 @@ where
                     }
                 }
             }
-            out[oh * ow_n + ow] = (best, arg.unwrap_or(0).as_());
+            vals[oh * ow_n + ow] = best;
+            args[oh * ow_n + ow] = arg.unwrap_or(0).as_();
         }
     }
 }
@@ -87,22 +120,90 @@ where
 {
     let (ip, op) = (w.h.input * w.w.input, w.h.output * w.w.output);
     let planes = s.len().checked_div(ip).unwrap_or(0);
-    let both: Vec<(T, A)> = per_plane((T::of(0.0), 0usize.as_()), s, ip, op, planes, |o, x| {
-        max_pool_plane(w, x, o)
-    });
-    let (vals, args): (Vec<T>, Vec<A>) = both.into_iter().unzip();
+    let mut vals = vec![T::of(0.0); planes * op];
+    let mut args: Vec<A> = vec![0usize.as_(); planes * op];
+    if op > 0 && ip > 0 {
+        let plane = |((v, a), x): ((&mut [T], &mut [A]), &[T])| max_pool_plane(w, x, v, a);
+        if s.len() >= PAR_MIN {
+            vals.par_chunks_mut(op)
+                .zip(args.par_chunks_mut(op))
+                .zip(s.par_chunks(ip))
+                .for_each(plane);
+        } else {
+            vals.chunks_mut(op)
+                .zip(args.chunks_mut(op))
+                .zip(s.chunks(ip))
+                .for_each(plane);
+        }
+    }
     let dims = [planes, w.h.output, w.w.output];
     Ok((from_vec(vals, &dims)?, from_vec(args, &dims)?))
 }
 
-/// The argmax positions as usizes (U8 or U32 storage).
-fn argmax_positions(argmax: &Tensor) -> Result<Vec<usize>> {
-    Ok(match argmax.dtype() {
-        candle_core::DType::U8 => {
-            with_slice::<u8, _>(argmax, |a| a.iter().map(|&k| k as usize).collect())?
+/// Run `$body` with `$a` the argmax positions as a slice of their storage type (u8, i32).
+macro_rules! with_args {
+    ($argmax:expr, |$a:ident| $body:expr) => {
+        match $argmax.dtype() {
+            candle_core::DType::U8 => with_slice::<u8, _>($argmax, |$a| $body),
+            _ => with_slice::<i32, _>($argmax, |$a| $body),
         }
-        _ => with_slice::<i32, _>(argmax, |a| a.iter().map(|&k| k as usize).collect())?,
-    })
+    };
+}
+
+/// The adjoint of max pooling on one plane: `g` added at each window's maximum.
+fn scatter_plane<T: Real, A: AsPrimitive<usize>>(w: &Window, g: &[T], a: &[A], out: &mut [T]) {
+    for (idx, (&gv, &k)) in g.iter().zip(a).enumerate() {
+        let (oh, ow) = (idx / w.w.output, idx % w.w.output);
+        if let Some((ih, iw)) = position(w, oh, ow, k.as_()) {
+            out[ih * w.w.input + iw] += gv;
+        }
+    }
+}
+
+fn scatter_typed<T: Real, A: AsPrimitive<usize> + Sync>(w: &Window, g: &[T], a: &[A]) -> Vec<T> {
+    let (ip, op) = (w.h.input * w.w.input, w.h.output * w.w.output);
+    let planes = a.len().checked_div(op).unwrap_or(0);
+    let mut out = vec![T::of(0.0); planes * ip];
+    if op == 0 || ip == 0 {
+        return out;
+    }
+    let plane = |(o, (gs, a)): (&mut [T], (&[T], &[A]))| scatter_plane(w, gs, a, o);
+    if out.len() >= PAR_MIN {
+        out.par_chunks_mut(ip)
+            .zip(g.par_chunks(op).zip(a.par_chunks(op)))
+            .for_each(plane);
+    } else {
+        out.chunks_mut(ip)
+            .zip(g.chunks(op).zip(a.chunks(op)))
+            .for_each(plane);
+    }
+    out
+}
+
+fn gather_typed<T: Real, A: AsPrimitive<usize>>(w: &Window, x: &[T], a: &[A]) -> Vec<T> {
+    let (ip, op) = (w.h.input * w.w.input, w.h.output * w.w.output);
+    a.iter()
+        .enumerate()
+        .map(|(idx, &k)| {
+            let (p, r) = (idx / op, idx % op);
+            match position(w, r / w.w.output, r % w.w.output, k.as_()) {
+                Some((ih, iw)) => x[p * ip + ih * w.w.input + iw],
+                None => T::of(0.0),
+            }
+        })
+        .collect()
+}
+
+fn indices_typed<A: AsPrimitive<usize>>(w: &Window, a: &[A]) -> Vec<i64> {
+    let op = (w.h.output * w.w.output).max(1);
+    a.iter()
+        .enumerate()
+        .map(|(idx, &k)| {
+            let r = idx % op;
+            position(w, r / w.w.output, r % w.w.output, k.as_())
+                .map_or(-1, |(ih, iw)| (ih * w.w.input + iw) as i64)
+        })
+        .collect()
 }
 
 /// One plane of `resample`; `tmp` holds one input row.
@@ -177,34 +278,9 @@ impl PoolOps for Cpu {
         argmax: &Tensor,
         w: Window,
     ) -> Result<Tensor> {
-        let args = argmax_positions(argmax)?;
-        let (ip, op) = (w.h.input * w.w.input, w.h.output * w.w.output);
-        let planes = args.len().checked_div(op).unwrap_or(0);
+        let planes = argmax.elem_count() / (w.h.output * w.w.output).max(1);
         Ok(by_float!(g.dtype(), |T| {
-            let v = with_slice::<T, _>(g, |s| {
-                let mut out = vec![T::of(0.0); planes * ip];
-                if op == 0 || ip == 0 {
-                    return out;
-                }
-                let plane = |(o, (gs, a)): (&mut [T], (&[T], &[usize]))| {
-                    for (idx, (&gv, &k)) in gs.iter().zip(a).enumerate() {
-                        let (oh, ow) = (idx / w.w.output, idx % w.w.output);
-                        if let Some((ih, iw)) = position(&w, oh, ow, k) {
-                            o[ih * w.w.input + iw] += gv;
-                        }
-                    }
-                };
-                if out.len() >= PAR_MIN {
-                    out.par_chunks_mut(ip)
-                        .zip(s.par_chunks(op).zip(args.par_chunks(op)))
-                        .for_each(plane);
-                } else {
-                    out.chunks_mut(ip)
-                        .zip(s.chunks(op).zip(args.chunks(op)))
-                        .for_each(plane);
-                }
-                out
-            })?;
+            let v = with_slice::<T, _>(g, |gs| with_args!(argmax, |a| scatter_typed(&w, gs, a)))??;
             from_vec(v, &[planes, w.h.input, w.w.input])?
         }))
     }
@@ -217,40 +293,17 @@ impl PoolOps for Cpu {
         argmax: &Tensor,
         w: Window,
     ) -> Result<Tensor> {
-        let args = argmax_positions(argmax)?;
-        let (ip, op) = (w.h.input * w.w.input, w.h.output * w.w.output);
-        let planes = args.len().checked_div(op).unwrap_or(0);
+        let planes = argmax.elem_count() / (w.h.output * w.w.output).max(1);
         Ok(by_float!(x.dtype(), |T| {
-            let v = with_slice::<T, _>(x, |s| {
-                args.iter()
-                    .enumerate()
-                    .map(|(idx, &k)| {
-                        let (p, r) = (idx / op, idx % op);
-                        match position(&w, r / w.w.output, r % w.w.output, k) {
-                            Some((ih, iw)) => s[p * ip + ih * w.w.input + iw],
-                            None => T::of(0.0),
-                        }
-                    })
-                    .collect::<Vec<T>>()
-            })?;
+            let v = with_slice::<T, _>(x, |xs| with_args!(argmax, |a| gather_typed(&w, xs, a)))??;
             from_vec(v, &[planes, w.h.output, w.w.output])?
         }))
     }
 
     /// See `PoolOps::max_pool_indices`.
     fn max_pool_indices(&self, _name: &'static str, argmax: &Tensor, w: Window) -> Result<Tensor> {
-        let args = argmax_positions(argmax)?;
-        let op = w.h.output * w.w.output;
-        let planes = args.len().checked_div(op).unwrap_or(0);
-        let v: Vec<i64> = args
-            .iter()
-            .enumerate()
-            .map(|(idx, &k)| {
-                let r = idx % op.max(1);
-                position(&w, r / w.w.output, r % w.w.output, k)
-                    .map_or(-1, |(ih, iw)| (ih * w.w.input + iw) as i64)
-            })
-            .collect();
+        let planes = argmax.elem_count() / (w.h.output * w.w.output).max(1);
+        let v = with_args!(argmax, |a| indices_typed(&w, a))?;
         from_vec(v, &[planes, w.h.output, w.w.output])
     }
 
