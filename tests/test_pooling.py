@@ -18,7 +18,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("hypothesis")
 
 from helpers import assert_close  # noqa: E402
-from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import HealthCheck, assume, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 import gradstream as gs  # noqa: E402
@@ -103,6 +103,20 @@ def max_pool_case(draw, spatial):
     return shape, kernel, stride, padding, dilation, ceil_mode, dtype, ties, transposed, seed
 
 
+def _windows_touch_input(sizes, kernel, stride, padding, dilation, ceil):
+    """Whether every window has an element inside the input (PyTorch's backward writes a
+    window that lies wholly in the padding out of its plane: see the test below)."""
+    for n, k in zip(sizes, kernel, strict=True):
+        s = stride or k
+        out = (n + 2 * padding - dilation * (k - 1) - 1 + (s - 1 if ceil else 0)) // s + 1
+        if ceil and (out - 1) * s >= n + padding:
+            out -= 1
+        for o in range(max(out, 0)):
+            if not any(0 <= o * s - padding + j * dilation < n for j in range(k)):
+                return False
+    return True
+
+
 @pytest.mark.parametrize("spatial", [1, 2])
 @SETTINGS
 @given(data=st.data())
@@ -110,6 +124,8 @@ def test_max_pool_matches_torch(spatial, data):
     shape, kernel, stride, padding, dilation, ceil, dtype, ties, tr, seed = data.draw(
         max_pool_case(spatial)
     )
+    ks = (kernel,) * spatial if isinstance(kernel, int) else kernel
+    assume(_windows_touch_input(shape[-spatial:], ks, stride, padding, dilation, ceil))
     arr = _data(seed, shape, dtype, ties)
     name = f"max_pool{spatial}d"
     kw = dict(stride=stride, padding=padding, dilation=dilation, ceil_mode=ceil)
@@ -214,6 +230,19 @@ def test_bad_arguments_raise_torchs_exception(call):
         call(TF, torch.tensor(arr))
     with pytest.raises(expected.type):
         call(F, gs.tensor(arr))
+
+
+def test_max_pool_window_wholly_in_padding():
+    """PyTorch gives -inf and the first index past the padding (outside the input); its
+    backward then writes into the next plane. gradstream keeps the gradient in bounds."""
+    arr = np.array([[[0.5], [0.25]]], np.float32)
+    og, ig = F.max_pool1d(gs.tensor(arr), 2, padding=1, dilation=2, return_indices=True)
+    ot, it = TF.max_pool1d(torch.tensor(arr), 2, padding=1, dilation=2, return_indices=True)
+    np.testing.assert_array_equal(og.numpy(), ot.numpy())
+    np.testing.assert_array_equal(ig.numpy(), it.numpy())
+    x = gs.tensor(arr).requires_grad_(True)
+    F.max_pool1d(x, 2, padding=1, dilation=2).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), np.zeros_like(arr))
 
 
 def test_max_pool_ties_pick_the_first_maximum_and_nan_wins():

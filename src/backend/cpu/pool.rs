@@ -194,14 +194,30 @@ fn gather_typed<T: Real, A: AsPrimitive<usize>>(w: &Window, x: &[T], a: &[A]) ->
         .collect()
 }
 
+/// The first position of output `o`'s window at or after 0 (adaptive windows start there).
+fn first_unpadded(a: &WindowAxis, o: usize) -> usize {
+    if a.adaptive {
+        return o * a.input / a.output.max(1);
+    }
+    let mut i = a.start(o);
+    while i < 0 {
+        i += a.dilation as isize;
+    }
+    i as usize
+}
+
 fn indices_typed<A: AsPrimitive<usize>>(w: &Window, a: &[A]) -> Vec<i64> {
     let op = (w.h.output * w.w.output).max(1);
     a.iter()
         .enumerate()
         .map(|(idx, &k)| {
             let r = idx % op;
-            position(w, r / w.w.output, r % w.w.output, k.as_())
-                .map_or(-1, |(ih, iw)| (ih * w.w.input + iw) as i64)
+            let (oh, ow) = (r / w.w.output, r % w.w.output);
+            // A window wholly in the padding: PyTorch reports its first position past the
+            // padding, even though it lies outside the input.
+            let (ih, iw) = position(w, oh, ow, k.as_())
+                .unwrap_or_else(|| (first_unpadded(&w.h, oh), first_unpadded(&w.w, ow)));
+            (ih * w.w.input + iw) as i64
         })
         .collect()
 }
