@@ -44,7 +44,11 @@ fn per_row<T: Real>(
     }
     let row = |(r, o): (usize, &mut [T])| f(r, r % c, o);
     if out.len() >= PAR_MIN {
-        out.par_chunks_mut(s).enumerate().for_each(row);
+        // Rows of a few elements are batched so a rayon task is worth its scheduling.
+        out.par_chunks_mut(s)
+            .enumerate()
+            .with_min_len((8192 / s).max(1))
+            .for_each(row);
     } else {
         out.chunks_mut(s).enumerate().for_each(row);
     }

@@ -13,6 +13,11 @@ use super::{Cpu, PAR_MIN};
 use crate::backend::pool::{PoolOps, Taps, Window, WindowAxis};
 use crate::error::Result;
 
+/// Planes per rayon task: small planes are batched so a task is worth its scheduling.
+fn grain(plane: usize) -> usize {
+    (8192 / plane.max(1)).max(1)
+}
+
 /// Run `f(out_plane, in_plane)` over matching planes, in parallel above `PAR_MIN`.
 fn per_plane<T: Send + Sync, U: Send + Sync + Copy>(
     zero: U,
@@ -29,6 +34,7 @@ fn per_plane<T: Send + Sync, U: Send + Sync + Copy>(
     if out.len() + input.len() >= PAR_MIN {
         out.par_chunks_mut(out_plane)
             .zip(input.par_chunks(in_plane))
+            .with_min_len(grain(in_plane + out_plane))
             .for_each(|(o, i)| f(o, i));
     } else {
         out.chunks_mut(out_plane)
@@ -128,6 +134,7 @@ where
             vals.par_chunks_mut(op)
                 .zip(args.par_chunks_mut(op))
                 .zip(s.par_chunks(ip))
+                .with_min_len(grain(ip))
                 .for_each(plane);
         } else {
             vals.chunks_mut(op)
@@ -171,6 +178,7 @@ fn scatter_typed<T: Real, A: AsPrimitive<usize> + Sync>(w: &Window, g: &[T], a: 
     if out.len() >= PAR_MIN {
         out.par_chunks_mut(ip)
             .zip(g.par_chunks(op).zip(a.par_chunks(op)))
+            .with_min_len(grain(ip))
             .for_each(plane);
     } else {
         out.chunks_mut(ip)
