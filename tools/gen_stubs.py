@@ -323,6 +323,37 @@ OVERRIDES = {
     "eye.m": "int | None",
     "device.__new__.index": "int | None",
     "_nn_gather_rows.x": "Tensor",
+    # Pooling, interpolation and batch norm (bindings/pool.rs).
+    **{
+        f"{op}.{name}": t
+        for op in "_nn_max_pool _nn_avg_pool _nn_adaptive_avg_pool _nn_adaptive_max_pool "
+        "_nn_interpolate".split()
+        for name, t in {
+            "spatial": "int",
+            "kernel_size": "list[int]",
+            "stride": "list[int]",
+            "padding": "list[int]",
+            "dilation": "list[int]",
+            "ceil_mode": "bool",
+            "return_indices": "bool",
+            "count_include_pad": "bool",
+            "divisor_override": "int | None",
+            "output_size": "list[int]",
+            "size": "list[int]",
+            "scales": "list[float | None]",
+            "align_corners": "bool",
+        }.items()
+    },
+    **{
+        f"_nn_batch_norm.{name}": t
+        for name, t in {
+            "running_mean": "Tensor | None",
+            "running_var": "Tensor | None",
+            "weight": "Tensor | None",
+            "training": "bool",
+            "momentum": "float",
+        }.items()
+    },
     "_norm_pow.ts": "Sequence[Tensor]",
     "_graph_leaves.t": "Tensor",
     "RemovableHandle.__exit__._a": "object",
@@ -385,6 +416,10 @@ RETURNS = {
     ),
     "_scaled_dot_product_attention": "Tensor",
     **dict.fromkeys(["_conv", "_conv_transpose"], "Tensor"),
+    **dict.fromkeys(["_nn_max_pool", "_nn_adaptive_max_pool"], "tuple[Tensor, Tensor | None]"),
+    **dict.fromkeys(
+        "_nn_avg_pool _nn_adaptive_avg_pool _nn_interpolate _nn_batch_norm".split(), "Tensor"
+    ),
     "_function_node": "None",
     "Tensor.backward": "None",
     "Tensor.retain_grad": "None",

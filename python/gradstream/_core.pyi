@@ -925,6 +925,12 @@ __all__ = [
     '_norm_pow',
     '_scale_',
     '_clamp_',
+    '_nn_max_pool',
+    '_nn_avg_pool',
+    '_nn_adaptive_avg_pool',
+    '_nn_adaptive_max_pool',
+    '_nn_interpolate',
+    '_nn_batch_norm',
     'Generator',
     'default_generator',
     'manual_seed',
@@ -1073,6 +1079,24 @@ def _memory_peak_by_category() -> dict[str, _int]:
     """
     Peak bytes by category since start or the last reset.
     """
+def _nn_adaptive_avg_pool(input: Tensor, spatial: _int, output_size: list[_int]) -> Tensor:
+    """
+    `adaptive_avg_pool1d` (spatial=1) or `adaptive_avg_pool2d` to `output_size` (H, W).
+    """
+def _nn_adaptive_max_pool(input: Tensor, spatial: _int, output_size: list[_int], return_indices: _bool) -> tuple[Tensor, Tensor | None]:
+    """
+    `adaptive_max_pool1d` (spatial=1) or `adaptive_max_pool2d` to `output_size` (H, W):
+    the maxima, and the flat int64 indices when `return_indices`.
+    """
+def _nn_avg_pool(input: Tensor, spatial: _int, kernel_size: list[_int], stride: list[_int], padding: list[_int], ceil_mode: _bool, count_include_pad: _bool, divisor_override: _int | None = ...) -> Tensor:
+    """
+    `avg_pool1d` (spatial=1) or `avg_pool2d`.
+    """
+def _nn_batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor | None, weight: Tensor | None = ..., bias: Tensor | None = ..., training: _bool = ..., momentum: _float = ..., eps: _float = ...) -> Tensor:
+    """
+    `batch_norm`: batch statistics when `training` (updating the running buffers in place
+    with `momentum`), else the running ones.
+    """
 def _nn_class_last(x: Tensor) -> Tensor:
     """
     Move the class dim (1) of `[N, C, d...]` last and flatten to `[N*d..., C]`.
@@ -1089,9 +1113,20 @@ def _nn_gather_rows(x: Tensor, target: Tensor, ignore_index: _int) -> Tensor:
     """
     `x[i, target[i]]` for `x` of shape [N, C] (0 at `ignore_index`).
     """
+def _nn_interpolate(input: Tensor, spatial: _int, size: list[_int], scales: list[_float | None], mode: str, align_corners: _bool) -> Tensor:
+    """
+    `interpolate` of (N, C, L) (spatial=1) or (N, C, H, W) input to `size` (H, W) with
+    the scale factors the kernel uses (None: input / output), `mode` one of `nearest`,
+    `nearest-exact`, `linear`.
+    """
 def _nn_layer_norm(x: Tensor, k: _int, weight: Tensor | None = ..., bias: Tensor | None = ..., eps: _float = ...) -> Tensor:
     """
     `layer_norm` over the last `k` dims.
+    """
+def _nn_max_pool(input: Tensor, spatial: _int, kernel_size: list[_int], stride: list[_int], padding: list[_int], dilation: list[_int], ceil_mode: _bool, return_indices: _bool) -> tuple[Tensor, Tensor | None]:
+    """
+    `max_pool1d` (spatial=1) or `max_pool2d`: the maxima, and the flat int64 indices when
+    `return_indices`.
     """
 def _nn_random_(t: Tensor, distribution: str, a: _float, b: _float, generator: Generator | None = ...) -> None:
     """

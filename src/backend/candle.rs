@@ -3,8 +3,8 @@
 //! NotImplementedError naming the op and the device.
 
 use super::{
-    AttentionOps, ConvOps, ElementwiseOps, IndexOps, InplaceOps, MaskOps, NnOps, OptimOps,
-    ReduceOps, RenderOps, SortOps,
+    AttentionOps, ConvOps, ElementwiseOps, IndexOps, InplaceOps, MaskOps, NnOps, NormOps, OptimOps,
+    PoolOps, ReduceOps, RenderOps, SortOps,
 };
 
 /// candle's ops on any device.
@@ -21,6 +21,8 @@ impl RenderOps for Candle {}
 impl OptimOps for Candle {}
 impl AttentionOps for Candle {}
 impl ConvOps for Candle {}
+impl PoolOps for Candle {}
+impl NormOps for Candle {}
 
 #[cfg(test)]
 mod tests {

@@ -18,6 +18,8 @@
 //! | `ReduceOps::lines`            | scans, max/argmax, prod, softmax per line          | softmax, max/min, argmax/argmin, cumsum (O(n²)) |
 //! | `ReduceOps::block_sum`        | parallel sum over a block of dims                  | none: candle's `sum_keepdim` runs        |
 //! | `NnOps`                       | layer_norm rows, nll gather/scatter, embedding     | layer_norm, embedding (`index_select`)   |
+//! | `PoolOps`                     | max pooling with a u8 argmax, separable resampling (avg pools, interpolation) | NotImplementedError |
+//! | `NormOps`                     | batch norm's per-channel statistics, affine and gradient | NotImplementedError |
 //! | `IndexOps`                    | advanced-index take/put on any strided layout      | NotImplementedError                      |
 //! | `SortOps`                     | stable argsort of lines and rows, runs, binary search | NotImplementedError                   |
 //! | `RenderOps`                   | fused NeRF volume renderer and its backward        | NotImplementedError                      |
@@ -41,7 +43,9 @@ pub mod inplace;
 pub mod lines;
 pub mod mask;
 pub mod nn;
+pub mod norm;
 pub mod optim;
+pub mod pool;
 pub mod render;
 pub mod sort;
 
@@ -57,10 +61,12 @@ pub use inplace::{InplaceOps, Update};
 pub use lines::{LineKernel, Lines, ReduceOps};
 pub use mask::MaskOps;
 pub use nn::NnOps;
+pub use norm::NormOps;
 pub use optim::{
     AdadeltaStep, AdagradStep, AdamBase, AdamStep, AdamaxStep, AsgdStep, GradPrep, NAdamStep,
     OptimOps, RAdamStep, RmsPropStep, RpropStep, SgdStep, StepRule,
 };
+pub use pool::PoolOps;
 pub use render::{RenderInputs, RenderOps, RenderShape};
 pub use sort::SortOps;
 
@@ -83,7 +89,9 @@ backend!(
     RenderOps,
     OptimOps,
     AttentionOps,
-    ConvOps
+    ConvOps,
+    PoolOps,
+    NormOps
 );
 
 /// The backend of a device: one match, no allocation.

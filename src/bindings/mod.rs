@@ -14,6 +14,7 @@ pub mod nerf;
 pub mod nn;
 pub mod op;
 pub mod optim;
+pub mod pool;
 pub mod random;
 pub mod reduce;
 pub mod saved_hooks;
@@ -65,6 +66,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     nn::register(m)?;
     op::register(m)?;
     optim::register(m)?;
+    pool::register(m)?;
     random::register(m)?;
     reduce::register(m)?;
     saved_hooks::register(m)?;

@@ -4,14 +4,17 @@
 //! the engine runs with `create_graph=True` (grad mode on); otherwise nothing is recorded.
 
 pub mod attention;
+pub mod batch_norm;
 pub mod binary;
 pub mod conv;
 pub mod convert;
 pub mod creation;
 pub mod index;
 pub mod inplace;
+pub mod interpolate;
 pub mod linalg;
 pub mod nn;
+pub mod pool;
 pub mod reduce;
 pub mod scan;
 pub mod shape;

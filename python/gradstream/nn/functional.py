@@ -24,10 +24,16 @@ from ._functional.distance import *  # noqa: F403
 from ._functional.distance import __all__ as _distance_all
 from ._functional.fold import *  # noqa: F403
 from ._functional.fold import __all__ as _fold_all
+from ._functional.batch_norm import *  # noqa: F403
+from ._functional.batch_norm import __all__ as _batch_norm_all
+from ._functional.interpolate import *  # noqa: F403
+from ._functional.interpolate import __all__ as _interpolate_all
 from ._functional.layers import *  # noqa: F403
 from ._functional.layers import __all__ as _layers_all
 from ._functional.loss import *  # noqa: F403
 from ._functional.loss import __all__ as _loss_all
+from ._functional.pooling import *  # noqa: F403
+from ._functional.pooling import __all__ as _pooling_all
 from ._functional.shape import *  # noqa: F403
 from ._functional.shape import __all__ as _shape_all
 from ._reduction import _check_tensor, _legacy_reduction, _reduce
@@ -65,6 +71,9 @@ __all__ = [
     *_layers_all,
     *_loss_all,
     *_shape_all,
+    *_pooling_all,
+    *_interpolate_all,
+    *_batch_norm_all,
 ]
 
 

@@ -3,6 +3,7 @@
 from . import (
     activation,
     attention,
+    batchnorm,
     container,
     conv,
     distance,
@@ -13,12 +14,15 @@ from . import (
     loss,
     normalization,
     padding,
+    pooling,
     rnn,
     shuffle,
     transformer,
+    upsampling,
 )
 from .activation import *  # noqa: F403
 from .attention import *  # noqa: F403
+from .batchnorm import *  # noqa: F403
 from .container import *  # noqa: F403
 from .conv import *  # noqa: F403
 from .distance import *  # noqa: F403
@@ -30,9 +34,11 @@ from .loss import *  # noqa: F403
 from .module import Module
 from .normalization import *  # noqa: F403
 from .padding import *  # noqa: F403
+from .pooling import *  # noqa: F403
 from .rnn import *  # noqa: F403
 from .shuffle import *  # noqa: F403
 from .transformer import *  # noqa: F403
+from .upsampling import *  # noqa: F403
 
 __all__ = [
     "Module",
@@ -51,4 +57,7 @@ __all__ = [
     *transformer.__all__,
     *conv.__all__,
     *fold.__all__,
+    *pooling.__all__,
+    *upsampling.__all__,
+    *batchnorm.__all__,
 ]
