@@ -3,7 +3,8 @@
 //! NotImplementedError naming the op and the device.
 
 use super::{
-    ElementwiseOps, IndexOps, InplaceOps, MaskOps, NnOps, OptimOps, ReduceOps, RenderOps, SortOps,
+    ElementwiseOps, IndexOps, InplaceOps, LinalgOps, MaskOps, NnOps, OptimOps, ReduceOps,
+    RenderOps, SortOps,
 };
 
 /// candle's ops on any device.
@@ -18,6 +19,7 @@ impl IndexOps for Candle {}
 impl SortOps for Candle {}
 impl RenderOps for Candle {}
 impl OptimOps for Candle {}
+impl LinalgOps for Candle {}
 
 #[cfg(test)]
 mod tests {

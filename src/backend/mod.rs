@@ -22,6 +22,7 @@
 //! | `SortOps`                     | stable argsort of lines and rows, runs, binary search | NotImplementedError                   |
 //! | `RenderOps`                   | fused NeRF volume renderer and its backward        | NotImplementedError                      |
 //! | `OptimOps`                    | fused in-place optimizer steps, grad norms         | NotImplementedError                      |
+//! | `LinalgOps`                   | LU, Cholesky, QR, SVD, eigh, triangular solves (faer) | NotImplementedError                   |
 //!
 //! Everything else is candle's on every device: matmul (`gemm`, rayon), casts, `cat`,
 //! `where_cond`, comparisons, `sum_keepdim`, `index_select`, views.
@@ -34,6 +35,7 @@ pub mod cpu;
 pub mod elementwise;
 pub mod index;
 pub mod inplace;
+pub mod linalg;
 pub mod lines;
 pub mod mask;
 pub mod nn;
@@ -48,6 +50,7 @@ use crate::error::Error;
 pub use elementwise::{Bin, ElementwiseOps, Pred, UnaryOp};
 pub use index::IndexOps;
 pub use inplace::{InplaceOps, Update};
+pub use linalg::LinalgOps;
 pub use lines::{LineKernel, Lines, ReduceOps};
 pub use mask::MaskOps;
 pub use nn::NnOps;
@@ -75,7 +78,8 @@ backend!(
     IndexOps,
     SortOps,
     RenderOps,
-    OptimOps
+    OptimOps,
+    LinalgOps
 );
 
 /// The backend of a device: one match, no allocation.
