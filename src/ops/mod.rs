@@ -6,6 +6,7 @@
 pub mod binary;
 pub mod convert;
 pub mod creation;
+pub mod decomposition;
 pub mod index;
 pub mod inplace;
 pub mod linalg;
