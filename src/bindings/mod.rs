@@ -3,6 +3,7 @@
 pub mod autograd;
 pub mod convert;
 pub mod creation;
+pub mod decomposition;
 pub mod function;
 pub mod index;
 pub mod linalg;
@@ -52,6 +53,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     }
     autograd::register(m)?;
     creation::register(m)?;
+    decomposition::register(m)?;
     function::register(m)?;
     index::register(m)?;
     linalg::register(m)?;
