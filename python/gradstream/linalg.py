@@ -26,6 +26,7 @@ __all__ = [
     "diagonal",
     "eigh",
     "eigvalsh",
+    "householder_product",
     "inv",
     "inv_ex",
     "lstsq",
@@ -35,6 +36,7 @@ __all__ = [
     "lu_solve",
     "matmul",
     "matrix_norm",
+    "matrix_exp",
     "matrix_power",
     "matrix_rank",
     "multi_dot",
@@ -295,6 +297,66 @@ def matrix_power(A, n):
         if n:
             base = _core.matmul(base, base)
     return result
+
+
+def matrix_exp(A):
+    """The matrix exponential: scaling and squaring over a Taylor series.
+
+    The batch is scaled by one power of two so that every matrix's 1-norm is at most 1/2;
+    the degree-18 series is then exact to float64 rounding, and the gradient is that of
+    the matmuls that compute it.
+    """
+    if A.dim() < 2 or A.shape[-1] != A.shape[-2]:
+        raise RuntimeError(
+            "linalg.matrix_exp: A must be batches of square matrices, but they are "
+            f"{tuple(A.shape)[-2:]} matrices"
+        )
+    if not A.is_floating_point():
+        raise RuntimeError(f"linalg.matrix_exp: Expected a floating point tensor, got {A.dtype}")
+    n = A.shape[-1]
+    eye = _core.eye(n, dtype=A.dtype)
+    if A.numel() == 0:
+        return A * 0
+    norm = float(A.detach().abs().sum(-2).amax().item())
+    if not math.isfinite(norm):
+        return A * math.nan
+    squarings = max(0, math.ceil(math.log2(norm / 0.5))) if norm > 0.5 else 0
+    x = A / float(2**squarings)
+    term = eye.expand(*A.shape)
+    out = term
+    for k in range(1, 19):
+        term = _core.matmul(term, x) / float(k)
+        out = out + term
+    for _ in range(squarings):
+        out = _core.matmul(out, out)
+    return out
+
+
+def householder_product(A, tau):
+    """The first n columns of `H_1 ... H_k`, `H_i = I - tau_i v_i v_iᵀ`, with the Householder
+    vectors `v_i` below the diagonal of `A` `(*, m, n)` (an implicit 1 on it)."""
+    m, n, k = A.shape[-2], A.shape[-1], tau.shape[-1]
+    if m < n:
+        raise RuntimeError(
+            "torch.linalg.householder_product: input.shape[-2] must be greater than or equal "
+            "to input.shape[-1]"
+        )
+    if n < k:
+        raise RuntimeError(
+            "torch.linalg.householder_product: input.shape[-1] must be greater than or equal "
+            "to tau.shape[-1]"
+        )
+    if tuple(tau.shape[:-1]) != tuple(A.shape[:-2]):
+        raise RuntimeError(
+            "torch.linalg.householder_product: Expected batch dimensions of tau to be equal "
+            f"to input.shape[:-2], but got {tuple(tau.shape[:-1])}"
+        )
+    v = A.tril(-1) + _core.eye(m, n, dtype=A.dtype)
+    q = _core.eye(m, dtype=A.dtype).expand(*A.shape[:-2], m, m)
+    for i in range(k):
+        vi = v[..., :, i : i + 1]
+        q = q - _core.matmul(_core.matmul(q, vi) * tau[..., i : i + 1].unsqueeze(-1), vi.mT)
+    return q[..., :, :n]
 
 
 def _to_last(A, dim):
