@@ -6,6 +6,13 @@ use pyo3::exceptions::{
 };
 use pyo3::PyErr;
 
+pyo3::create_exception!(
+    _core,
+    LinAlgError,
+    pyo3::exceptions::PyRuntimeError,
+    "A linear algebra error: a singular matrix, or one that is not positive-definite."
+);
+
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// Shapes that do not fit (PyTorch raises RuntimeError).
@@ -28,6 +35,9 @@ pub enum Error {
     Autograd(String),
     #[error("{0}")]
     NotImplemented(String),
+    /// A singular or non-positive-definite matrix (PyTorch's `torch.linalg.LinAlgError`).
+    #[error("{0}")]
+    LinAlg(String),
     /// Any other bad argument where PyTorch raises RuntimeError.
     #[error("{0}")]
     Runtime(String),
@@ -65,6 +75,7 @@ constructors! {
     value => Value,
     autograd => Autograd,
     runtime => Runtime,
+    linalg => LinAlg,
 }
 
 /// Attach the op name to a candle error: `t.exp().op("exp")?`.
@@ -88,6 +99,7 @@ impl From<Error> for PyErr {
             Error::Index(m) => PyIndexError::new_err(m),
             Error::Value(m) => PyValueError::new_err(m),
             Error::NotImplemented(m) => PyNotImplementedError::new_err(m),
+            Error::LinAlg(m) => LinAlgError::new_err(m),
             Error::Interrupted => PyKeyboardInterrupt::new_err(()),
             Error::Python(e) => e,
             Error::Candle { op, source } => PyRuntimeError::new_err(format!("{op}: {source}")),

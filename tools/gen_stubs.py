@@ -217,6 +217,17 @@ PARAMS = {
     "sorter": "Tensor | None",
     "return_inverse": "bool",
     "return_counts": "bool",
+    "upper": "bool",
+    "left": "bool",
+    "adjoint": "bool",
+    "unitriangular": "bool",
+    "full_matrices": "bool",
+    "uplo": "str",
+    "lu": "Tensor",
+    "pivots": "Tensor",
+    "A": "Tensor",
+    "offset": "int",
+    "dim2": "int",
 }
 
 # Where an op gives a parameter a type its name does not: "op.param" or "Class.op.param".
@@ -420,6 +431,13 @@ RETURNS = {
     **dict.fromkeys(
         "_nn_avg_pool _nn_adaptive_avg_pool _nn_interpolate _nn_batch_norm".split(), "Tensor"
     ),
+        "_linalg_det _linalg_inv _linalg_svdvals _linalg_cholesky _linalg_eigvalsh "
+        "_linalg_lu_solve _linalg_solve _linalg_solve_triangular".split(),
+        "Tensor",
+        "_linalg_inv_ex _linalg_slogdet _linalg_lu_factor _linalg_qr _linalg_cholesky_ex "
+        "_linalg_solve_ex _linalg_eigh Tensor.slogdet".split(),
+        "tuple[Tensor, Tensor]",
+    **dict.fromkeys("_linalg_lu_factor_ex _linalg_svd".split(), "tuple[Tensor, Tensor, Tensor]"),
     "_function_node": "None",
     "Tensor.backward": "None",
     "Tensor.retain_grad": "None",
@@ -659,7 +677,11 @@ def render(core) -> str:
             continue
         obj = getattr(core, name)
         try:
-            if inspect.isclass(obj):
+            if inspect.isclass(obj) and issubclass(obj, Exception):
+                base = obj.__mro__[1].__name__
+                lines.append(f"class {name}({base}):{_doc(obj, '    ')}")
+                lines.append("")
+            elif inspect.isclass(obj):
                 members = _method_lines(name, obj)
                 lines.extend(_class_decorators(obj))
                 lines.append(f"class {name}:")

@@ -44,6 +44,7 @@ from .comparison import equal as equal
 from .comparison import isclose as isclose
 from .compiler import compile as compile
 from .einsum import einsum as einsum
+from .linalg import TOP_LEVEL as _LINALG_TOP_LEVEL
 from .serialization import load as load
 from .serialization import save as save
 from .size import Size
@@ -63,6 +64,9 @@ long = int64
 int = int32  # noqa: A001
 
 __version__ = "0.1.0"
+
+# torch.inverse, torch.det, torch.logdet, torch.slogdet, torch.cholesky, torch.diagonal.
+globals().update(_LINALG_TOP_LEVEL)
 
 
 def positive(input):  # noqa: A002  (PyTorch's name)

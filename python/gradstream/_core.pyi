@@ -56,6 +56,11 @@ class Generator:
         Restore a state from `get_state()`; returns the generator.
         """
 
+class LinAlgError(RuntimeError):
+    """
+    A linear algebra error: a singular matrix, or one that is not positive-definite.
+    """
+
 @final
 class Node:
     def __eq__(self, value: object, /) -> _bool: ...
@@ -266,6 +271,7 @@ class Tensor:
     def byte(self, memory_format: object | None = ...) -> Tensor: ...
     def ceil(self) -> Tensor: ...
     def ceil_(self) -> Tensor: ...
+    def cholesky(A: Tensor, upper: _bool = ...) -> Tensor: ...
     def chunk(self, chunks: _int, dim: _int = ...) -> tuple[Tensor, ...]: ...
     def clamp(self, min: _Operand | None = ..., max: _Operand | None = ...) -> Tensor:
         """
@@ -308,10 +314,15 @@ class Tensor:
         """
     @data.setter
     def data(self, value: Tensor) -> None: ...
+    def det(A: Tensor) -> Tensor:
+        """
+        The determinant of each square matrix.
+        """
     def detach(self) -> Tensor: ...
     def detach_(self) -> Tensor: ...
     @property
     def device(self) -> device: ...
+    def diagonal(A: Tensor, offset: _int = ..., dim1: _int = ..., dim2: _int = ...) -> Tensor: ...
     def dim(self) -> _int: ...
     def div(self, other: _Operand, *, rounding_mode: str | None = ...) -> Tensor: ...
     def div_(self, other: _Operand, *, rounding_mode: str | None = ...) -> Tensor: ...
@@ -361,6 +372,10 @@ class Tensor:
     def index_put_(self, indices: Tensor, values: _Data, accumulate: _bool = ...) -> Tensor: ...
     def index_select(self, dim: _int, index: Tensor) -> Tensor: ...
     def int(self, memory_format: object | None = ...) -> Tensor: ...
+    def inverse(A: Tensor) -> Tensor:
+        """
+        The inverse of each square matrix of `A` `(*, n, n)`; LinAlgError if one is singular.
+        """
     def is_contiguous(self) -> _bool: ...
     @property
     def is_cuda(self) -> _bool: ...
@@ -405,6 +420,10 @@ class Tensor:
         """
         Log-softmax along `dim`, max-subtracted; `dtype=` casts the input first.
         """
+    def logdet(A: Tensor) -> Tensor:
+        """
+        `log(det(A))`: NaN for a negative determinant, -inf for a zero one.
+        """
     def logical_and(self, other: Tensor) -> Tensor: ...
     def logical_not(self) -> Tensor: ...
     def logical_or(self, other: Tensor) -> Tensor: ...
@@ -415,6 +434,8 @@ class Tensor:
         """
     def long(self, memory_format: object | None = ...) -> Tensor: ...
     def lt(self, other: _Operand) -> Tensor: ...
+    @property
+    def mH(self) -> Tensor: ...
     @property
     def mT(self) -> Tensor: ...
     def masked_fill(self, mask: Tensor, value: _Operand) -> Tensor: ...
@@ -548,6 +569,7 @@ class Tensor:
     def sinh(self) -> Tensor: ...
     def sinh_(self) -> Tensor: ...
     def size(self, dim: _int | None = ...) -> Size | _int: ...
+    def slogdet(A: Tensor) -> tuple[Tensor, Tensor]: ...
     def softmax(self, dim: _int | None = ..., dtype: _Dtype | None = ...) -> Tensor:
         """
         Softmax along `dim`, max-subtracted; `dtype=` casts the input first.
@@ -754,6 +776,24 @@ __all__ = [
     'meshgrid',
     'set_default_dtype',
     'get_default_dtype',
+    'LinAlgError',
+    '_linalg_inv_ex',
+    '_linalg_inv',
+    '_linalg_solve_ex',
+    '_linalg_solve',
+    '_linalg_det',
+    '_linalg_slogdet',
+    '_linalg_cholesky_ex',
+    '_linalg_cholesky',
+    '_linalg_solve_triangular',
+    '_linalg_lu_factor_ex',
+    '_linalg_lu_factor',
+    '_linalg_lu_solve',
+    '_linalg_qr',
+    '_linalg_svd',
+    '_linalg_svdvals',
+    '_linalg_eigh',
+    '_linalg_eigvalsh',
     '_function_node',
     '_set_structure_only',
     '_graph_leaves',
@@ -1038,6 +1078,74 @@ def _graph_leaves(t: Tensor) -> list[Tensor]:
 def _holds_parameter(t: Tensor) -> _bool:
     """
     Whether the tensor's buffer is a parameter's (the built-in policies keep those as they are).
+    """
+def _linalg_cholesky(a: _float, *, upper: _bool = ...) -> Tensor:
+    """
+    `linalg.cholesky(A, *, upper=False)`.
+    """
+def _linalg_cholesky_ex(a: _float, *, upper: _bool = ...) -> tuple[Tensor, Tensor]:
+    """
+    `linalg.cholesky_ex(A, *, upper=False)`: `(L, info)`.
+    """
+def _linalg_det(a: _float) -> Tensor:
+    """
+    `linalg.det(A)`.
+    """
+def _linalg_eigh(a: _float, uplo: str = ...) -> tuple[Tensor, Tensor]:
+    """
+    `linalg.eigh(A, UPLO='L')`: `(eigenvalues, eigenvectors)`.
+    """
+def _linalg_eigvalsh(a: _float, uplo: str = ...) -> Tensor:
+    """
+    `linalg.eigvalsh(A, UPLO='L')`.
+    """
+def _linalg_inv(a: _float) -> Tensor:
+    """
+    `linalg.inv(A)`: raises LinAlgError for a singular matrix.
+    """
+def _linalg_inv_ex(a: _float) -> tuple[Tensor, Tensor]:
+    """
+    `linalg.inv_ex(A)`: `(inverse, info)`.
+    """
+def _linalg_lu_factor(a: _float) -> tuple[Tensor, Tensor]:
+    """
+    `linalg.lu_factor(A)`: `(LU, pivots)`; raises for an exactly singular U.
+    """
+def _linalg_lu_factor_ex(a: _float) -> tuple[Tensor, Tensor, Tensor]:
+    """
+    `linalg.lu_factor_ex(A)`: `(LU, pivots, info)`.
+    """
+def _linalg_lu_solve(lu: Tensor, pivots: Tensor, b: _float, *, left: _bool = ..., adjoint: _bool = ...) -> Tensor:
+    """
+    `linalg.lu_solve(LU, pivots, B, *, left=True, adjoint=False)`.
+    """
+def _linalg_qr(a: _float, mode: str = ...) -> tuple[Tensor, Tensor]:
+    """
+    `linalg.qr(A, mode='reduced')`: `(Q, R)`.
+    """
+def _linalg_slogdet(a: _float) -> tuple[Tensor, Tensor]:
+    """
+    `linalg.slogdet(A)`: `(sign, logabsdet)`.
+    """
+def _linalg_solve(a: _float, b: _float, *, left: _bool = ...) -> Tensor:
+    """
+    `linalg.solve(A, B, *, left=True)`.
+    """
+def _linalg_solve_ex(a: _float, b: _float, *, left: _bool = ...) -> tuple[Tensor, Tensor]:
+    """
+    `linalg.solve_ex(A, B, *, left=True)`: `(X, info)`.
+    """
+def _linalg_solve_triangular(a: _float, b: _float, *, upper: _bool, left: _bool = ..., unitriangular: _bool = ...) -> Tensor:
+    """
+    `linalg.solve_triangular(A, B, *, upper, left=True, unitriangular=False)`.
+    """
+def _linalg_svd(a: _float, full_matrices: _bool = ...) -> tuple[Tensor, Tensor, Tensor]:
+    """
+    `linalg.svd(A, full_matrices=True)`: `(U, S, Vh)`.
+    """
+def _linalg_svdvals(a: _float) -> Tensor:
+    """
+    `linalg.svdvals(A)`.
     """
 def _linear(input: Tensor, weight: Tensor, bias: Tensor | None = ...) -> Tensor:
     """

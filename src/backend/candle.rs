@@ -3,8 +3,8 @@
 //! NotImplementedError naming the op and the device.
 
 use super::{
-    AttentionOps, ConvOps, ElementwiseOps, IndexOps, InplaceOps, MaskOps, NnOps, NormOps, OptimOps,
-    PoolOps, ReduceOps, RenderOps, SortOps,
+    AttentionOps, ConvOps, ElementwiseOps, IndexOps, InplaceOps, LinalgOps, MaskOps, NnOps,
+    NormOps, OptimOps, PoolOps, ReduceOps, RenderOps, SortOps,
 };
 
 /// candle's ops on any device.
@@ -23,6 +23,7 @@ impl AttentionOps for Candle {}
 impl ConvOps for Candle {}
 impl PoolOps for Candle {}
 impl NormOps for Candle {}
+impl LinalgOps for Candle {}
 
 #[cfg(test)]
 mod tests {

@@ -26,6 +26,7 @@
 //! | `OptimOps`                    | fused in-place optimizer steps, grad norms         | NotImplementedError                      |
 //! | `AttentionOps`                | FlashAttention-2 forward and backward              | NotImplementedError                      |
 //! | `ConvOps`                     | conv2d forward, input and weight grads (im2col + GEMM, groups) | candle's conv2d / conv_transpose2d (square args, groups=1) |
+//! | `LinalgOps`                   | LU, Cholesky, QR, SVD, eigh, triangular solves (faer) | NotImplementedError                   |
 //!
 //! Everything else is candle's on every device: matmul (`gemm`, rayon), casts, `cat`,
 //! `where_cond`, comparisons, `sum_keepdim`, `index_select`, views.
@@ -40,6 +41,7 @@ pub mod cpu;
 pub mod elementwise;
 pub mod index;
 pub mod inplace;
+pub mod linalg;
 pub mod lines;
 pub mod mask;
 pub mod nn;
@@ -58,6 +60,7 @@ pub use conv::{ConvGeometry, ConvOps};
 pub use elementwise::{Bin, ElementwiseOps, Pred, UnaryOp};
 pub use index::IndexOps;
 pub use inplace::{InplaceOps, Update};
+pub use linalg::LinalgOps;
 pub use lines::{LineKernel, Lines, ReduceOps};
 pub use mask::MaskOps;
 pub use nn::NnOps;
@@ -91,7 +94,8 @@ backend!(
     AttentionOps,
     ConvOps,
     PoolOps,
-    NormOps
+    NormOps,
+    LinalgOps
 );
 
 /// The backend of a device: one match, no allocation.

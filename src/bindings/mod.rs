@@ -5,6 +5,7 @@ pub mod autograd;
 pub mod conv;
 pub mod convert;
 pub mod creation;
+pub mod decomposition;
 pub mod function;
 pub mod index;
 pub mod linalg;
@@ -57,6 +58,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     autograd::register(m)?;
     conv::register(m)?;
     creation::register(m)?;
+    decomposition::register(m)?;
     function::register(m)?;
     index::register(m)?;
     linalg::register(m)?;

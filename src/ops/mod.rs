@@ -9,6 +9,7 @@ pub mod binary;
 pub mod conv;
 pub mod convert;
 pub mod creation;
+pub mod decomposition;
 pub mod index;
 pub mod inplace;
 pub mod interpolate;

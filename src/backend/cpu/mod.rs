@@ -9,6 +9,7 @@ pub mod dense;
 pub mod elementwise;
 pub mod index;
 pub mod inplace;
+pub mod linalg;
 pub mod lines;
 pub mod mask;
 pub mod nn;
