@@ -23,13 +23,31 @@ enum Layer {
 impl Layer {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         match self {
-            Layer::Conv(c) => c.forward(x),
+            Layer::Conv(c) => conv_forward(c, x),
             Layer::Norm(b) => b.forward_train(x),
             Layer::Relu => x.relu(),
             Layer::Pool => x.max_pool2d(2),
             Layer::Up(u) => u.forward(x),
         }
     }
+}
+
+/// `c.forward(x)`, except where candle 0.9.2's conv2d computes a wrong result: its tiled CPU
+/// kernel takes an NCHW-contiguous input whose C == H == W for an NHWC one (the strides
+/// coincide: huggingface/candle#3404, fixed after 0.9.2); there the padding is applied by hand
+/// so that H and W differ from C.
+fn conv_forward(c: &Conv2d, x: &Tensor) -> Result<Tensor> {
+    let (_, ch, h, w) = x.dims4()?;
+    let pad = c.config().padding;
+    if !(ch == h && h == w && pad > 0) {
+        return c.forward(x);
+    }
+    let padded = x.pad_with_zeros(2, pad, pad)?.pad_with_zeros(3, pad, pad)?;
+    let cfg = Conv2dConfig {
+        padding: 0,
+        ..*c.config()
+    };
+    Conv2d::new(c.weight().clone(), c.bias().cloned(), cfg).forward(&padded)
 }
 
 fn conv(p: &mut Params, name: &str, padding: usize, bias: bool) -> Result<Layer> {

@@ -436,8 +436,8 @@ PRESETS: dict[str, dict[str, dict]] = {
     "tiny": {
         "mlp": {"depth": 2, "width": 256, "batch": 16},
         "nerf": {"depth": 6, "width": 32, "skip": 2, "freqs": 2, "rays": 32, "samples": 16},
-        # Not 8 channels at 8×8: candle 0.9.2's tiled conv2d computes that shape wrong.
-        "cnn": {"batch": 2, "size": 32, "width": 4, "stages": 2, "classes": 3},
+        # 8 channels at 8×8: the shape where the candle program works around candle's conv2d.
+        "cnn": {"batch": 2, "size": 16, "width": 4, "stages": 2, "classes": 3},
         "lora": {"layers": 2, "width": 32, "heads": 2, "seq": 16, "vocab": 64, "rank": 4},
     },
 }
