@@ -55,9 +55,11 @@ SYSTEMS: list[System] = [
     System(
         "candle", "candle",
         note="upstream candle: candle-nn Linear, Conv2d, ConvTranspose2d and BatchNorm (its "
-        "forward_train: batch statistics) over Vars, max_pool2d, for lora frozen Tensors, "
-        "Var adapters and attention as matmul + masked softmax; loss.backward(), AdamW "
-        "(weight_decay 0 for mlp, nerf)",
+        "forward_train: batch statistics) over Vars, max_pool2d; for lora frozen Tensors, Var "
+        "adapters, attention as matmul + masked softmax, layer_norm_slow (candle-nn's fused "
+        "layer_norm and softmax_last_dim have no backward); loss.backward(), AdamW (weight "
+        "decay 0 for mlp, nerf); a conv whose input has C == H == W is padded by hand "
+        "(candle 0.9.2's conv2d is wrong there, huggingface/candle#3404)",
     ),
     System(
         "gradstream", "python", "gradstream_impl", "standard",
