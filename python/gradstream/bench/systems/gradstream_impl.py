@@ -13,6 +13,7 @@ the cnn and lora models are the same code as torch's (`convnet`, `lora_gpt`).
 from __future__ import annotations
 
 import inspect
+from typing import Any
 
 from ..workloads import WORKLOADS
 from . import RunState, Unsupported, convnet, lora_gpt
@@ -45,7 +46,7 @@ NEEDS: dict[str, list[tuple[str, str]]] = {
 
 
 def _lookup(dotted: str):
-    obj = torch
+    obj: Any = torch
     for part in dotted.split("."):
         obj = getattr(obj, part, None)
     return obj
@@ -62,7 +63,7 @@ def missing(variant: str, workload: str | None = None) -> str | None:
     for where, name in NEEDS.get(workload or "", []):
         if not hasattr(_lookup(where), name):
             return f"needs gradstream.{where}.{name} (not built yet)"
-    adamw = workload in WORKLOADS and WORKLOADS[workload].optimizer == "adamw"
+    adamw = getattr(WORKLOADS.get(workload or ""), "optimizer", "adam") == "adamw"
     adam_name = "AdamW" if adamw else "Adam"
     adam = getattr(optim, adam_name, None)
     if adam is None:
@@ -133,7 +134,7 @@ MODELS = {"cnn": convnet, "lora": lora_gpt}
 
 def optimizer(workload, params, in_backward: bool = False):
     """The workload's optimizer: Adam, or AdamW with its weight decay."""
-    kwargs = {"in_backward": True} if in_backward else {}
+    kwargs: dict[str, Any] = {"in_backward": True} if in_backward else {}
     if workload.optimizer == "adamw":
         return torch.optim.AdamW(
             params, lr=workload.lr, weight_decay=workload.weight_decay, **kwargs
