@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -84,8 +85,106 @@ def test_workload_overrides_and_bad_sizes():
     assert (wl.width, wl.lr, wl.depth) == (128, 0.01, 6)
     with pytest.raises(ValueError, match="mlp has no size 'rays'"):
         workloads.make("mlp", "default", {"rays": "3"})
-    with pytest.raises(ValueError, match="unknown workload 'cnn'"):
-        workloads.make("cnn")
+    with pytest.raises(ValueError, match="unknown workload 'resnet'"):
+        workloads.make("resnet")
+    assert workloads.make("lora", "tiny", {"alpha": "2"}).alpha == 2.0
+
+
+def test_cnn_tensors_follow_the_layers():
+    wl = workloads.make("cnn", "tiny")
+    t = wl.tensors(0)
+    assert t["x"].shape == (wl.batch, wl.in_channels, wl.size, wl.size)
+    assert t["target"].dtype == np.int64 and t["target"].shape == (wl.batch, wl.size, wl.size)
+    assert 0 <= t["target"].min() and t["target"].max() < wl.classes
+    assert sum(v.size for k, v in t.items() if "." in k) == wl.num_params()
+    assert t["enc1.conv0.weight"].shape == (2 * wl.width, wl.width, 3, 3)
+    assert t["dec1.up.weight"].shape == (2 * wl.width, wl.width, 2, 2)  # (in, out, kh, kw)
+    assert t["head.weight"].shape == (wl.classes, wl.width, 1, 1)
+    kinds = [k for k, *_ in wl.layers()]
+    assert kinds.count("pool") == kinds.count("up") == wl.stages
+    assert wl.layers()[-1][4] == wl.size  # the decoder comes back to full resolution
+
+
+def test_lower_bound_cnn_default():
+    wl = workloads.make("cnn")
+    b = wl.lower_bound()
+    n, s = 8, 128
+    assert b["parameters"] == wl.num_params() * 4 and b["optimizer_state"] == 2 * b["parameters"]
+    # Counted by hand, per stage: what each layer keeps (bytes).
+    saved = 0
+    c_in, r = 3, s
+    for c in (32, 64, 128):
+        act = n * c * r * r
+        saved += 4 * n * c_in * r * r  # conv0 input
+        saved += 2 * 4 * (act + 2 * c)  # bn0, bn1 inputs + mean, inverse std
+        saved += 4 * act  # conv1 input (the ReLU output)
+        saved += act // 8 + act // 4  # ReLU mask before the pool, the pool's argmax bytes
+        c_in, r = c, r // 2
+    for c in (64, 32, 32):
+        saved += 4 * n * c_in * r * r  # transposed conv input
+        r *= 2
+        saved += 4 * n * c * r * r + 4 * (n * c * r * r + 2 * c)  # conv input, bn input + 2C
+        c_in = c
+    saved += 4 * n * 32 * s * s + 4 * n * 8 * s * s + 8 * n * s * s  # head input, logits, target
+    assert b["saved_activations"] == saved
+    assert b["largest_gradient"] == 4 * n * 32 * s * s
+    assert 180 * MIB < b["total"] < 200 * MIB
+
+
+def test_lower_bound_lora_default():
+    wl = workloads.make("lora")
+    b = wl.lower_bound()
+    base = 1024 * 768 + 512 * 768 + 12 * (12 * 768 * 768 + 13 * 768) + 2 * 768
+    adapters = 12 * 4 * 2 * 8 * 768
+    assert wl.num_base_params() == base and wl.num_adapter_params() == adapters
+    assert b["parameters"] == 4 * (base + adapters)
+    assert b["optimizer_state"] == 4 * 2 * adapters  # the frozen base has no optimizer state
+    tokens = 2 * 512
+    # per token and block: ln1 out + rstd, 3 rank-8 intermediates, q k v out + 12 logsumexp,
+    # proj adapter intermediate, ln2 out + rstd, GELU input
+    per_block = 769 + 24 + (4 * 768 + 12) + 8 + 769 + 4 * 768
+    assert b["saved_activations"] == 4 * tokens * (12 * per_block + 769 + 1024) + 8 * 2 * 513
+    assert b["largest_gradient"] == 4 * tokens * 4 * 768
+
+
+def test_lora_adapters_all_get_gradients(torch_ref):
+    from gradstream.bench.systems import lora_gpt
+
+    wl = workloads.make("lora", "tiny")
+    loss_fn, params = lora_gpt.build(torch_ref, wl, wl.tensors(0), torch_ref.from_numpy)
+    assert len(params) == 2 * len(wl.adapter_names())
+    loss = loss_fn()
+    assert abs(loss.item() - np.log(wl.vocab)) < 0.5  # a random base model
+    loss.backward()
+    assert all(p.grad is not None and p.grad.abs().max() > 0 for p in params)
+
+
+def test_gradstream_rows_name_the_missing_layer(monkeypatch):
+    import gradstream as gs
+    from gradstream.bench.systems import gradstream_impl, unavailable_reason
+
+    monkeypatch.delattr(gs.nn, "Conv2d", raising=False)
+    monkeypatch.delattr(gs.nn.functional, "scaled_dot_product_attention", raising=False)
+    assert (
+        gradstream_impl.missing("standard", "cnn") == "needs gradstream.nn.Conv2d (not built yet)"
+    )
+    reason = unavailable_reason(BY_NAME["gradstream-in-backward"], "lora")
+    assert reason == ("needs gradstream.nn.functional.scaled_dot_product_attention (not built yet)")
+    assert unavailable_reason(BY_NAME["gradstream"], "mlp") is None
+
+
+def test_cli_one_workload_and_its_default_steps():
+    from gradstream.bench.__main__ import config, parse_args
+
+    cfg = config(parse_args(["--workload", "lora"]))
+    assert cfg.workloads == ["lora"] and cfg.steps is None
+    assert runner.steps_for(cfg, workloads.make("lora")) == 3
+    assert runner.steps_for(cfg, workloads.make("cnn")) == 5
+    cfg = config(parse_args(["--workload", "lora", "--steps", "2"]))
+    assert runner.steps_for(cfg, workloads.make("lora")) == 2
+    assert candle.command(Path("cb"), workloads.make("lora"), Path("d"), 2, 2)[-6:] == [
+        "--layers", "12", "--heads", "12", "--alpha", "16.0"
+    ]  # fmt: skip
 
 
 def _rec(system, loss, final, peak=100 * MIB, seconds=1.0):
@@ -179,13 +278,13 @@ def test_smoke_end_to_end(tmp_path, torch_ref):
     result = json.loads((out / "results.json").read_text())
     assert set(result) >= {"meta", "lower_bounds", "records"}
     assert result["meta"]["steps"] == 2 and result["meta"]["threads"] == 1
-    for name in ("mlp", "nerf"):
+    for name in workloads.WORKLOADS:
         b = result["lower_bounds"][name]
         assert b["total"] == sum(b[k] for k in b if k not in ("total", "how")) > 0
 
     records = {(r["workload"], r["system"]): r for r in result["records"]}
     # torch-checkpoint and gradstream-checkpoint are nerf only.
-    expected = {(w, s) for w in ("mlp", "nerf") for s in systems if BY_NAME[s].applies_to(w)}
+    expected = {(w, s) for w in workloads.WORKLOADS for s in systems if BY_NAME[s].applies_to(w)}
     assert set(records) == expected
     for key, r in records.items():
         assert r["status"] in ("ok", "skipped"), (key, r)
@@ -204,7 +303,8 @@ def test_smoke_end_to_end(tmp_path, torch_ref):
     # Adam moved the weights: the losses change from step to step.
     assert records[("mlp", "torch")]["losses"][0] != records[("mlp", "torch")]["losses"][-1]
     if "candle" in systems:
-        assert records[("mlp", "candle")]["status"] == "ok"
+        for w in workloads.WORKLOADS:
+            assert records[(w, "candle")]["status"] == "ok", records[(w, "candle")]
 
     md = (out / "results.md").read_text()
     assert "| workload | system | peak MiB |" in md and "## Lower bounds" in md

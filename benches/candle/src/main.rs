@@ -8,8 +8,12 @@
 //! `/proc/self/clear_refs`. One JSON object is printed on stdout.
 //!
 //! Usage:
-//!   candle-bench --workload mlp|nerf --data FILE [--steps N] [--threads T] [--lr LR]
-//!                [--depth D] [--freqs L] [--skip K]
+//!   candle-bench --workload mlp|nerf|cnn|lora --data FILE [--steps N] [--threads T] [--lr LR]
+//!                [--weight-decay WD] [--depth D] [--freqs L] [--skip K] [--stages S]
+//!                [--layers L] [--heads H] [--alpha A]
+
+mod cnn;
+mod lora;
 
 use std::collections::HashMap;
 use std::time::Instant;
@@ -17,15 +21,58 @@ use std::time::Instant;
 use candle_core::{DType, Device, Module, Result, Tensor, Var};
 use candle_nn::{AdamW, Linear, Optimizer, ParamsAdamW};
 
+/// A workload's loss on its fixed inputs, recomputed from the current weights at each call.
+pub type Loss = Box<dyn Fn() -> Result<Tensor>>;
+
+/// The tensors of the harness's file, and the `Var`s made from them.
+pub struct Params<'a> {
+    tensors: &'a HashMap<String, Tensor>,
+    vars: Vec<Var>,
+}
+
+impl<'a> Params<'a> {
+    pub fn new(tensors: &'a HashMap<String, Tensor>) -> Self {
+        Self {
+            tensors,
+            vars: Vec::new(),
+        }
+    }
+
+    /// A tensor of the file, as it is (no gradient is tracked for it).
+    pub fn tensor(&self, name: &str) -> Result<Tensor> {
+        match self.tensors.get(name) {
+            Some(t) => Ok(t.clone()),
+            None => candle_core::bail!("{name} is not in the data file"),
+        }
+    }
+
+    /// A trained parameter: a `Var` initialised from the file; its tensor for the model.
+    pub fn var(&mut self, name: &str) -> Result<Tensor> {
+        let v = Var::from_tensor(&self.tensor(name)?)?;
+        let t = v.as_tensor().clone();
+        self.vars.push(v);
+        Ok(t)
+    }
+
+    pub fn into_vars(self) -> Vec<Var> {
+        self.vars
+    }
+}
+
 struct Args {
     workload: String,
     data: String,
     steps: usize,
     threads: usize,
     lr: f64,
+    weight_decay: f64,
     depth: usize,
     freqs: usize,
     skip: usize,
+    stages: usize,
+    layers: usize,
+    heads: usize,
+    alpha: f64,
 }
 
 fn parse_args() -> std::result::Result<Args, String> {
@@ -35,9 +82,14 @@ fn parse_args() -> std::result::Result<Args, String> {
         steps: 5,
         threads: 0,
         lr: 1e-3,
+        weight_decay: 0.0,
         depth: 0,
         freqs: 6,
         skip: 4,
+        stages: 3,
+        layers: 12,
+        heads: 12,
+        alpha: 16.0,
     };
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -48,6 +100,7 @@ fn parse_args() -> std::result::Result<Args, String> {
             .ok_or_else(|| format!("{key} needs a value"))?
             .clone();
         let num = |v: &str| v.parse::<usize>().map_err(|e| format!("{key} {v}: {e}"));
+        let float = |v: &str| v.parse::<f64>().map_err(|e| format!("{key} {v}: {e}"));
         match key {
             "--workload" => a.workload = val,
             "--data" => a.data = val,
@@ -56,7 +109,13 @@ fn parse_args() -> std::result::Result<Args, String> {
             "--depth" => a.depth = num(&val)?,
             "--freqs" => a.freqs = num(&val)?,
             "--skip" => a.skip = num(&val)?,
-            "--lr" => a.lr = val.parse().map_err(|e| format!("--lr {val}: {e}"))?,
+            "--stages" => a.stages = num(&val)?,
+            "--layers" => a.layers = num(&val)?,
+            "--heads" => a.heads = num(&val)?,
+            "--width" => {} // the file's weights give the widths
+            "--lr" => a.lr = float(&val)?,
+            "--weight-decay" => a.weight_decay = float(&val)?,
+            "--alpha" => a.alpha = float(&val)?,
             _ => return Err(format!("unknown argument {key}")),
         }
         i += 2;
@@ -134,11 +193,18 @@ fn encode(pts: &Tensor, freqs: usize) -> Result<Tensor> {
 }
 
 /// The tiny NeRF MLP on encoded points, then volume rendering over the samples of each ray.
-fn nerf_loss(m: &Model, a: &Args, enc: &Tensor, dists: &Tensor, target: &Tensor) -> Result<Tensor> {
+fn nerf_loss(
+    m: &Model,
+    depth: usize,
+    skip: usize,
+    enc: &Tensor,
+    dists: &Tensor,
+    target: &Tensor,
+) -> Result<Tensor> {
     let (rays, samples) = dists.dims2()?;
     let mut h = enc.clone();
-    for i in 0..a.depth {
-        if i == a.skip + 1 {
+    for i in 0..depth {
+        if i == skip + 1 {
             h = Tensor::cat(&[&h, enc], 1)?;
         }
         h = m.layer(&format!("layers.{i}")).forward(&h)?.relu()?;
@@ -167,6 +233,23 @@ fn nerf_loss(m: &Model, a: &Args, enc: &Tensor, dists: &Tensor, target: &Tensor)
     candle_nn::loss::mse(&rgb_map, target)
 }
 
+/// mlp and nerf: `Linear` layers for every `<name>.weight`/`<name>.bias` pair of the file.
+fn linear_workload(a: &Args, tensors: &HashMap<String, Tensor>) -> Result<(Vec<Var>, Loss)> {
+    let model = Model::from_tensors(tensors)?;
+    let vars = model.vars.clone();
+    let target = tensors["target"].clone();
+    let (depth, skip) = (a.depth, a.skip);
+    let loss: Loss = if a.workload == "mlp" {
+        let x = tensors["x"].clone();
+        Box::new(move || mlp_loss(&model, depth, &x, &target))
+    } else {
+        let enc = encode(&tensors["pts"], a.freqs)?;
+        let dists = tensors["dists"].clone();
+        Box::new(move || nerf_loss(&model, depth, skip, &enc, &dists, &target))
+    };
+    Ok((vars, loss))
+}
+
 fn run(a: &Args) -> Result<String> {
     let dev = Device::Cpu;
     // Start the runtime (rayon pool, gemm) on tiny tensors so the baseline is the idle process.
@@ -179,30 +262,23 @@ fn run(a: &Args) -> Result<String> {
     let baseline = status_bytes("VmRSS:");
 
     let tensors = candle_core::safetensors::load(&a.data, &dev)?;
-    let model = Model::from_tensors(&tensors)?;
-    let params: usize = model.vars.iter().map(|v| v.elem_count()).sum();
-    let target = tensors["target"].clone();
-    let (x, dists) = match a.workload.as_str() {
-        "mlp" => (tensors["x"].clone(), None),
-        "nerf" => (
-            encode(&tensors["pts"], a.freqs)?,
-            Some(tensors["dists"].clone()),
-        ),
+    let (vars, loss_fn) = match a.workload.as_str() {
+        "mlp" | "nerf" => linear_workload(a, &tensors)?,
+        "cnn" => cnn::build(&tensors, a.stages)?,
+        "lora" => lora::build(&tensors, a.layers, a.heads, a.alpha)?,
         w => candle_core::bail!("unknown workload {w}"),
     };
     drop(tensors);
+    let trained: usize = vars.iter().map(|v| v.elem_count()).sum();
     let adam = ParamsAdamW {
         lr: a.lr,
-        weight_decay: 0.0,
+        weight_decay: a.weight_decay,
         ..ParamsAdamW::default()
     };
-    let mut opt = AdamW::new(model.vars.clone(), adam)?;
+    let mut opt = AdamW::new(vars, adam)?;
 
     let step = |opt: &mut AdamW| -> Result<f32> {
-        let loss = match &dists {
-            None => mlp_loss(&model, a.depth, &x, &target)?,
-            Some(d) => nerf_loss(&model, a, &x, d, &target)?,
-        };
+        let loss = loss_fn()?;
         let value = loss.to_scalar::<f32>()?;
         let grads = loss.backward()?;
         opt.step(&grads)?;
@@ -232,7 +308,7 @@ fn run(a: &Args) -> Result<String> {
     Ok(format!(
         "{{\"status\": \"ok\", \"peak_bytes\": {}, \"baseline_rss_bytes\": {baseline}, \
          \"steady_bytes\": {}, \"hwm_reset\": {hwm_reset}, \"step_seconds\": {median:e}, \
-         \"step_times\": [{}], \"losses\": [{}], \"num_params\": {params}, \
+         \"step_times\": [{}], \"losses\": [{}], \"trained_params\": {trained}, \
          \"threads\": {}}}",
         hwm.saturating_sub(baseline),
         steady.saturating_sub(baseline),

@@ -21,12 +21,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         description="Peak memory and step time of a training step: gradstream, PyTorch, candle.",
     )
     p.add_argument(
-        "--workloads", default="mlp,nerf", help="comma-separated: " + ", ".join(workloads.WORKLOADS)
+        "--workloads",
+        default=",".join(workloads.WORKLOADS),
+        help="comma-separated: %(default)s",
     )
+    p.add_argument("--workload", dest="workloads", help="one workload (same as --workloads)")
     p.add_argument(
         "--systems", default=",".join(runner.all_systems()), help="comma-separated: %(default)s"
     )
-    p.add_argument("--steps", type=int, default=5, help="measured steps after one warm-up step")
+    p.add_argument(
+        "--steps",
+        type=int,
+        help="measured steps after one warm-up step (default: 5; 3 for lora, whose default "
+        "sizes take seconds a step)",
+    )
     p.add_argument(
         "--threads", type=int, default=os.cpu_count() or 1, help="threads for every system"
     )

@@ -78,12 +78,15 @@ def text_table(result: dict) -> str:
 
 def markdown(result: dict) -> str:
     meta = result["meta"]
+    steps = meta["steps"]
+    if isinstance(steps, dict):  # each workload's default
+        steps = ", ".join(f"{n} {k}" for k, n in steps.items())
     head = [c for c, _ in COLUMNS]
     lines = [
         "# gradstream benchmark",
         "",
         f"`{meta['command']}` — {meta['date']}, {meta['threads']} threads, "
-        f"{meta['steps']} measured steps after one warm-up step, preset `{meta['preset']}`.",
+        f"{steps} measured steps after one warm-up step, preset `{meta['preset']}`.",
         "",
         "| " + " | ".join(head) + " |",
         "|" + "|".join("---" if i < 2 else "---:" for i in range(len(head))) + "|",

@@ -24,7 +24,7 @@ LOSS_RTOL = {"loss": 1e-4, "final_loss": 1e-3}
 class Config:
     workloads: list[str]
     systems: list[str]
-    steps: int = 5
+    steps: int | None = None  # None: each workload's default_steps
     threads: int = 2
     preset: str = "default"
     overrides: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -101,14 +101,16 @@ def run(cfg: Config, log=lambda s: print(s, file=sys.stderr)) -> dict:
             for wl, system in matrix:
                 bar.set_description(f"{wl.name} / {system.name}")
                 rec = {"workload": wl.name, "system": system.name}
-                if reasons.get(system.name):
-                    rec.update(status="skipped", reason=reasons[system.name])
+                reason = reasons.get(system.name) or unavailable_reason(system, wl.name)
+                steps = steps_for(cfg, wl)
+                if reason:
+                    rec.update(status="skipped", reason=reason)
                 else:
                     if wl.name not in data:
                         data[wl.name] = Path(tmp) / f"{wl.name}.safetensors"
                         tensorfile.save(data[wl.name], wl.tensors(SEED))
                     if system.kind == "candle":
-                        cmd = candle.command(exe, wl, data[wl.name], cfg.steps, cfg.threads)
+                        cmd = candle.command(exe, wl, data[wl.name], steps, cfg.threads)
                     else:
                         spec = {
                             "impl": system.impl,
@@ -116,7 +118,7 @@ def run(cfg: Config, log=lambda s: print(s, file=sys.stderr)) -> dict:
                             "workload": wl.name,
                             "sizes": workloads.sizes(wl),
                             "data": str(data[wl.name]),
-                            "steps": cfg.steps,
+                            "steps": steps,
                             "threads": cfg.threads,
                         }
                         cmd = [sys.executable, "-m", "gradstream.bench.child", json.dumps(spec)]
@@ -129,7 +131,7 @@ def run(cfg: Config, log=lambda s: print(s, file=sys.stderr)) -> dict:
 
     bounds = {name: wl.lower_bound() for name, wl in wls.items()}
     for rec in records:
-        _complete(rec, bounds[rec["workload"]]["total"], cfg)
+        _complete(rec, bounds[rec["workload"]]["total"], steps_for(cfg, wls[rec["workload"]]))
     _compare(records)
     return {
         "meta": _meta(cfg, wls),
@@ -147,9 +149,14 @@ def _summary(rec: dict) -> str:
     return head + f"{rec['peak_bytes'] / 2**20:.1f} MiB, {rec['step_seconds']:.3f} s/step"
 
 
-def _complete(rec: dict, bound: int, cfg: Config) -> None:
+def steps_for(cfg: Config, workload) -> int:
+    """The measured steps of `workload`: --steps, else the workload's own default."""
+    return cfg.steps if cfg.steps is not None else workload.default_steps
+
+
+def _complete(rec: dict, bound: int, steps: int) -> None:
     rec["lower_bound_bytes"] = bound
-    rec["steps"] = cfg.steps
+    rec["steps"] = steps
     if rec.get("status") != "ok":
         return
     losses = rec.get("losses") or []
@@ -206,7 +213,9 @@ def _meta(cfg: Config, wls: dict) -> dict:
     meta = {
         "command": "python -m gradstream.bench " + " ".join(sys.argv[1:]),
         "preset": cfg.preset,
-        "steps": cfg.steps,
+        "steps": cfg.steps
+        if cfg.steps is not None
+        else {name: wl.default_steps for name, wl in wls.items()},
         "threads": cfg.threads,
         "seed": SEED,
         "sizes": {name: workloads.sizes(wl) for name, wl in wls.items()},

@@ -34,6 +34,9 @@ class MLP:
     lr: float = 1e-3
 
     name = "mlp"
+    optimizer = "adam"
+    weight_decay = 0.0
+    default_steps = 5
 
     def layer_shapes(self) -> list[tuple[str, int, int]]:
         return [(f"layers.{i}", self.width, self.width) for i in range(self.depth)]
@@ -92,6 +95,9 @@ class NeRF:
     lr: float = 5e-4
 
     name = "nerf"
+    optimizer = "adam"
+    weight_decay = 0.0
+    default_steps = 5
 
     @property
     def features(self) -> int:
@@ -157,6 +163,254 @@ class NeRF:
         return ["--depth", str(self.depth), "--freqs", str(self.freqs), "--skip", str(self.skip)]
 
 
+def _conv(rng: np.random.Generator, fan_in: int, shape: tuple[int, ...]) -> np.ndarray:
+    """PyTorch's default Conv2d/ConvTranspose2d init: U(-1/sqrt(fan_in), 1/sqrt(fan_in)), where
+    fan_in is weight.size(1) × kernel area (in_channels for Conv2d, out_channels for
+    ConvTranspose2d, whose weight is (in, out, kh, kw))."""
+    bound = 1.0 / np.sqrt(fan_in)
+    return rng.uniform(-bound, bound, size=shape).astype(np.float32)
+
+
+@dataclass(frozen=True)
+class CNN:
+    """An FCN-like encoder/decoder for per-pixel classification, AdamW. Activation-heavy.
+
+    Encoder: `stages` × [2 × (conv3×3 without bias + BatchNorm2d + ReLU), MaxPool2d(2)] at
+    width, 2·width, 4·width… channels. Decoder, per stage from the deepest: ConvTranspose2d(k=2,
+    stride=2, with bias) halving the channels (to `width` at the last) and doubling the
+    resolution, then conv3×3 + BatchNorm2d + ReLU. Head: a 1×1 conv (with bias) to `classes`;
+    cross-entropy per pixel against an integer target map.
+    """
+
+    batch: int = 8
+    size: int = 128
+    in_channels: int = 3
+    width: int = 32
+    stages: int = 3
+    classes: int = 8
+    lr: float = 1e-3
+    weight_decay: float = 1e-2
+
+    name = "cnn"
+    optimizer = "adamw"
+    default_steps = 5
+
+    def channels(self, stage: int) -> int:
+        return self.width * 2**stage
+
+    def layers(self) -> list[tuple]:
+        """The forward pass in order: (kind, name, in_channels, out_channels, resolution in)."""
+        out: list[tuple] = []
+        res, c = self.size, self.in_channels
+        for i in range(self.stages):
+            co = self.channels(i)
+            for j in range(2):
+                out += [
+                    ("conv", f"enc{i}.conv{j}", c, co, res),
+                    ("bn", f"enc{i}.bn{j}", co, co, res),
+                ]
+                out += [("relu", "", co, co, res)]
+                c = co
+            out.append(("pool", "", c, c, res))
+            res //= 2
+        for i in reversed(range(self.stages)):
+            co = self.channels(i - 1) if i > 0 else self.width
+            out.append(("up", f"dec{i}.up", c, co, res))
+            res *= 2
+            out += [("conv", f"dec{i}.conv", co, co, res), ("bn", f"dec{i}.bn", co, co, res)]
+            out.append(("relu", "", co, co, res))
+            c = co
+        out.append(("head", "head", c, self.classes, res))
+        return out
+
+    def tensors(self, seed: int) -> dict[str, np.ndarray]:
+        rng = np.random.default_rng(seed)
+        out: dict[str, np.ndarray] = {}
+        for kind, name, ci, co, _ in self.layers():
+            if kind == "conv":
+                out[f"{name}.weight"] = _conv(rng, ci * 9, (co, ci, 3, 3))
+            elif kind == "bn":
+                out[f"{name}.weight"] = np.ones(co, np.float32)
+                out[f"{name}.bias"] = np.zeros(co, np.float32)
+            elif kind == "up":
+                out[f"{name}.weight"] = _conv(rng, co * 4, (ci, co, 2, 2))
+                out[f"{name}.bias"] = _conv(rng, co * 4, (co,))
+            elif kind == "head":
+                out[f"{name}.weight"] = _conv(rng, ci, (co, ci, 1, 1))
+                out[f"{name}.bias"] = _conv(rng, ci, (co,))
+        hw = (self.size, self.size)
+        out["x"] = rng.standard_normal((self.batch, self.in_channels, *hw)).astype(np.float32)
+        out["target"] = rng.integers(0, self.classes, (self.batch, *hw), dtype=np.int64)
+        return out
+
+    def num_params(self) -> int:
+        total = 0
+        for kind, _, ci, co, _ in self.layers():
+            total += {"conv": co * ci * 9, "bn": 2 * co, "up": ci * co * 4 + co}.get(kind, 0)
+            total += co * ci + co if kind == "head" else 0
+        return total
+
+    def lower_bound(self) -> dict[str, int]:
+        """Parameters P; AdamW state 2P; the saved activations at their peak (the end of the
+        forward pass): every conv, transposed conv and the head keep their input; batch norm its
+        input and 2C floats (mean, inverse std); a ReLU whose output the next layer keeps reads
+        its mask from it, the ReLU before a max pool keeps a 1-bit mask; max pool one byte per
+        output (the argmax within its window); cross-entropy its logits and the int64 target.
+        The largest single gradient is the largest activation's (a width × size² map)."""
+        p = self.num_params() * F32
+        layers = self.layers()
+        saved_bits = 0
+        n = self.batch
+        pixels = n * self.size * self.size
+        largest = pixels * self.classes  # the logits
+        for k, (kind, _, ci, _, res) in enumerate(layers):
+            elems_in = n * ci * res * res
+            largest = max(largest, elems_in)
+            if kind in ("conv", "up", "head"):
+                saved_bits += elems_in * F32 * 8
+            elif kind == "bn":
+                saved_bits += (elems_in + 2 * ci) * F32 * 8
+            elif kind == "relu" and layers[k + 1][0] == "pool":
+                saved_bits += elems_in
+            elif kind == "pool":
+                saved_bits += elems_in // 4 * 8
+        saved = saved_bits // 8 + pixels * self.classes * F32 + pixels * 8
+        return _bound(p, 2 * p, saved, largest * F32)
+
+    def bound_text(self) -> str:
+        return (
+            "parameters P from the layer shapes; AdamW state 2P; saved activations = each conv's, "
+            "transposed conv's and the head's input, each batch norm's input + 2C floats, a 1-bit "
+            "mask for the ReLU before each max pool (the other ReLUs' outputs are the next "
+            "layer's saved input), 1 byte per max-pool output, the logits and the int64 target; "
+            "largest single gradient = that of the largest activation (width × size² per image)"
+        )
+
+    def candle_args(self) -> list[str]:
+        return ["--stages", str(self.stages), "--width", str(self.width)]
+
+
+@dataclass(frozen=True)
+class LoRA:
+    """LoRA fine-tuning of a GPT-2-small-shaped decoder, AdamW on the adapters only.
+
+    Token + learned position embedding; `layers` pre-LayerNorm blocks of causal self-attention
+    (a fused qkv Linear split into `heads` heads, `F.scaled_dot_product_attention(...,
+    is_causal=True)`, an output Linear) and a 4× GELU MLP; a final LayerNorm and the head tied
+    to the token embedding; next-token cross-entropy. Every base weight is frozen; rank-`rank`
+    adapters (x Aᵀ Bᵀ · alpha/rank) are added to the q, k, v and output projections.
+    """
+
+    layers: int = 12
+    width: int = 768
+    heads: int = 12
+    seq: int = 512
+    batch: int = 2
+    vocab: int = 1024
+    rank: int = 8
+    alpha: float = 16.0
+    lr: float = 1e-3
+    weight_decay: float = 1e-2
+
+    name = "lora"
+    optimizer = "adamw"
+    # A step of the default size takes seconds on two cores for every system: three measured
+    # steps keep the whole lora matrix within about ten minutes.
+    default_steps = 3
+
+    @property
+    def scale(self) -> float:
+        return self.alpha / self.rank
+
+    def base_shapes(self) -> dict[str, tuple[int, ...]]:
+        d = self.width
+        shapes: dict[str, tuple[int, ...]] = {"wte": (self.vocab, d), "wpe": (self.seq, d)}
+        for i in range(self.layers):
+            b = f"h.{i}."
+            shapes |= {b + "ln1.weight": (d,), b + "ln1.bias": (d,)}
+            shapes |= {b + "qkv.weight": (3 * d, d), b + "qkv.bias": (3 * d,)}
+            shapes |= {b + "proj.weight": (d, d), b + "proj.bias": (d,)}
+            shapes |= {b + "ln2.weight": (d,), b + "ln2.bias": (d,)}
+            shapes |= {b + "fc.weight": (4 * d, d), b + "fc.bias": (4 * d,)}
+            shapes |= {b + "out.weight": (d, 4 * d), b + "out.bias": (d,)}
+        return shapes | {"ln_f.weight": (d,), "ln_f.bias": (d,)}
+
+    def adapter_names(self) -> list[str]:
+        return [f"h.{i}.lora_{p}" for i in range(self.layers) for p in ("q", "k", "v", "proj")]
+
+    def tensors(self, seed: int) -> dict[str, np.ndarray]:
+        """GPT-2's init for the base (weights N(0, 0.02), biases 0, LayerNorms 1 and 0); the
+        adapters' A with PyTorch's Linear init, B small and non-zero so that A's gradient is
+        not zero at the first step."""
+        rng = np.random.default_rng(seed)
+        out: dict[str, np.ndarray] = {}
+        for name, shape in self.base_shapes().items():
+            if name.endswith("bias"):
+                value = np.zeros(shape, np.float32)
+            elif ".ln" in name or name.startswith("ln_f"):
+                value = np.ones(shape, np.float32)
+            else:
+                value = rng.standard_normal(shape, np.float32) * np.float32(0.02)
+            out[name] = value
+        a_bound = 1.0 / np.sqrt(self.width)
+        b_bound = 0.01 / np.sqrt(self.rank)
+        for name in self.adapter_names():
+            out[f"{name}.A"] = rng.uniform(-a_bound, a_bound, (self.rank, self.width)).astype(
+                np.float32
+            )
+            out[f"{name}.B"] = rng.uniform(-b_bound, b_bound, (self.width, self.rank)).astype(
+                np.float32
+            )
+        out["tokens"] = rng.integers(0, self.vocab, (self.batch, self.seq + 1), dtype=np.int64)
+        return out
+
+    def num_base_params(self) -> int:
+        return sum(int(np.prod(s)) for s in self.base_shapes().values())
+
+    def num_adapter_params(self) -> int:
+        return len(self.adapter_names()) * 2 * self.rank * self.width
+
+    def num_params(self) -> int:
+        return self.num_base_params() + self.num_adapter_params()
+
+    def lower_bound(self) -> dict[str, int]:
+        """All parameters (the frozen base and the adapters); AdamW state for the adapters only;
+        the saved activations the adapters' gradients need at their peak (the end of the
+        forward pass), per token and block: LayerNorm 1's output (which A_q, A_k, A_v also read)
+        and its inverse std, x·Aᵀ of the q, k, v adapters (rank each, B's input), attention's
+        q, k, v, output (A_proj's input) and per-head logsumexp, y·A_projᵀ, LayerNorm 2's output
+        and inverse std, the GELU's input (4·width); the frozen Linears keep nothing (their
+        input gradient needs only the weight). Then the final LayerNorm's output and inverse
+        std, the logits for cross-entropy and the int64 tokens. The largest single gradient is
+        the largest activation's: the GELU input's or the logits'."""
+        d, r = self.width, self.rank
+        p = self.num_params() * F32
+        state = 2 * self.num_adapter_params() * F32
+        tokens = self.batch * self.seq
+        per_block = (d + 1) + 3 * r + (4 * d + self.heads) + r + (d + 1) + 4 * d
+        saved = tokens * (self.layers * per_block + d + 1 + self.vocab) * F32
+        saved += self.batch * (self.seq + 1) * 8
+        largest = tokens * max(4 * d, self.vocab) * F32
+        return _bound(p, state, saved, largest)
+
+    def bound_text(self) -> str:
+        return (
+            "parameters = frozen base + adapters; AdamW state 2 × adapters only; saved "
+            "activations per token and block = LayerNorm outputs and inverse stds (ln1's output is "
+            "the q/k/v adapters' input), 4 × rank adapter intermediates, attention q, k, v, output "
+            "and per-head logsumexp, the GELU input (4·width); frozen Linears keep nothing; then "
+            "the final LayerNorm's output, the logits and the tokens; largest single gradient = "
+            "the GELU input's or the logits'"
+        )
+
+    def candle_args(self) -> list[str]:
+        return [
+            "--layers", str(self.layers),
+            "--heads", str(self.heads),
+            "--alpha", repr(self.alpha),
+        ]  # fmt: skip
+
+
 def _bound(params: int, state: int, saved: int, grad: int) -> dict[str, int]:
     return {
         "parameters": params,
@@ -167,19 +421,24 @@ def _bound(params: int, state: int, saved: int, grad: int) -> dict[str, int]:
     }
 
 
-WORKLOADS = {"mlp": MLP, "nerf": NeRF}
+WORKLOADS = {"mlp": MLP, "nerf": NeRF, "cnn": CNN, "lora": LoRA}
 
 PRESETS: dict[str, dict[str, dict]] = {
-    "default": {"mlp": {}, "nerf": {}},
+    "default": {"mlp": {}, "nerf": {}, "cnn": {}, "lora": {}},
     # Small sizes: the whole matrix in well under two minutes.
     "quick": {
         "mlp": {"depth": 6, "width": 1024, "batch": 64},
         "nerf": {"width": 128, "rays": 256, "samples": 32},
+        "cnn": {"batch": 4, "size": 64},
+        "lora": {"layers": 4, "seq": 256},
     },
     # For the tests: seconds.
     "tiny": {
         "mlp": {"depth": 2, "width": 256, "batch": 16},
         "nerf": {"depth": 6, "width": 32, "skip": 2, "freqs": 2, "rays": 32, "samples": 16},
+        # 8 channels at 8×8: the shape where the candle program works around candle's conv2d.
+        "cnn": {"batch": 2, "size": 16, "width": 4, "stages": 2, "classes": 3},
+        "lora": {"layers": 2, "width": 32, "heads": 2, "seq": 16, "vocab": 64, "rank": 4},
     },
 }
 
@@ -194,7 +453,7 @@ def make(name: str, preset: str = "default", overrides: dict[str, str] | None = 
     for key, value in (overrides or {}).items():
         if key not in fields:
             raise ValueError(f"{name} has no size {key!r}; sizes: {', '.join(fields)}")
-        kwargs[key] = float(value) if key == "lr" else int(value)
+        kwargs[key] = float(value) if fields[key] in (float, "float") else int(value)
     return cls(**kwargs)
 
 

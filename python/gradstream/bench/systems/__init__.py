@@ -41,11 +41,12 @@ class System:
 SYSTEMS: list[System] = [
     System(
         "torch", "python", "torch_impl", "standard",
-        note="PyTorch: backward, Adam step, zero_grad(set_to_none=True)",
+        note="PyTorch: backward, Adam (AdamW for cnn, lora) step, zero_grad(set_to_none=True)",
     ),
     System(
         "torch-hook", "python", "torch_impl", "hook",
-        note="PyTorch: one Adam per parameter, stepped in register_post_accumulate_grad_hook",
+        note="PyTorch: one Adam (AdamW) per parameter, stepped in "
+        "register_post_accumulate_grad_hook",
     ),
     System(
         "torch-checkpoint", "python", "torch_impl", "checkpoint", frozenset({"nerf"}),
@@ -53,15 +54,21 @@ SYSTEMS: list[System] = [
     ),
     System(
         "candle", "candle",
-        note="upstream candle: candle-nn Linear over Vars, loss.backward(), AdamW(weight_decay=0)",
+        note="upstream candle: candle-nn Linear, Conv2d, ConvTranspose2d and BatchNorm (its "
+        "forward_train: batch statistics) over Vars, max_pool2d; for lora frozen Tensors, Var "
+        "adapters, attention as matmul + masked softmax, layer_norm_slow (candle-nn's fused "
+        "layer_norm and softmax_last_dim have no backward); loss.backward(), AdamW (weight "
+        "decay 0 for mlp, nerf); a conv whose input has C == H == W is padded by hand "
+        "(candle 0.9.2's conv2d is wrong there, huggingface/candle#3404)",
     ),
     System(
         "gradstream", "python", "gradstream_impl", "standard",
-        note="gradstream: backward, Adam step, zero_grad(set_to_none=True)",
+        note="gradstream: backward, Adam (AdamW for cnn, lora) step, zero_grad(set_to_none=True)",
     ),
     System(
         "gradstream-in-backward", "python", "gradstream_impl", "in_backward",
-        note="gradstream: Adam(in_backward=True) steps each parameter inside backward",
+        note="gradstream: Adam(in_backward=True) (AdamW for cnn, lora) steps each parameter "
+        "inside backward",
     ),
     System(
         "gradstream-checkpoint", "python", "gradstream_impl", "checkpoint", frozenset({"nerf"}),
@@ -72,12 +79,13 @@ SYSTEMS: list[System] = [
 BY_NAME = {s.name: s for s in SYSTEMS}
 
 
-def unavailable_reason(system: System) -> str | None:
-    """Why `system` cannot run here, checked cheaply in the harness; None if it may."""
+def unavailable_reason(system: System, workload: str | None = None) -> str | None:
+    """Why `system` cannot run (`workload`) here, checked cheaply in the harness; None if it
+    may."""
     if system.impl == "torch_impl" and importlib.util.find_spec("torch") is None:
         return "PyTorch is not installed"
     if system.impl == "gradstream_impl":
         from . import gradstream_impl
 
-        return gradstream_impl.missing(system.variant)
+        return gradstream_impl.missing(system.variant, workload)
     return None

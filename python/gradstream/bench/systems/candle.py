@@ -69,5 +69,6 @@ def command(exe: Path, workload, data: Path, steps: int, threads: int) -> list[s
         "--steps", str(steps),
         "--threads", str(threads),
         "--lr", repr(workload.lr),
+        "--weight-decay", repr(workload.weight_decay),
         *workload.candle_args(),
     ]  # fmt: skip

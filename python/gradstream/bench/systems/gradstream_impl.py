@@ -6,14 +6,17 @@
 - `checkpoint` (`gradstream-checkpoint`, nerf): in-backward Adam, and the MLP recomputed per
   chunk of points (`gradstream.utils.checkpoint.checkpoint_chunks`).
 
-The model code mirrors `torch_impl` line for line with `import gradstream as torch`.
+The mlp and nerf code mirrors `torch_impl` line for line with `import gradstream as torch`;
+the cnn and lora models are the same code as torch's (`convnet`, `lora_gpt`).
 """
 
 from __future__ import annotations
 
 import inspect
+from typing import Any
 
-from . import RunState, Unsupported
+from ..workloads import WORKLOADS
+from . import RunState, Unsupported, convnet, lora_gpt
 
 try:
     import gradstream as torch
@@ -21,23 +24,57 @@ except ImportError:  # pragma: no cover
     torch = None
 
 
-def missing(variant: str) -> str | None:
-    """What this gradstream build lacks for `variant`, or None when it has what the step uses."""
+# What each workload's model uses beyond Linear and its optimizer: (where, name).
+NEEDS: dict[str, list[tuple[str, str]]] = {
+    "cnn": [
+        ("nn", "Conv2d"),
+        ("nn", "ConvTranspose2d"),
+        ("nn", "BatchNorm2d"),
+        ("nn", "MaxPool2d"),
+        ("nn", "ReLU"),
+        ("nn", "Sequential"),
+        ("nn.functional", "cross_entropy"),
+    ],
+    "lora": [
+        ("nn.functional", "scaled_dot_product_attention"),
+        ("nn.functional", "layer_norm"),
+        ("nn.functional", "embedding"),
+        ("nn.functional", "gelu"),
+        ("nn.functional", "cross_entropy"),
+    ],
+}
+
+
+def _lookup(dotted: str):
+    obj: Any = torch
+    for part in dotted.split("."):
+        obj = getattr(obj, part, None)
+    return obj
+
+
+def missing(variant: str, workload: str | None = None) -> str | None:
+    """What this gradstream build lacks for `variant` (on `workload`, when given), or None when
+    it has what the step uses."""
     if torch is None:
         return "gradstream is not built"
     nn, optim = getattr(torch, "nn", None), getattr(torch, "optim", None)
     if not hasattr(nn, "Linear"):
         return "needs gradstream.nn.Linear (not built yet)"
-    adam = getattr(optim, "Adam", None)
+    for where, name in NEEDS.get(workload or "", []):
+        if not hasattr(_lookup(where), name):
+            return f"needs gradstream.{where}.{name} (not built yet)"
+    adamw = getattr(WORKLOADS.get(workload or ""), "optimizer", "adam") == "adamw"
+    adam_name = "AdamW" if adamw else "Adam"
+    adam = getattr(optim, adam_name, None)
     if adam is None:
-        return "needs gradstream.optim.Adam (not built yet)"
+        return f"needs gradstream.optim.{adam_name} (not built yet)"
     if variant == "in_backward":
         try:
             params = inspect.signature(adam).parameters
         except (TypeError, ValueError):
             params = {}
         if "in_backward" not in params:
-            return "needs gradstream.optim.Adam(..., in_backward=True) (not built yet)"
+            return f"needs gradstream.optim.{adam_name}(..., in_backward=True) (not built yet)"
     if variant == "checkpoint":
         ckpt = getattr(getattr(torch, "utils", None), "checkpoint", None)
         if ckpt is None or not hasattr(ckpt, "checkpoint_chunks"):
@@ -92,8 +129,21 @@ def render(sigma, rgb, dists):
     return torch.sum(weights[..., None] * rgb, dim=-2)
 
 
+MODELS = {"cnn": convnet, "lora": lora_gpt}
+
+
+def optimizer(workload, params, in_backward: bool = False):
+    """The workload's optimizer: Adam, or AdamW with its weight decay."""
+    kwargs: dict[str, Any] = {"in_backward": True} if in_backward else {}
+    if workload.optimizer == "adamw":
+        return torch.optim.AdamW(
+            params, lr=workload.lr, weight_decay=workload.weight_decay, **kwargs
+        )
+    return torch.optim.Adam(params, lr=workload.lr, **kwargs)
+
+
 def build(workload, tensors: dict, variant: str) -> RunState:
-    reason = missing(variant)
+    reason = missing(variant, workload.name)
     if reason:
         raise Unsupported(reason)
     try:
@@ -139,12 +189,17 @@ def _build(workload, tensors: dict, variant: str) -> RunState:
                 sigma, rgb = mlp(enc)
             return _mse(render(sigma, rgb, dists), target)
 
+    elif workload.name in MODELS:
+        loss_fn, params = MODELS[workload.name].build(torch, workload, tensors, _tensor)
+
     else:
         raise Unsupported(f"gradstream has no {workload.name} model")
 
-    params = [p for layer in layers for p in layer.parameters()]
+    if workload.name in ("mlp", "nerf"):
+        params = [p for layer in layers for p in layer.parameters()]
+
     if variant in ("in_backward", "checkpoint"):
-        opt = torch.optim.Adam(params, lr=workload.lr, in_backward=True)
+        opt = optimizer(workload, params, in_backward=True)
 
         def step(opt=opt):  # the optimizer lives as long as the step; backward steps it
             loss = loss_fn()
@@ -152,7 +207,7 @@ def _build(workload, tensors: dict, variant: str) -> RunState:
             return loss.item()
 
     else:
-        opt = torch.optim.Adam(params, lr=workload.lr)
+        opt = optimizer(workload, params)
 
         def step():
             loss = loss_fn()

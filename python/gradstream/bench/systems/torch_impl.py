@@ -6,11 +6,13 @@
   "How to save memory by fusing the optimizer step into the backward pass".
 - `checkpoint` (`torch-checkpoint`, nerf): the MLP recomputed per chunk of points in backward
   (`torch.utils.checkpoint`, non-reentrant).
+
+The cnn and lora models are shared with gradstream (`convnet`, `lora_gpt`).
 """
 
 from __future__ import annotations
 
-from . import RunState, Unsupported
+from . import RunState, Unsupported, convnet, lora_gpt
 
 try:
     import torch
@@ -91,9 +93,20 @@ def render(sigma, rgb, dists):
     return torch.sum(weights[..., None] * rgb, dim=-2)
 
 
+MODELS = {"cnn": convnet, "lora": lora_gpt}
+
+
+def optimizer(workload, params):
+    """The workload's optimizer: Adam, or AdamW with its weight decay."""
+    if workload.optimizer == "adamw":
+        return torch.optim.AdamW(params, lr=workload.lr, weight_decay=workload.weight_decay)
+    return torch.optim.Adam(params, lr=workload.lr)
+
+
 def build(workload, tensors: dict, variant: str) -> RunState:
     if workload.name == "mlp":
         model = MLP(workload, tensors)
+        params = list(model.parameters())
         x = torch.from_numpy(tensors["x"])
         target = torch.from_numpy(tensors["target"])
 
@@ -102,6 +115,7 @@ def build(workload, tensors: dict, variant: str) -> RunState:
 
     elif workload.name == "nerf":
         model = NeRFMLP(workload, tensors)
+        params = list(model.parameters())
         enc = encode(torch.from_numpy(tensors["pts"]), workload.freqs)
         dists = torch.from_numpy(tensors["dists"])
         target = torch.from_numpy(tensors["target"])
@@ -119,12 +133,14 @@ def build(workload, tensors: dict, variant: str) -> RunState:
                 sigma, rgb = model(enc)
             return torch.nn.functional.mse_loss(render(sigma, rgb, dists), target)
 
+    elif workload.name in MODELS:
+        loss_fn, params = MODELS[workload.name].build(torch, workload, tensors, torch.from_numpy)
+
     else:
         raise Unsupported(f"torch has no {workload.name} model")
 
-    params = list(model.parameters())
     if variant == "hook":
-        optimizers = {p: torch.optim.Adam([p], lr=workload.lr) for p in params}
+        optimizers = {p: optimizer(workload, [p]) for p in params}
 
         def optimizer_hook(p):
             optimizers[p].step()
@@ -139,7 +155,7 @@ def build(workload, tensors: dict, variant: str) -> RunState:
             return loss.item()
 
     else:
-        opt = torch.optim.Adam(params, lr=workload.lr)
+        opt = optimizer(workload, params)
 
         def step():
             loss = loss_fn()
