@@ -431,12 +431,16 @@ RETURNS = {
     **dict.fromkeys(
         "_nn_avg_pool _nn_adaptive_avg_pool _nn_interpolate _nn_batch_norm".split(), "Tensor"
     ),
+    **dict.fromkeys(
         "_linalg_det _linalg_inv _linalg_svdvals _linalg_cholesky _linalg_eigvalsh "
         "_linalg_lu_solve _linalg_solve _linalg_solve_triangular".split(),
         "Tensor",
+    ),
+    **dict.fromkeys(
         "_linalg_inv_ex _linalg_slogdet _linalg_lu_factor _linalg_qr _linalg_cholesky_ex "
         "_linalg_solve_ex _linalg_eigh Tensor.slogdet".split(),
         "tuple[Tensor, Tensor]",
+    ),
     **dict.fromkeys("_linalg_lu_factor_ex _linalg_svd".split(), "tuple[Tensor, Tensor, Tensor]"),
     "_function_node": "None",
     "Tensor.backward": "None",

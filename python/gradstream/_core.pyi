@@ -513,6 +513,10 @@ class Tensor:
         `outer(input, vec2)`: outer product of two 1-D tensors.
         """
     def permute(self, *dims: _Dims) -> Tensor: ...
+    def positive(self) -> Tensor:
+        """
+        `self` itself, as PyTorch's `positive`; a bool tensor has no unary `+`.
+        """
     def pow(self, exponent: _Operand) -> Tensor: ...
     def pow_(self, exponent: _Operand) -> Tensor: ...
     def prod(self, dim: _int | None = ..., keepdim: _bool = ..., *, dtype: _Dtype | None = ...) -> Tensor:
@@ -751,6 +755,8 @@ __all__ = [
     'is_grad_enabled',
     '_set_grad_enabled',
     '_backward_calls',
+    '_autocast_dtype',
+    '_set_autocast_dtype',
     '_conv',
     '_conv_transpose',
     'tensor',
@@ -1048,6 +1054,10 @@ __all__ = [
     'unique',
     'unique_consecutive',
 ]
+def _autocast_dtype() -> dtype | None:
+    """
+    The lower-precision dtype of this thread's autocast region, or None outside one.
+    """
 def _backward_calls() -> _int:
     """
     How many backward rules have run in this process (tests of path pruning use it).
@@ -1325,6 +1335,10 @@ def _scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, att
 
     Returns:
         The attention output, (..., L, Ev).
+    """
+def _set_autocast_dtype(dtype: dtype | None) -> dtype | None:
+    """
+    Enter an autocast region in `dtype` (None leaves it); returns the previous dtype.
     """
 def _set_grad_enabled(enabled: _bool) -> None: ...
 def _set_memory_accounting_mode(mode: str) -> None:

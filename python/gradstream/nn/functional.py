@@ -18,14 +18,14 @@ from ._functional.activation import __all__ as _activation_all
 from ._functional.activation import logsigmoid
 from ._functional.attention import *  # noqa: F403
 from ._functional.attention import __all__ as _attention_all
+from ._functional.batch_norm import *  # noqa: F403
+from ._functional.batch_norm import __all__ as _batch_norm_all
 from ._functional.conv import *  # noqa: F403
 from ._functional.conv import __all__ as _conv_all
 from ._functional.distance import *  # noqa: F403
 from ._functional.distance import __all__ as _distance_all
 from ._functional.fold import *  # noqa: F403
 from ._functional.fold import __all__ as _fold_all
-from ._functional.batch_norm import *  # noqa: F403
-from ._functional.batch_norm import __all__ as _batch_norm_all
 from ._functional.interpolate import *  # noqa: F403
 from ._functional.interpolate import __all__ as _interpolate_all
 from ._functional.layers import *  # noqa: F403
