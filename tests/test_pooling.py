@@ -374,3 +374,52 @@ def test_modules_match_torch():
     for m, mt in pairs1:
         assert repr(m) == repr(mt)
         assert_close(m(gs.tensor(flat)), mt(torch.tensor(flat)), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("p", [1.0, 2.0, 3.0])
+@pytest.mark.parametrize("spatial", [1, 2])
+@settings(max_examples=15, deadline=None)
+@given(
+    n=st.integers(0, 2),
+    c=st.integers(1, 3),
+    size=st.integers(3, 7),
+    k=st.integers(1, 3),
+    stride=st.sampled_from([None, 1, 2]),
+    ceil=st.booleans(),
+)
+def test_lp_pool_matches_torch(p, spatial, n, c, size, k, stride, ceil):
+    shape = (n, c, size) if spatial == 1 else (n, c, size, size + 1)
+    x = np.random.default_rng(size).uniform(0.1, 2.0, shape)
+    g = gs.tensor(x, requires_grad=True)
+    t = torch.tensor(x, requires_grad=True)
+    name = f"lp_pool{spatial}d"
+    out = getattr(gs.nn.functional, name)(g, p, k, stride, ceil)
+    ref = getattr(torch.nn.functional, name)(t, p, k, stride, ceil)
+    np.testing.assert_allclose(out.detach().numpy(), ref.detach().numpy(), rtol=1e-10, atol=1e-12)
+    if ref.numel():
+        out.sum().backward()
+        ref.sum().backward()
+        np.testing.assert_allclose(g.grad.numpy(), t.grad.numpy(), rtol=1e-9, atol=1e-12)
+    module = (gs.nn.LPPool1d if spatial == 1 else gs.nn.LPPool2d)(p, k, stride, ceil)
+    np.testing.assert_allclose(module(g).detach().numpy(), ref.detach().numpy(), rtol=1e-10)
+
+
+def test_with_indices_forms_match_torch():
+    x = np.random.default_rng(0).standard_normal((2, 3, 8, 8))
+    for name, args in [
+        ("max_pool2d_with_indices", (2,)),
+        ("adaptive_max_pool2d_with_indices", (3,)),
+    ]:
+        out, idx = getattr(gs.nn.functional, name)(gs.tensor(x), *args)
+        ref, ridx = getattr(torch.nn.functional, name)(torch.tensor(x), *args)
+        np.testing.assert_array_equal(out.numpy(), ref.numpy())
+        np.testing.assert_array_equal(idx.numpy(), ridx.numpy())
+    x1 = x[:, :, 0]
+    for name, args in [
+        ("max_pool1d_with_indices", (3,)),
+        ("adaptive_max_pool1d_with_indices", (4,)),
+    ]:
+        out, idx = getattr(gs.nn.functional, name)(gs.tensor(x1), *args)
+        ref, ridx = getattr(torch.nn.functional, name)(torch.tensor(x1), *args)
+        np.testing.assert_array_equal(out.numpy(), ref.numpy())
+        np.testing.assert_array_equal(idx.numpy(), ridx.numpy())

@@ -10,6 +10,8 @@ from .._reduction import _check_tensor
 __all__ = [
     "max_pool1d", "max_pool2d", "avg_pool1d", "avg_pool2d", "adaptive_avg_pool1d",
     "adaptive_avg_pool2d", "adaptive_max_pool1d", "adaptive_max_pool2d",
+    "max_pool1d_with_indices", "max_pool2d_with_indices", "adaptive_max_pool1d_with_indices",
+    "adaptive_max_pool2d_with_indices", "lp_pool1d", "lp_pool2d",
 ]  # fmt: skip
 
 
@@ -153,3 +155,47 @@ def adaptive_max_pool2d(input: Tensor, output_size, return_indices: bool = False
     size = _adaptive_size("adaptive_max_pool2d", input, output_size, 2)
     out, idx = _core._nn_adaptive_max_pool(input, 2, size, return_indices)
     return (out, idx) if return_indices else out
+
+
+def max_pool1d_with_indices(
+    input: Tensor, kernel_size, stride=None, padding=0, dilation=1, ceil_mode: bool = False,
+    return_indices: bool = True,
+):  # fmt: skip
+    """``max_pool1d`` that returns the indices too (PyTorch's underlying form)."""
+    return max_pool1d(input, kernel_size, stride, padding, dilation, ceil_mode, True)
+
+
+def max_pool2d_with_indices(
+    input: Tensor, kernel_size, stride=None, padding=0, dilation=1, ceil_mode: bool = False,
+    return_indices: bool = True,
+):  # fmt: skip
+    """``max_pool2d`` that returns the indices too (PyTorch's underlying form)."""
+    return max_pool2d(input, kernel_size, stride, padding, dilation, ceil_mode, True)
+
+
+def adaptive_max_pool1d_with_indices(input: Tensor, output_size, return_indices: bool = True):
+    return adaptive_max_pool1d(input, output_size, True)
+
+
+def adaptive_max_pool2d_with_indices(input: Tensor, output_size, return_indices: bool = True):
+    return adaptive_max_pool2d(input, output_size, True)
+
+
+def _lp_pool(op: str, spatial: int, input, norm_type, kernel_size, stride, ceil_mode):
+    """PyTorch's power-average pooling: ``(sum over the window of x^p)^(1/p)``, as the
+    average of ``x^p`` times the window size (the sign/relu guard keeps a negative
+    average of an odd power from reaching a fractional root)."""
+    _check_tensor(op, "input", input)
+    k = _ints(op, "kernel_size", kernel_size, spatial)
+    avg = avg_pool1d if spatial == 1 else avg_pool2d
+    out = avg(input.pow(norm_type), k, stride if stride is not None else k, 0, ceil_mode)
+    window = k[0] if spatial == 1 else k[0] * k[1]
+    return (out.sign() * out.abs().relu()).mul(window).pow(1.0 / norm_type)
+
+
+def lp_pool1d(input: Tensor, norm_type, kernel_size, stride=None, ceil_mode: bool = False):
+    return _lp_pool("lp_pool1d", 1, input, norm_type, kernel_size, stride, ceil_mode)
+
+
+def lp_pool2d(input: Tensor, norm_type, kernel_size, stride=None, ceil_mode: bool = False):
+    return _lp_pool("lp_pool2d", 2, input, norm_type, kernel_size, stride, ceil_mode)
