@@ -3,6 +3,8 @@
 import numpy as np
 import pytest
 from helpers import assert_close, to_torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import gradstream as gs
 from gradstream.autograd import gradcheck
@@ -246,3 +248,32 @@ def test_dtype_errors_name_both_dtypes():
         gs.mm(gs.zeros(2, 2, dtype=gs.bool), gs.zeros(2, 2, dtype=gs.bool))
     with pytest.raises(RuntimeError, match=r"0D and 1D"):
         gs.tensor(1.0) @ gs.zeros(3)
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    batch=st.lists(st.integers(1, 3), min_size=1, max_size=3),
+    n=st.integers(1, 4),
+    k=st.integers(1, 4),
+    m=st.integers(1, 4),
+    perm_seed=st.integers(0, 1000),
+)
+def test_matmul_of_batched_views_in_any_layout_matches_torch(torch_ref, batch, n, k, m, perm_seed):
+    """Operands with several batch dims, their batch dims permuted (q.transpose(1, 2) @ k):
+    candle's gemm takes one batch stride, so they are flattened first."""
+    rng = np.random.default_rng(perm_seed)
+    perm = list(rng.permutation(len(batch)))
+    inv = list(np.argsort(perm))
+    a = rng.standard_normal([batch[p] for p in perm] + [n, k])
+    b = rng.standard_normal(batch + [k, m])
+    r = len(batch)
+    order = inv + [r, r + 1]
+    ga, ta = gs.tensor(a, requires_grad=True), torch_ref.tensor(a, requires_grad=True)
+    out = ga.permute(*order) @ gs.tensor(b)
+    ref = ta.permute(*order) @ torch_ref.tensor(b)
+    assert_close(out, ref, rtol=1e-10, atol=1e-10)
+    out.sum().backward()
+    ref.sum().backward()
+    assert_close(ga.grad, ta.grad, rtol=1e-10, atol=1e-10)

@@ -64,6 +64,19 @@ fn product_data(
         dims[r - 1] = b.dims()[r - 1];
         return candle_core::Tensor::zeros(dims, dtype.candle(), a.device()).op("matmul");
     }
+    if r > 3 {
+        // candle's gemm takes at most one batch dim with one stride (two when they
+        // collapse): flatten the batch dims (a view when they collapse, else a copy).
+        let batch: usize = a.dims()[..r - 2].iter().product();
+        let flat = |t: &candle_core::Tensor| {
+            let d = t.dims();
+            t.reshape((batch, d[r - 2], d[r - 1])).op("matmul")
+        };
+        let out = product_data(&flat(a)?, &flat(b)?, dtype)?;
+        let mut dims = a.dims()[..r - 1].to_vec();
+        dims.push(b.dims()[r - 1]);
+        return out.reshape(dims).op("matmul");
+    }
     if dtype == DType::BFloat16 && a.device().is_cpu() {
         // candle's CPU gemm has no bfloat16 kernel: multiply in float32, round once.
         let fa = cast_data(a, dtype, DType::Float32)?;
