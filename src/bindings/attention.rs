@@ -38,19 +38,21 @@ fn _scaled_dot_product_attention(
     enable_gqa: bool,
     generator: Option<&Obj<'_>>,
 ) -> PyResult<Tensor> {
-    let q = extract_tensor(OP, "query", query)?;
-    let k = extract_tensor(OP, "key", key)?;
-    let v = extract_tensor(OP, "value", value)?;
-    let m = opt_tensor(OP, "attn_mask", attn_mask)?;
-    let g = pick_generator(OP, generator)?;
-    let o = SdpaOptions {
-        dropout_p,
-        is_causal,
-        scale,
-        enable_gqa,
-    };
-    detached(py, || {
-        attention::scaled_dot_product_attention(&q, &k, &v, m.as_ref(), o, &g)
+    crate::bindings::op::guarded("scaled_dot_product_attention", || {
+        let q = extract_tensor(OP, "query", query)?;
+        let k = extract_tensor(OP, "key", key)?;
+        let v = extract_tensor(OP, "value", value)?;
+        let m = opt_tensor(OP, "attn_mask", attn_mask)?;
+        let g = pick_generator(OP, generator)?;
+        let o = SdpaOptions {
+            dropout_p,
+            is_causal,
+            scale,
+            enable_gqa,
+        };
+        detached(py, || {
+            attention::scaled_dot_product_attention(&q, &k, &v, m.as_ref(), o, &g)
+        })
     })
 }
 

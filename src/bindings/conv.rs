@@ -46,15 +46,17 @@ fn _conv(
     dilation: Vec<i64>,
     groups: i64,
 ) -> PyResult<Tensor> {
-    let op = op_name(false, spatial);
-    let (x, w, b) = operands(op, input, weight, bias)?;
-    let args = ConvArgs {
-        stride,
-        padding,
-        dilation,
-        groups,
-    };
-    Ok(conv::conv(&x, &w, b.as_ref(), spatial.clamp(1, 2), &args)?)
+    crate::bindings::op::guarded("conv", || {
+        let op = op_name(false, spatial);
+        let (x, w, b) = operands(op, input, weight, bias)?;
+        let args = ConvArgs {
+            stride,
+            padding,
+            dilation,
+            groups,
+        };
+        Ok(conv::conv(&x, &w, b.as_ref(), spatial.clamp(1, 2), &args)?)
+    })
 }
 
 /// A `spatial`-d transposed convolution (1 or 2); `output_padding` adds to one side of
@@ -73,22 +75,24 @@ fn _conv_transpose(
     groups: i64,
     dilation: Vec<i64>,
 ) -> PyResult<Tensor> {
-    let op = op_name(true, spatial);
-    let (x, w, b) = operands(op, input, weight, bias)?;
-    let args = ConvArgs {
-        stride,
-        padding,
-        dilation,
-        groups,
-    };
-    Ok(conv::conv_transpose(
-        &x,
-        &w,
-        b.as_ref(),
-        spatial.clamp(1, 2),
-        &args,
-        &output_padding,
-    )?)
+    crate::bindings::op::guarded("conv_transpose", || {
+        let op = op_name(true, spatial);
+        let (x, w, b) = operands(op, input, weight, bias)?;
+        let args = ConvArgs {
+            stride,
+            padding,
+            dilation,
+            groups,
+        };
+        Ok(conv::conv_transpose(
+            &x,
+            &w,
+            b.as_ref(),
+            spatial.clamp(1, 2),
+            &args,
+            &output_padding,
+        )?)
+    })
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -13,15 +13,19 @@ use crate::tensor::Tensor;
 /// `linalg.inv_ex(A)`: `(inverse, info)`.
 #[pyfunction]
 fn _linalg_inv_ex(py: Python<'_>, a: &Obj<'_>) -> PyResult<(Tensor, Tensor)> {
-    let a = extract_tensor("linalg.inv_ex", "A", a)?;
-    detached(py, || dec::inv_ex(&a))
+    crate::bindings::op::guarded("linalg.inv_ex", || {
+        let a = extract_tensor("linalg.inv_ex", "A", a)?;
+        detached(py, || dec::inv_ex(&a))
+    })
 }
 
 /// `linalg.inv(A)`: raises LinAlgError for a singular matrix.
 #[pyfunction]
 fn _linalg_inv(py: Python<'_>, a: &Obj<'_>) -> PyResult<Tensor> {
-    let a = extract_tensor("linalg.inv", "A", a)?;
-    detached(py, || dec::inv(&a))
+    crate::bindings::op::guarded("linalg.inv", || {
+        let a = extract_tensor("linalg.inv", "A", a)?;
+        detached(py, || dec::inv(&a))
+    })
 }
 
 /// `linalg.solve_ex(A, B, *, left=True)`: `(X, info)`.
@@ -33,48 +37,60 @@ fn _linalg_solve_ex(
     b: &Obj<'_>,
     left: bool,
 ) -> PyResult<(Tensor, Tensor)> {
-    let a = extract_tensor("linalg.solve_ex", "A", a)?;
-    let b = extract_tensor("linalg.solve_ex", "B", b)?;
-    detached(py, || dec::solve_ex(&a, &b, left))
+    crate::bindings::op::guarded("linalg.solve_ex", || {
+        let a = extract_tensor("linalg.solve_ex", "A", a)?;
+        let b = extract_tensor("linalg.solve_ex", "B", b)?;
+        detached(py, || dec::solve_ex(&a, &b, left))
+    })
 }
 
 /// `linalg.solve(A, B, *, left=True)`.
 #[pyfunction]
 #[pyo3(signature = (a, b, *, left=true))]
 fn _linalg_solve(py: Python<'_>, a: &Obj<'_>, b: &Obj<'_>, left: bool) -> PyResult<Tensor> {
-    let a = extract_tensor("linalg.solve", "A", a)?;
-    let b = extract_tensor("linalg.solve", "B", b)?;
-    detached(py, || dec::solve(&a, &b, left))
+    crate::bindings::op::guarded("linalg.solve", || {
+        let a = extract_tensor("linalg.solve", "A", a)?;
+        let b = extract_tensor("linalg.solve", "B", b)?;
+        detached(py, || dec::solve(&a, &b, left))
+    })
 }
 
 /// `linalg.det(A)`.
 #[pyfunction]
 fn _linalg_det(py: Python<'_>, a: &Obj<'_>) -> PyResult<Tensor> {
-    let a = extract_tensor("linalg.det", "A", a)?;
-    detached(py, || dec::det(&a))
+    crate::bindings::op::guarded("linalg.det", || {
+        let a = extract_tensor("linalg.det", "A", a)?;
+        detached(py, || dec::det(&a))
+    })
 }
 
 /// `linalg.slogdet(A)`: `(sign, logabsdet)`.
 #[pyfunction]
 fn _linalg_slogdet(py: Python<'_>, a: &Obj<'_>) -> PyResult<(Tensor, Tensor)> {
-    let a = extract_tensor("linalg.slogdet", "A", a)?;
-    detached(py, || dec::slogdet(&a))
+    crate::bindings::op::guarded("linalg.slogdet", || {
+        let a = extract_tensor("linalg.slogdet", "A", a)?;
+        detached(py, || dec::slogdet(&a))
+    })
 }
 
 /// `linalg.cholesky_ex(A, *, upper=False)`: `(L, info)`.
 #[pyfunction]
 #[pyo3(signature = (a, *, upper=false))]
 fn _linalg_cholesky_ex(py: Python<'_>, a: &Obj<'_>, upper: bool) -> PyResult<(Tensor, Tensor)> {
-    let a = extract_tensor("linalg.cholesky_ex", "A", a)?;
-    detached(py, || dec::cholesky_ex(&a, upper))
+    crate::bindings::op::guarded("linalg.cholesky_ex", || {
+        let a = extract_tensor("linalg.cholesky_ex", "A", a)?;
+        detached(py, || dec::cholesky_ex(&a, upper))
+    })
 }
 
 /// `linalg.cholesky(A, *, upper=False)`.
 #[pyfunction]
 #[pyo3(signature = (a, *, upper=false))]
 fn _linalg_cholesky(py: Python<'_>, a: &Obj<'_>, upper: bool) -> PyResult<Tensor> {
-    let a = extract_tensor("linalg.cholesky", "A", a)?;
-    detached(py, || dec::cholesky(&a, upper))
+    crate::bindings::op::guarded("linalg.cholesky", || {
+        let a = extract_tensor("linalg.cholesky", "A", a)?;
+        detached(py, || dec::cholesky(&a, upper))
+    })
 }
 
 /// `linalg.solve_triangular(A, B, *, upper, left=True, unitriangular=False)`.
@@ -88,25 +104,31 @@ fn _linalg_solve_triangular(
     left: bool,
     unitriangular: bool,
 ) -> PyResult<Tensor> {
-    let a = extract_tensor("linalg.solve_triangular", "A", a)?;
-    let b = extract_tensor("linalg.solve_triangular", "B", b)?;
-    detached(py, || {
-        dec::solve_triangular(&a, &b, upper, left, unitriangular)
+    crate::bindings::op::guarded("linalg.solve_triangular", || {
+        let a = extract_tensor("linalg.solve_triangular", "A", a)?;
+        let b = extract_tensor("linalg.solve_triangular", "B", b)?;
+        detached(py, || {
+            dec::solve_triangular(&a, &b, upper, left, unitriangular)
+        })
     })
 }
 
 /// `linalg.lu_factor_ex(A)`: `(LU, pivots, info)`.
 #[pyfunction]
 fn _linalg_lu_factor_ex(py: Python<'_>, a: &Obj<'_>) -> PyResult<(Tensor, Tensor, Tensor)> {
-    let a = extract_tensor("linalg.lu_factor_ex", "A", a)?;
-    detached(py, || dec::lu_factor_ex(&a))
+    crate::bindings::op::guarded("linalg.lu_factor_ex", || {
+        let a = extract_tensor("linalg.lu_factor_ex", "A", a)?;
+        detached(py, || dec::lu_factor_ex(&a))
+    })
 }
 
 /// `linalg.lu_factor(A)`: `(LU, pivots)`; raises for an exactly singular U.
 #[pyfunction]
 fn _linalg_lu_factor(py: Python<'_>, a: &Obj<'_>) -> PyResult<(Tensor, Tensor)> {
-    let a = extract_tensor("linalg.lu_factor", "A", a)?;
-    detached(py, || dec::lu_factor(&a))
+    crate::bindings::op::guarded("linalg.lu_factor", || {
+        let a = extract_tensor("linalg.lu_factor", "A", a)?;
+        detached(py, || dec::lu_factor(&a))
+    })
 }
 
 /// `linalg.lu_solve(LU, pivots, B, *, left=True, adjoint=False)`.
@@ -120,18 +142,22 @@ fn _linalg_lu_solve(
     left: bool,
     adjoint: bool,
 ) -> PyResult<Tensor> {
-    let lu = extract_tensor("linalg.lu_solve", "LU", lu)?;
-    let p = extract_tensor("linalg.lu_solve", "pivots", pivots)?;
-    let b = extract_tensor("linalg.lu_solve", "B", b)?;
-    detached(py, || dec::lu_solve(&lu, &p, &b, left, adjoint))
+    crate::bindings::op::guarded("linalg.lu_solve", || {
+        let lu = extract_tensor("linalg.lu_solve", "LU", lu)?;
+        let p = extract_tensor("linalg.lu_solve", "pivots", pivots)?;
+        let b = extract_tensor("linalg.lu_solve", "B", b)?;
+        detached(py, || dec::lu_solve(&lu, &p, &b, left, adjoint))
+    })
 }
 
 /// `linalg.qr(A, mode='reduced')`: `(Q, R)`.
 #[pyfunction]
 #[pyo3(signature = (a, mode="reduced"))]
 fn _linalg_qr(py: Python<'_>, a: &Obj<'_>, mode: &str) -> PyResult<(Tensor, Tensor)> {
-    let a = extract_tensor("linalg.qr", "A", a)?;
-    detached(py, || spectral::qr(&a, mode))
+    crate::bindings::op::guarded("linalg.qr", || {
+        let a = extract_tensor("linalg.qr", "A", a)?;
+        detached(py, || spectral::qr(&a, mode))
+    })
 }
 
 /// `linalg.svd(A, full_matrices=True)`: `(U, S, Vh)`.
@@ -142,31 +168,39 @@ fn _linalg_svd(
     a: &Obj<'_>,
     full_matrices: bool,
 ) -> PyResult<(Tensor, Tensor, Tensor)> {
-    let a = extract_tensor("linalg.svd", "A", a)?;
-    detached(py, || spectral::svd(&a, full_matrices))
+    crate::bindings::op::guarded("linalg.svd", || {
+        let a = extract_tensor("linalg.svd", "A", a)?;
+        detached(py, || spectral::svd(&a, full_matrices))
+    })
 }
 
 /// `linalg.svdvals(A)`.
 #[pyfunction]
 fn _linalg_svdvals(py: Python<'_>, a: &Obj<'_>) -> PyResult<Tensor> {
-    let a = extract_tensor("linalg.svdvals", "A", a)?;
-    detached(py, || spectral::svdvals(&a))
+    crate::bindings::op::guarded("linalg.svdvals", || {
+        let a = extract_tensor("linalg.svdvals", "A", a)?;
+        detached(py, || spectral::svdvals(&a))
+    })
 }
 
 /// `linalg.eigh(A, UPLO='L')`: `(eigenvalues, eigenvectors)`.
 #[pyfunction]
 #[pyo3(signature = (a, uplo="L"))]
 fn _linalg_eigh(py: Python<'_>, a: &Obj<'_>, uplo: &str) -> PyResult<(Tensor, Tensor)> {
-    let a = extract_tensor("linalg.eigh", "A", a)?;
-    detached(py, || spectral::eigh(&a, uplo))
+    crate::bindings::op::guarded("linalg.eigh", || {
+        let a = extract_tensor("linalg.eigh", "A", a)?;
+        detached(py, || spectral::eigh(&a, uplo))
+    })
 }
 
 /// `linalg.eigvalsh(A, UPLO='L')`.
 #[pyfunction]
 #[pyo3(signature = (a, uplo="L"))]
 fn _linalg_eigvalsh(py: Python<'_>, a: &Obj<'_>, uplo: &str) -> PyResult<Tensor> {
-    let a = extract_tensor("linalg.eigvalsh", "A", a)?;
-    detached(py, || spectral::eigvalsh(&a, uplo))
+    crate::bindings::op::guarded("linalg.eigvalsh", || {
+        let a = extract_tensor("linalg.eigvalsh", "A", a)?;
+        detached(py, || spectral::eigvalsh(&a, uplo))
+    })
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -55,16 +55,18 @@ fn _nn_max_pool(
     ceil_mode: bool,
     return_indices: bool,
 ) -> PyResult<(Tensor, Option<Tensor>)> {
-    let op = pool_name("max", spatial)?;
-    let x = extract_tensor(op, "input", input)?;
-    let a = PoolArgs {
-        kernel: pair(op, "kernel_size", &kernel_size)?,
-        stride: pair(op, "stride", &stride)?,
-        padding: pair(op, "padding", &padding)?,
-        dilation: pair(op, "dilation", &dilation)?,
-        ceil_mode,
-    };
-    Ok(pool::max_pool(op, &x, spatial, &a, return_indices)?)
+    crate::bindings::op::guarded("max_pool", || {
+        let op = pool_name("max", spatial)?;
+        let x = extract_tensor(op, "input", input)?;
+        let a = PoolArgs {
+            kernel: pair(op, "kernel_size", &kernel_size)?,
+            stride: pair(op, "stride", &stride)?,
+            padding: pair(op, "padding", &padding)?,
+            dilation: pair(op, "dilation", &dilation)?,
+            ceil_mode,
+        };
+        Ok(pool::max_pool(op, &x, spatial, &a, return_indices)?)
+    })
 }
 
 /// `avg_pool1d` (spatial=1) or `avg_pool2d`.
@@ -81,20 +83,22 @@ fn _nn_avg_pool(
     count_include_pad: bool,
     divisor_override: Option<i64>,
 ) -> PyResult<Tensor> {
-    let op = pool_name("avg", spatial)?;
-    let x = extract_tensor(op, "input", input)?;
-    let a = PoolArgs {
-        kernel: pair(op, "kernel_size", &kernel_size)?,
-        stride: pair(op, "stride", &stride)?,
-        padding: pair(op, "padding", &padding)?,
-        dilation: [1, 1],
-        ceil_mode,
-    };
-    let avg = AvgArgs {
-        count_include_pad,
-        divisor_override,
-    };
-    Ok(pool::avg_pool(op, &x, spatial, &a, avg)?)
+    crate::bindings::op::guarded("avg_pool", || {
+        let op = pool_name("avg", spatial)?;
+        let x = extract_tensor(op, "input", input)?;
+        let a = PoolArgs {
+            kernel: pair(op, "kernel_size", &kernel_size)?,
+            stride: pair(op, "stride", &stride)?,
+            padding: pair(op, "padding", &padding)?,
+            dilation: [1, 1],
+            ceil_mode,
+        };
+        let avg = AvgArgs {
+            count_include_pad,
+            divisor_override,
+        };
+        Ok(pool::avg_pool(op, &x, spatial, &a, avg)?)
+    })
 }
 
 /// `adaptive_avg_pool1d` (spatial=1) or `adaptive_avg_pool2d` to `output_size` (H, W).
@@ -104,20 +108,22 @@ fn _nn_adaptive_avg_pool(
     spatial: usize,
     output_size: Vec<i64>,
 ) -> PyResult<Tensor> {
-    let op = pool_name("adaptive_avg", spatial)?;
-    let x = extract_tensor(op, "input", input)?;
-    let [h, w] = pair(op, "output_size", &output_size)?;
-    if h < 0 || w < 0 {
-        return Err(PyValueError::new_err(format!(
-            "{op}: output_size must be non-negative, got {output_size:?}"
-        )));
-    }
-    Ok(pool::adaptive_avg_pool(
-        op,
-        &x,
-        spatial,
-        [h as usize, w as usize],
-    )?)
+    crate::bindings::op::guarded("adaptive_avg_pool", || {
+        let op = pool_name("adaptive_avg", spatial)?;
+        let x = extract_tensor(op, "input", input)?;
+        let [h, w] = pair(op, "output_size", &output_size)?;
+        if h < 0 || w < 0 {
+            return Err(PyValueError::new_err(format!(
+                "{op}: output_size must be non-negative, got {output_size:?}"
+            )));
+        }
+        Ok(pool::adaptive_avg_pool(
+            op,
+            &x,
+            spatial,
+            [h as usize, w as usize],
+        )?)
+    })
 }
 
 /// `adaptive_max_pool1d` (spatial=1) or `adaptive_max_pool2d` to `output_size` (H, W):
@@ -129,21 +135,23 @@ fn _nn_adaptive_max_pool(
     output_size: Vec<i64>,
     return_indices: bool,
 ) -> PyResult<(Tensor, Option<Tensor>)> {
-    let op = pool_name("adaptive_max", spatial)?;
-    let x = extract_tensor(op, "input", input)?;
-    let [h, w] = pair(op, "output_size", &output_size)?;
-    if h < 0 || w < 0 {
-        return Err(PyValueError::new_err(format!(
-            "{op}: output_size must be non-negative, got {output_size:?}"
-        )));
-    }
-    Ok(pool::adaptive_max_pool(
-        op,
-        &x,
-        spatial,
-        [h as usize, w as usize],
-        return_indices,
-    )?)
+    crate::bindings::op::guarded("adaptive_max_pool", || {
+        let op = pool_name("adaptive_max", spatial)?;
+        let x = extract_tensor(op, "input", input)?;
+        let [h, w] = pair(op, "output_size", &output_size)?;
+        if h < 0 || w < 0 {
+            return Err(PyValueError::new_err(format!(
+                "{op}: output_size must be non-negative, got {output_size:?}"
+            )));
+        }
+        Ok(pool::adaptive_max_pool(
+            op,
+            &x,
+            spatial,
+            [h as usize, w as usize],
+            return_indices,
+        )?)
+    })
 }
 
 /// `interpolate` of (N, C, L) (spatial=1) or (N, C, H, W) input to `size` (H, W) with
@@ -158,41 +166,43 @@ fn _nn_interpolate(
     mode: &str,
     align_corners: bool,
 ) -> PyResult<Tensor> {
-    let op = pool_name("interpolate", spatial)?;
-    let x = extract_tensor(op, "input", input)?;
-    let [h, w] = pair(op, "size", &size)?;
-    if h < 0 || w < 0 {
-        return Err(PyValueError::new_err(format!(
-            "interpolate: output size must be non-negative, got {size:?}"
-        )));
-    }
-    let scales = match scales.as_slice() {
-        &[a, b] => [a, b],
-        _ => {
-            return Err(PyValueError::new_err(
-                "interpolate: expected two scale factors",
-            ))
-        }
-    };
-    let mode = match mode {
-        "nearest" => Mode::Nearest,
-        "nearest-exact" => Mode::NearestExact,
-        "linear" => Mode::Linear,
-        other => {
+    crate::bindings::op::guarded("interpolate", || {
+        let op = pool_name("interpolate", spatial)?;
+        let x = extract_tensor(op, "input", input)?;
+        let [h, w] = pair(op, "size", &size)?;
+        if h < 0 || w < 0 {
             return Err(PyValueError::new_err(format!(
-                "interpolate: unknown mode '{other}'"
-            )))
+                "interpolate: output size must be non-negative, got {size:?}"
+            )));
         }
-    };
-    Ok(interpolate(
-        op,
-        &x,
-        spatial,
-        [h as usize, w as usize],
-        scales,
-        mode,
-        align_corners,
-    )?)
+        let scales = match scales.as_slice() {
+            &[a, b] => [a, b],
+            _ => {
+                return Err(PyValueError::new_err(
+                    "interpolate: expected two scale factors",
+                ))
+            }
+        };
+        let mode = match mode {
+            "nearest" => Mode::Nearest,
+            "nearest-exact" => Mode::NearestExact,
+            "linear" => Mode::Linear,
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "interpolate: unknown mode '{other}'"
+                )))
+            }
+        };
+        Ok(interpolate(
+            op,
+            &x,
+            spatial,
+            [h as usize, w as usize],
+            scales,
+            mode,
+            align_corners,
+        )?)
+    })
 }
 
 /// `batch_norm`: batch statistics when `training` (updating the running buffers in place
@@ -210,25 +220,27 @@ fn _nn_batch_norm(
     momentum: f64,
     eps: f64,
 ) -> PyResult<Tensor> {
-    let op = "batch_norm";
-    let x = extract_tensor(op, "input", input)?;
-    let rm = opt_tensor(op, "running_mean", running_mean)?;
-    let rv = opt_tensor(op, "running_var", running_var)?;
-    let w = opt_tensor(op, "weight", weight)?;
-    let b = opt_tensor(op, "bias", bias)?;
-    let running = Running {
-        mean: rm.as_ref(),
-        var: rv.as_ref(),
-        momentum,
-    };
-    Ok(batch_norm(
-        &x,
-        running,
-        w.as_ref(),
-        b.as_ref(),
-        training,
-        eps,
-    )?)
+    crate::bindings::op::guarded("batch_norm", || {
+        let op = "batch_norm";
+        let x = extract_tensor(op, "input", input)?;
+        let rm = opt_tensor(op, "running_mean", running_mean)?;
+        let rv = opt_tensor(op, "running_var", running_var)?;
+        let w = opt_tensor(op, "weight", weight)?;
+        let b = opt_tensor(op, "bias", bias)?;
+        let running = Running {
+            mean: rm.as_ref(),
+            var: rv.as_ref(),
+            momentum,
+        };
+        Ok(batch_norm(
+            &x,
+            running,
+            w.as_ref(),
+            b.as_ref(),
+            training,
+            eps,
+        )?)
+    })
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
