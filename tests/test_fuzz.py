@@ -7,8 +7,8 @@ or mismatched sizes, indices out of bounds, operands that broadcast and operands
 Both libraries run the same call; they must agree on the exception class when PyTorch
 raises, and otherwise on dtype, shape, values and the input's gradient.
 
-CI runs a fixed sample; ``pytest --hypothesis-profile=long tests/test_fuzz.py`` draws 1,000
-examples per op.
+CI runs a fixed sample (the default profile: 100 derandomized examples per op);
+``pytest --hypothesis-profile=long tests/test_fuzz.py`` draws 1,000 fresh examples per op.
 """
 
 from __future__ import annotations
@@ -401,12 +401,23 @@ TORCH_QUIRKS = {
         ),
         "raises IndexError or RuntimeError for an index out of bounds, by code path",
     ),
+    **dict.fromkeys(
+        ["matmul(tensor)", "mm(tensor)", "bmm(tensor)"],
+        (
+            lambda shape, dtype, a: 0 in shape or 0 in a["other"][0],
+            "multiplies empty operands of any dtypes (an early exit before its dtype checks)",
+        ),
+    ),
     "expand": (
-        lambda shape, dtype, a: shape == () and -1 in a["sizes"],
-        "accepts a -1 size in a new leading dim of a 0-d tensor",
+        lambda shape, dtype, a: (shape == () and -1 in a["sizes"]) or 0 in shape,
+        "accepts a -1 size in a new leading dim of a 0-d tensor, and negative sizes when "
+        "the tensor is empty",
     ),
 }
 
+
+# Ops whose gradient goes to one of several equal elements, PyTorch not saying which.
+TIE_SENSITIVE = {"topk", "kthvalue", "sort(dim)", "max(dim)", "min(dim)", "msort"}
 
 # gradstream's own known differences, each to be fixed in its op: op -> (the case, what
 # differs). Only the exact case is skipped; every other draw of the op is compared.
@@ -478,7 +489,7 @@ def _float_outputs(value) -> list:
 
 
 @pytest.mark.parametrize("op", list(OPS))
-@settings(max_examples=30, deadline=None, database=None)
+@settings(deadline=None, database=None)
 @given(data_=st.data())
 def test_op_matches_pytorch_on_random_input(op, data_):
     shape, dtype, layout, args, seed = data_.draw(cases(op))
@@ -500,6 +511,9 @@ def test_op_matches_pytorch_on_random_input(op, data_):
     compare(ours, ref, what, terms=terms)
     if not grad or ref.error is not None:
         return
+    values = x_ref.detach().flatten()
+    if op in TIE_SENSITIVE and values.unique().numel() < values.numel():
+        return  # which of equal elements gets the gradient is unspecified
     outs_ref = [o for o in _float_outputs(ref.value) if o.requires_grad]
     if not outs_ref:
         return

@@ -784,6 +784,8 @@ pub fn addc(op: BinaryOp, input: &Tensor, t1: &Tensor, t2: &Tensor, value: f64) 
     } else {
         "addcmul"
     };
+    let shape = broadcast_shape(name, &input.dims(), &t1.dims())?;
+    broadcast_shape(name, &shape, &t2.dims())?;
     if dtype == DType::Bool {
         return Err(Error::NotImplemented(format!(
             "{name}: not implemented for 'Bool' (shapes {}, {} and {})",

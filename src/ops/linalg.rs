@@ -168,13 +168,14 @@ pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
             "matmul: both arguments to matmul need to be at least 1D, but they are {ra}D and {rb}D"
         )));
     }
-    check_dtypes("matmul", a, b)?;
-    let dtype = result_dtype(&[a.into(), b.into()]);
-    let ts = promote(&[a.into(), b.into()], dtype)?;
-    let (a, b) = (&ts[0], &ts[1]);
-    let a2 = if ra == 1 { unsqueeze(a, 0)? } else { a.clone() };
-    let b2 = if rb == 1 { unsqueeze(b, 1)? } else { b.clone() };
-    let (ad, bd) = (a2.dims(), b2.dims());
+    // Shapes first, then dtypes, as PyTorch checks them.
+    let (mut ad, mut bd) = (a.dims(), b.dims());
+    if ra == 1 {
+        ad.insert(0, 1);
+    }
+    if rb == 1 {
+        bd.push(1);
+    }
     let (n, k1) = (ad[ad.len() - 2], ad[ad.len() - 1]);
     let (k2, m) = (bd[bd.len() - 2], bd[bd.len() - 1]);
     if k1 != k2 {
@@ -196,6 +197,12 @@ pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
                 shape_str(&b.dims())
             ))
         })?;
+    check_dtypes("matmul", a, b)?;
+    let dtype = result_dtype(&[a.into(), b.into()]);
+    let ts = promote(&[a.into(), b.into()], dtype)?;
+    let (a, b) = (&ts[0], &ts[1]);
+    let a2 = if ra == 1 { unsqueeze(a, 0)? } else { a.clone() };
+    let b2 = if rb == 1 { unsqueeze(b, 1)? } else { b.clone() };
     if ra == 2 && rb == 2 {
         return batched_mm("MmBackward0", a, b);
     }
@@ -252,7 +259,6 @@ fn require_rank(op: &str, what: &str, t: &Tensor, rank: usize, kind: &str) -> Re
 fn check_matrices(op: &str, (an, a): (&str, &Tensor), (bn, b): (&str, &Tensor)) -> Result<()> {
     require_rank(op, an, a, 2, "matrix")?;
     require_rank(op, bn, b, 2, "matrix")?;
-    check_dtypes(op, a, b)?;
     let (ad, bd) = (a.dims(), b.dims());
     if ad[1] != bd[0] {
         return Err(Error::shape(format!(
@@ -260,7 +266,7 @@ fn check_matrices(op: &str, (an, a): (&str, &Tensor), (bn, b): (&str, &Tensor)) 
             ad[0], ad[1], bd[0], bd[1]
         )));
     }
-    Ok(())
+    check_dtypes(op, a, b)
 }
 
 /// `mm(a, b)`: (n, k) @ (k, m), no broadcasting.
@@ -275,7 +281,6 @@ pub fn bmm(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     let (a, b) = (&autocast::lower(a)?, &autocast::lower(b)?);
     require_rank("bmm", "batch1", a, 3, "3D tensor")?;
     require_rank("bmm", "batch2", b, 3, "3D tensor")?;
-    check_dtypes("bmm", a, b)?;
     let (ad, bd) = (a.dims(), b.dims());
     if ad[0] != bd[0] || ad[2] != bd[1] {
         return Err(Error::shape(format!(
@@ -289,6 +294,7 @@ pub fn bmm(a: &Tensor, b: &Tensor) -> Result<Tensor> {
             shape_str(&bd)
         )));
     }
+    check_dtypes("bmm", a, b)?;
     batched_mm("BmmBackward0", a, b)
 }
 
