@@ -127,6 +127,13 @@ pub fn scaled_dot_product_attention(
     o: SdpaOptions,
     gen: &Generator,
 ) -> Result<Tensor> {
+    let (q, k, v) = (
+        &crate::autocast::lower(q)?,
+        &crate::autocast::lower(k)?,
+        &crate::autocast::lower(v)?,
+    );
+    let mask = mask.map(crate::autocast::lower).transpose()?;
+    let mask = mask.as_ref();
     plan::check(q, k, v, mask, o.is_causal)?;
     if o.dropout_p > 1.0 {
         return Err(crate::error::Error::runtime(format!(

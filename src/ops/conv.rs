@@ -213,6 +213,9 @@ pub fn conv(
     spatial: usize,
     a: &ConvArgs,
 ) -> Result<Tensor> {
+    let (x, w) = (&crate::autocast::lower(x)?, &crate::autocast::lower(w)?);
+    let b = b.map(crate::autocast::lower).transpose()?;
+    let b = b.as_ref();
     let op = if spatial == 1 { "conv1d" } else { "conv2d" };
     let (xb, unbatched) = check_common(op, x, w, spatial, a)?;
     let (xd, wd) = (xb.dims(), w.dims());
@@ -286,6 +289,9 @@ pub fn conv_transpose(
     a: &ConvArgs,
     output_padding: &[i64],
 ) -> Result<Tensor> {
+    let (x, w) = (&crate::autocast::lower(x)?, &crate::autocast::lower(w)?);
+    let b = b.map(crate::autocast::lower).transpose()?;
+    let b = b.as_ref();
     let op = if spatial == 1 {
         "conv_transpose1d"
     } else {
