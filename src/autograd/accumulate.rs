@@ -37,6 +37,16 @@ impl AccumulateGrad {
         let Some(leaf) = self.leaf.upgrade().map(Tensor) else {
             return Ok(());
         };
+        // As PyTorch's engine does (validate_outputs), a gradient takes its leaf's dtype: a
+        // mixed-precision op (autocast, batch norm on bfloat16 input) may compute it in another.
+        let grad = if grad.dtype() != leaf.dtype()
+            && grad.dtype().is_floating_point()
+            && leaf.dtype().is_floating_point()
+        {
+            ops::convert::to_dtype(&grad, leaf.dtype())?
+        } else {
+            grad
+        };
         let hooks = handles(&leaf.0.meta.lock().grad_hooks);
         let grad = run_hooks(&hooks, grad)?;
         if let Some(consumer) = consumer {
