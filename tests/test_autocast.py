@@ -290,3 +290,18 @@ def test_a_parameter_changed_in_place_before_backward_is_caught():
         model[2].weight.mul_(2.0)
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         loss.backward()
+
+
+def test_convolution_and_attention_run_in_bfloat16_like_pytorch():
+    (gx, tx), (gw, tw) = _pair(2, 3, 8, 8, seed=11), _pair(4, 3, 3, 3, seed=12)
+    (gq, tq) = _pair(2, 2, 5, 4, seed=13)
+    with gs.autocast("cpu"):
+        conv = gs.nn.functional.conv2d(gx, gw, padding=1)
+        attn = gs.nn.functional.scaled_dot_product_attention(gq, gq, gq, is_causal=True)
+    with torch.autocast("cpu"):
+        tconv = torch.nn.functional.conv2d(tx, tw, padding=1)
+        tattn = torch.nn.functional.scaled_dot_product_attention(tq, tq, tq, is_causal=True)
+    assert conv.dtype == gs.bfloat16 and tconv.dtype == torch.bfloat16
+    assert attn.dtype == gs.bfloat16 and tattn.dtype == torch.bfloat16
+    _bf16_close(conv, tconv, terms=27)
+    _bf16_close(attn, tattn, terms=5)

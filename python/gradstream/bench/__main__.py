@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from . import report, runner, workloads
-from .systems import BY_NAME
+from .systems import AUTOCAST, BY_NAME
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -54,6 +54,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="use the candle program only if already built",
     )
+    p.add_argument(
+        "--autocast",
+        action="store_true",
+        help="also run torch and gradstream with the forward under autocast (bfloat16)",
+    )
     p.add_argument("--plain-progress", action="store_true", help="line progress, not tqdm")
     return p.parse_args(argv)
 
@@ -61,6 +66,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def config(args: argparse.Namespace) -> runner.Config:
     wls = [w for w in args.workloads.split(",") if w]
     systems = [s for s in args.systems.split(",") if s]
+    if args.autocast:
+        systems += [s for s in AUTOCAST if s not in systems]
     for w in wls:
         if w not in workloads.WORKLOADS:
             raise SystemExit(f"unknown workload {w!r}; known: {', '.join(workloads.WORKLOADS)}")

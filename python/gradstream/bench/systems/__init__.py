@@ -74,7 +74,19 @@ SYSTEMS: list[System] = [
         "gradstream-checkpoint", "python", "gradstream_impl", "checkpoint", frozenset({"nerf"}),
         note="gradstream: the NeRF MLP checkpointed per chunk of points",
     ),
+    System(
+        "torch-autocast", "python", "torch_impl", "autocast", frozenset({"mlp", "cnn", "lora"}),
+        note="PyTorch: the forward and loss under torch.autocast('cpu', bfloat16), Adam step",
+    ),
+    System(
+        "gradstream-autocast", "python", "gradstream_impl", "autocast",
+        frozenset({"mlp", "cnn", "lora"}),
+        note="gradstream: the forward and loss under autocast('cpu', bfloat16), Adam in backward",
+    ),
 ]  # fmt: skip
+
+# Run only when asked for (`--autocast`): mixed precision changes the losses a little.
+AUTOCAST = [s.name for s in SYSTEMS if s.variant == "autocast"]
 
 BY_NAME = {s.name: s for s in SYSTEMS}
 

@@ -75,6 +75,8 @@ def missing(variant: str, workload: str | None = None) -> str | None:
             params = {}
         if "in_backward" not in params:
             return f"needs gradstream.optim.{adam_name}(..., in_backward=True) (not built yet)"
+    if variant == "autocast" and not hasattr(torch, "autocast"):
+        return "needs gradstream.autocast (not built yet)"
     if variant == "checkpoint":
         ckpt = getattr(getattr(torch, "utils", None), "checkpoint", None)
         if ckpt is None or not hasattr(ckpt, "checkpoint_chunks"):
@@ -198,7 +200,14 @@ def _build(workload, tensors: dict, variant: str) -> RunState:
     if workload.name in ("mlp", "nerf"):
         params = [p for layer in layers for p in layer.parameters()]
 
-    if variant in ("in_backward", "checkpoint"):
+    if variant == "autocast":
+        full_precision_loss = loss_fn
+
+        def loss_fn():
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                return full_precision_loss()
+
+    if variant in ("in_backward", "checkpoint", "autocast"):
         opt = optimizer(workload, params, in_backward=True)
 
         def step(opt=opt):  # the optimizer lives as long as the step; backward steps it

@@ -139,6 +139,13 @@ def build(workload, tensors: dict, variant: str) -> RunState:
     else:
         raise Unsupported(f"torch has no {workload.name} model")
 
+    if variant == "autocast":
+        full_precision_loss = loss_fn
+
+        def loss_fn():
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                return full_precision_loss()
+
     if variant == "hook":
         optimizers = {p: optimizer(workload, [p]) for p in params}
 
