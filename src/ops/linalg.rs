@@ -27,9 +27,17 @@ fn check_dtypes(op: &str, a: &Tensor, b: &Tensor) -> Result<()> {
             shape_str(&b.dims())
         )));
     }
+    refuse_bool(op, a, b)
+}
+
+/// Bool operands have no product. The batched products (`bmm`, a batched `matmul`) check this
+/// before a dtype mismatch, the 2-D ones after it, as PyTorch's kernels do.
+fn refuse_bool(op: &str, a: &Tensor, b: &Tensor) -> Result<()> {
     if a.dtype() == DType::Bool {
         return Err(Error::NotImplemented(format!(
-            "{op}: not implemented for 'Bool' (shapes {} and {})",
+            "{op}: not implemented for 'Bool' (dtypes {} and {}, shapes {} and {})",
+            a.dtype().name(),
+            b.dtype().name(),
             shape_str(&a.dims()),
             shape_str(&b.dims())
         )));
@@ -197,6 +205,9 @@ pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
                 shape_str(&b.dims())
             ))
         })?;
+    if ra > 2 || rb > 2 {
+        refuse_bool("matmul", a, b)?;
+    }
     check_dtypes("matmul", a, b)?;
     let dtype = result_dtype(&[a.into(), b.into()]);
     let ts = promote(&[a.into(), b.into()], dtype)?;
@@ -294,6 +305,7 @@ pub fn bmm(a: &Tensor, b: &Tensor) -> Result<Tensor> {
             shape_str(&bd)
         )));
     }
+    refuse_bool("bmm", a, b)?;
     check_dtypes("bmm", a, b)?;
     batched_mm("BmmBackward0", a, b)
 }
