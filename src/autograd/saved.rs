@@ -238,6 +238,27 @@ impl SavedTensor {
     }
 }
 
+/// A bilinear op's backward (a product, a convolution) needs each operand only for the other's gradient: `a` is saved
+/// when `b` needs a gradient (`nb`), `b` when `a` does (`na`).
+pub fn save_crossed(a: &Tensor, b: &Tensor, na: bool, nb: bool) -> Vec<SavedTensor> {
+    let mut v = Vec::new();
+    if nb {
+        v.push(SavedTensor::input(a));
+    }
+    if na {
+        v.push(SavedTensor::input(b));
+    }
+    v
+}
+
+/// The operands `save_crossed` kept, as `(a, b)`.
+pub fn unpack_crossed(saved: &[Tensor], na: bool, nb: bool) -> (Option<&Tensor>, Option<&Tensor>) {
+    let mut it = saved.iter();
+    let sa = if nb { it.next() } else { None };
+    let sb = if na { it.next() } else { None };
+    (sa, sb)
+}
+
 /// A tensor without elements that shares `t`'s version counter: it keeps the version
 /// check of a packed tensor working without keeping its data.
 fn empty_view(t: &Tensor) -> Result<Tensor> {

@@ -13,7 +13,7 @@
 //! (`create_graph=True`) needs no other kernel.
 
 use crate::autograd::function::record;
-use crate::autograd::saved::SavedTensor;
+use crate::autograd::saved::{save_crossed, unpack_crossed};
 use crate::backend;
 use crate::backend::conv::ConvGeometry;
 use crate::dtype::DType;
@@ -408,24 +408,14 @@ pub fn conv2d(x: &Tensor, w: &Tensor, b: Option<&Tensor>, geo: ConvGeometry) -> 
     let mut inputs = vec![x, w];
     inputs.extend(b);
     // dx needs the weight, dw the input: each is saved only if the other needs a gradient.
-    let (keep_w, keep_x) = (x.requires_grad(), w.requires_grad());
+    let (nx, nw) = (x.requires_grad(), w.requires_grad());
     record(
         "ConvolutionBackward0",
         &out,
         &inputs,
-        || {
-            let mut s = Vec::new();
-            if keep_w {
-                s.push(SavedTensor::input(w));
-            }
-            if keep_x {
-                s.push(SavedTensor::input(x));
-            }
-            s
-        },
+        || save_crossed(x, w, nx, nw),
         move |ctx, g| {
-            let w = keep_w.then(|| &ctx.saved[0]);
-            let x = keep_x.then(|| &ctx.saved[usize::from(keep_w)]);
+            let (x, w) = unpack_crossed(&ctx.saved, nx, nw);
             let mut grads = vec![None, None];
             if let (true, Some(w)) = (ctx.needs(0), w) {
                 grads[0] = Some(conv2d_input_grad(g, w, geo)?);
@@ -452,24 +442,14 @@ pub fn conv2d_input_grad(g: &Tensor, w: &Tensor, geo: ConvGeometry) -> Result<Te
     let wd = data("conv_transpose2d", w)?;
     let dx = backend::on(&gd).conv2d_input_grad("conv_transpose2d", &gd, &wd, &geo)?;
     let out = finish(dx, g.dtype())?;
-    let (keep_w, keep_g) = (g.requires_grad(), w.requires_grad());
+    let (ng, nw) = (g.requires_grad(), w.requires_grad());
     record(
         "ConvolutionBackward0",
         &out,
         &[g, w],
-        || {
-            let mut s = Vec::new();
-            if keep_w {
-                s.push(SavedTensor::input(w));
-            }
-            if keep_g {
-                s.push(SavedTensor::input(g));
-            }
-            s
-        },
+        || save_crossed(g, w, ng, nw),
         move |ctx, u| {
-            let w = keep_w.then(|| &ctx.saved[0]);
-            let g = keep_g.then(|| &ctx.saved[usize::from(keep_w)]);
+            let (g, w) = unpack_crossed(&ctx.saved, ng, nw);
             let mut grads = vec![None, None];
             if let (true, Some(w)) = (ctx.needs(0), w) {
                 grads[0] = Some(conv2d(u, w, None, geo)?);
@@ -489,24 +469,14 @@ pub fn conv2d_weight_grad(g: &Tensor, x: &Tensor, geo: ConvGeometry) -> Result<T
     let xd = data("conv2d_weight_grad", x)?;
     let dw = backend::on(&gd).conv2d_weight_grad("conv2d_weight_grad", &gd, &xd, &geo)?;
     let out = finish(dw, g.dtype())?;
-    let (keep_x, keep_g) = (g.requires_grad(), x.requires_grad());
+    let (ng, nx) = (g.requires_grad(), x.requires_grad());
     record(
         "ConvolutionWeightBackward0",
         &out,
         &[g, x],
-        || {
-            let mut s = Vec::new();
-            if keep_x {
-                s.push(SavedTensor::input(x));
-            }
-            if keep_g {
-                s.push(SavedTensor::input(g));
-            }
-            s
-        },
+        || save_crossed(g, x, ng, nx),
         move |ctx, v| {
-            let x = keep_x.then(|| &ctx.saved[0]);
-            let g = keep_g.then(|| &ctx.saved[usize::from(keep_x)]);
+            let (g, x) = unpack_crossed(&ctx.saved, ng, nx);
             let mut grads = vec![None, None];
             if let (true, Some(x)) = (ctx.needs(0), x) {
                 grads[0] = Some(conv2d(x, v, None, geo)?);

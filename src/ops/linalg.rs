@@ -6,7 +6,7 @@
 
 use crate::autocast;
 use crate::autograd::function::record;
-use crate::autograd::saved::SavedTensor;
+use crate::autograd::saved::{save_crossed, unpack_crossed};
 use crate::dtype::DType;
 use crate::error::{CandleContext, Error, Result};
 use crate::ops::binary::{add, mul, mul_scalar};
@@ -100,27 +100,6 @@ fn product_data(
     let fb = cast_data(b, dtype, DType::Float64)?;
     let out = dense(&fa)?.matmul(&dense(&fb)?).op("matmul")?;
     cast_data(&out, DType::Float64, dtype)
-}
-
-/// A product's backward needs each operand only for the other's gradient: `a` is saved
-/// when `b` needs a gradient (`nb`), `b` when `a` does (`na`).
-fn save_crossed(a: &Tensor, b: &Tensor, na: bool, nb: bool) -> Vec<SavedTensor> {
-    let mut v = Vec::new();
-    if nb {
-        v.push(SavedTensor::input(a));
-    }
-    if na {
-        v.push(SavedTensor::input(b));
-    }
-    v
-}
-
-/// The operands `save_crossed` kept, as `(a, b)`.
-fn unpack_crossed(saved: &[Tensor], na: bool, nb: bool) -> (Option<&Tensor>, Option<&Tensor>) {
-    let mut it = saved.iter();
-    let sa = if nb { it.next() } else { None };
-    let sb = if na { it.next() } else { None };
-    (sa, sb)
 }
 
 /// A matrix (or batch of them) stored column-major: a transposed view of a dense one.
