@@ -12,16 +12,17 @@ from .module import Module
 __all__ = ["BatchNorm1d", "BatchNorm2d", "BatchNorm3d"]
 
 
-class _BatchNorm(Module):
-    _dims: tuple[int, ...] = ()
+class _NormBase(Module):
+    """Affine parameters and running statistics (`running_mean`, `running_var`,
+    `num_batches_tracked`), as PyTorch's `_NormBase`: batch and instance norm."""
 
     def __init__(
         self,
         num_features: int,
-        eps: float = 1e-5,
-        momentum: float | None = 0.1,
-        affine: bool = True,
-        track_running_stats: bool = True,
+        eps: float,
+        momentum: float | None,
+        affine: bool,
+        track_running_stats: bool,
         device=None,
         dtype=None,
         *,
@@ -55,6 +56,26 @@ class _BatchNorm(Module):
             init.ones_(self.weight)
             if self.bias is not None:
                 init.zeros_(self.bias)
+
+
+class _BatchNorm(_NormBase):
+    _dims: tuple[int, ...] = ()
+
+    def __init__(
+        self,
+        num_features: int,
+        eps: float = 1e-5,
+        momentum: float | None = 0.1,
+        affine: bool = True,
+        track_running_stats: bool = True,
+        device=None,
+        dtype=None,
+        *,
+        bias: bool = True,
+    ) -> None:
+        super().__init__(
+            num_features, eps, momentum, affine, track_running_stats, device, dtype, bias=bias
+        )
 
     def _check_input_dim(self, input) -> None:
         if input.dim() not in self._dims:

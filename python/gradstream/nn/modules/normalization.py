@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import warnings
 
-from ... import _core
 from .. import functional as F
 from .. import init
+from .batchnorm import _NormBase
 from .layers import affine_parameters
 from .module import Module
 
@@ -84,40 +84,15 @@ class LocalResponseNorm(Module):
         return f"{self.size}, alpha={self.alpha}, beta={self.beta}, k={self.k}"
 
 
-class _InstanceNorm(Module):
+class _InstanceNorm(_NormBase):
     _spatial = 1  # spatial dims after (N, C)
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1,
                  affine: bool = False, track_running_stats: bool = False, device=None,
                  dtype=None, *, bias: bool = True):  # fmt: skip
-        super().__init__()
-        self.num_features = num_features
-        self.eps = eps
-        self.momentum = momentum
-        self.affine = affine
-        self.track_running_stats = track_running_stats
-        dt = affine_parameters(self, (num_features,), affine, bias, dtype)
-        if track_running_stats:
-            self.register_buffer("running_mean", _core.zeros(num_features, dtype=dt))
-            self.register_buffer("running_var", _core.ones(num_features, dtype=dt))
-            self.register_buffer("num_batches_tracked", _core.tensor(0, dtype=_core.int64))
-        else:
-            self.register_buffer("running_mean", None)
-            self.register_buffer("running_var", None)
-            self.register_buffer("num_batches_tracked", None)
-
-    def reset_running_stats(self) -> None:
-        if self.track_running_stats:
-            init.zeros_(self.running_mean)
-            init.ones_(self.running_var)
-            self.num_batches_tracked.zero_()
-
-    def reset_parameters(self) -> None:
-        self.reset_running_stats()
-        if self.affine:
-            init.ones_(self.weight)
-            if self.bias is not None:
-                init.zeros_(self.bias)
+        super().__init__(
+            num_features, eps, momentum, affine, track_running_stats, device, dtype, bias=bias
+        )
 
     def _normalize(self, input):
         return F.instance_norm(
