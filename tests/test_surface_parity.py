@@ -18,6 +18,7 @@ hypothesis = pytest.importorskip("hypothesis")
 from helpers import dtype_name, to_numpy  # noqa: E402
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
+from parity import LAYOUTS, Outcome, data, error_class, make_tensor  # noqa: E402
 
 import gradstream as gs  # noqa: E402
 
@@ -77,48 +78,6 @@ MODULES = {
 KNOWN_GAPS: dict[tuple[str, str], str] = {}
 
 DTYPES = ["float32", "float64", "int64", "bool"]
-LAYOUTS = ["contiguous", "transposed", "sliced", "expanded"]
-
-
-def _data(draw_shape, dtype: str, seed: int) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    if dtype == "bool":
-        return rng.random(draw_shape) < 0.5
-    if dtype == "int64":
-        return rng.integers(-4, 5, draw_shape).astype(np.int64)
-    return rng.uniform(-3, 3, draw_shape).astype(dtype)
-
-
-def _layout(lib, arr: np.ndarray, layout: str):
-    """`arr`'s values as a tensor of library `lib` with the given memory layout."""
-    make = (lambda a: lib.tensor(a)) if lib is gs else (lambda a: torch.from_numpy(a.copy()))
-    if layout == "transposed":
-        return make(np.ascontiguousarray(arr.swapaxes(0, -1))).transpose(0, -1)
-    if layout == "sliced":
-        wide = np.repeat(arr, 2, axis=-1)
-        return make(wide)[..., ::2]
-    if layout == "expanded":
-        return make(arr[:1]).expand(*arr.shape)
-    return make(arr)
-
-
-class Outcome:
-    """What `fn(*args, **kwargs)` gave: a value, or the exception it raised."""
-
-    def __init__(self, fn, *args, **kwargs):
-        try:
-            self.value, self.error = fn(*args, **kwargs), None
-        except Exception as e:  # noqa: BLE001  (the class is what is compared)
-            self.value, self.error = None, e
-
-
-def _error_class(e: BaseException) -> type:
-    # PyTorch raises torch.AcceleratorError etc. only on devices; on the CPU its classes are
-    # the builtin ones (possibly subclassed, e.g. torch's NotImplementedError subclasses).
-    for cls in (TypeError, NotImplementedError, IndexError, ValueError, RuntimeError):
-        if isinstance(e, cls):
-            return cls
-    return type(e)
 
 
 def _compare(ours: Outcome, ref: Outcome, what: str) -> None:
@@ -126,7 +85,7 @@ def _compare(ours: Outcome, ref: Outcome, what: str) -> None:
         got = "ok" if ours.error is None else f"{type(ours.error).__name__}: {ours.error}"
         exp = "ok" if ref.error is None else f"{type(ref.error).__name__}: {ref.error}"
         assert ours.error is not None and ref.error is not None, f"{what}: {got}, torch {exp}"
-        assert _error_class(ours.error) is _error_class(ref.error), f"{what}: {got}, torch {exp}"
+        assert error_class(ours.error) is error_class(ref.error), f"{what}: {got}, torch {exp}"
         return
     a, e = ours.value, ref.value
     if isinstance(e, tuple):
@@ -175,7 +134,7 @@ def _args(kind, lib, other_arr, seed: int) -> tuple[tuple, dict]:
     if kind == "unary":
         return (), {}
     if kind == "binary":
-        return (_layout(lib, other_arr, "contiguous"),), {}
+        return (make_tensor(lib, other_arr, "contiguous"),), {}
     if kind == "scalar":
         return ((1, 2.5, True, -2)[seed % 4],), {}
     return (kind, {}) if isinstance(kind, tuple) else ((), kind)
@@ -198,9 +157,9 @@ def test_every_spelling_matches_pytorch(op, case):
     name, kind = op.split("(")[0], OPS[op]
     if name == "t":
         shape = shape[:2]
-    arr = _data(tuple(shape), dtype, seed)
-    other_arr = _data(tuple(shape), other_dtype, seed + 1)
-    ref_x, ours_x = _layout(torch, arr, layout), _layout(gs, arr, layout)
+    arr = data(tuple(shape), dtype, seed)
+    other_arr = data(tuple(shape), other_dtype, seed + 1)
+    ref_x, ours_x = make_tensor(torch, arr, layout), make_tensor(gs, arr, layout)
     (ref_args, kwargs), (our_args, _) = (
         _args(kind, torch, other_arr, seed),
         _args(kind, gs, other_arr, seed),
