@@ -1,4 +1,5 @@
-"""RMSprop, Adagrad, Adamax, NAdam, RAdam, Adadelta, Rprop and ASGD against torch.optim:
+"""RMSprop, Adagrad, Adamax, NAdam, RAdam, Adadelta, Rprop, ASGD and Adafactor against
+torch.optim:
 the same parameters and gradients for several steps, over a hypothesis-drawn spread of
 hyperparameters; the in-backward mode against step(); state dicts; LR schedulers; bad
 arguments. LBFGS: the same iterates as torch's on a quadratic and on Rosenbrock."""
@@ -97,6 +98,17 @@ HYPER = {
             maximize=maximize,
         )
     ),
+    "Adafactor": st.fixed_dictionaries(
+        dict(
+            # Up to 0.5, past 1/sqrt(step) from step 5: both sides of its min(lr, .).
+            lr=floats(1e-3, 0.5),
+            beta2_decay=st.sampled_from([-0.8, -0.5, 0.0]),
+            eps=st.tuples(st.sampled_from([None, 1e-30, 1e-3]), st.sampled_from([1e-3, 1e-2])),
+            d=st.sampled_from([1.0, 1.5, 10.0]),
+            weight_decay=wd,
+            maximize=maximize,
+        )
+    ),
 }
 NAMES = list(HYPER)
 
@@ -110,6 +122,7 @@ FIXED = {
     "Adadelta": dict(lr=0.5, rho=0.8, weight_decay=1e-2),
     "Rprop": dict(lr=0.01),
     "ASGD": dict(lr=0.02, t0=2.0, lambd=1e-2),
+    "Adafactor": dict(lr=0.05, weight_decay=1e-2, d=1.5),
 }
 
 
@@ -295,6 +308,12 @@ BAD = [
     ("Rprop", dict(etas=(0.5, 0.9))),
     ("ASGD", dict(lr=-1.0)),
     ("ASGD", dict(weight_decay=-1.0)),
+    ("Adafactor", dict(lr=-1.0)),
+    ("Adafactor", dict(beta2_decay=0.5)),
+    ("Adafactor", dict(eps=(-1.0, 1e-3))),
+    ("Adafactor", dict(eps=(None, -1.0))),
+    ("Adafactor", dict(d=0.5)),
+    ("Adafactor", dict(weight_decay=-1.0)),
 ]
 
 

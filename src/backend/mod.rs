@@ -66,8 +66,8 @@ pub use mask::MaskOps;
 pub use nn::NnOps;
 pub use norm::NormOps;
 pub use optim::{
-    AdadeltaStep, AdagradStep, AdamBase, AdamStep, AdamaxStep, AsgdStep, GradPrep, NAdamStep,
-    OptimOps, RAdamStep, RmsPropStep, RpropStep, SgdStep, StepRule,
+    AdadeltaStep, AdafactorStep, AdagradStep, AdamBase, AdamStep, AdamaxStep, AsgdStep, GradPrep,
+    NAdamStep, OptimOps, RAdamStep, RmsPropStep, RpropStep, SgdStep, StepRule,
 };
 pub use pool::PoolOps;
 pub use render::{RenderInputs, RenderOps, RenderShape};

@@ -127,6 +127,25 @@ pub struct AsgdStep {
     pub weight_decay: f64,
 }
 
+/// Adafactor's coefficients for one step. The parameter's norm, which scales the step,
+/// and the update's norm, which clips it, are the kernel's to measure.
+#[derive(Clone, Copy, Debug)]
+pub struct AdafactorStep {
+    pub lr: f64,
+    /// `min(lr, 1/sqrt(step))`.
+    pub rho: f64,
+    /// `step^beta2_decay`: the weight of this step's squared gradient in the variance.
+    pub beta2_weight: f64,
+    /// `eps[0]`; `None` is the parameter dtype's machine epsilon, as PyTorch's default.
+    pub eps1: Option<f64>,
+    pub eps2: f64,
+    pub d: f64,
+    pub weight_decay: f64,
+    /// The last two sizes of a parameter of two or more dimensions: its second moment is
+    /// kept factored, as a row and a column variance per matrix. `None` for 0-d and 1-d.
+    pub matrix: Option<(usize, usize)>,
+}
+
 /// One optimizer step rule with its coefficients. The state buffers the kernel receives,
 /// in order (PyTorch's state-dict names):
 ///
@@ -141,6 +160,7 @@ pub struct AsgdStep {
 /// | `Adadelta` | `square_avg`, `acc_delta` |
 /// | `Rprop` | `prev`, `step_size` |
 /// | `Asgd` | `ax` |
+/// | `Adafactor` | `row_var`, `col_var` for a matrix; `variance` otherwise |
 #[derive(Clone, Copy, Debug)]
 pub enum StepRule {
     Sgd(SgdStep),
@@ -153,6 +173,7 @@ pub enum StepRule {
     Adadelta(AdadeltaStep),
     Rprop(RpropStep),
     Asgd(AsgdStep),
+    Adafactor(AdafactorStep),
 }
 
 impl StepRule {
@@ -168,6 +189,7 @@ impl StepRule {
             StepRule::Adadelta(_) => "Adadelta",
             StepRule::Rprop(_) => "Rprop",
             StepRule::Asgd(_) => "ASGD",
+            StepRule::Adafactor(_) => "Adafactor",
         }
     }
 
@@ -183,6 +205,7 @@ impl StepRule {
             | StepRule::RAdam(_)
             | StepRule::Adadelta(_)
             | StepRule::Rprop(_) => 2,
+            StepRule::Adafactor(s) => 1 + usize::from(s.matrix.is_some()),
         }
     }
 }

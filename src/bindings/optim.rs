@@ -34,6 +34,14 @@ fn float_of(key: &str, v: &Obj<'_>) -> PyResult<f64> {
         })
 }
 
+/// The two items of a pair-valued hyperparameter.
+fn pair_items<'py>(key: &str, value: &Obj<'py>) -> PyResult<[Obj<'py>; 2]> {
+    let v: Vec<Obj<'py>> = value.try_iter()?.collect::<PyResult<_>>()?;
+    let n = v.len();
+    v.try_into()
+        .map_err(|_| PyValueError::new_err(format!("{key} must be a pair, got {n} values")))
+}
+
 /// One param group's hyperparameters, shared with the in-backward hooks.
 #[pyclass(name = "_OptimGroup", module = "gradstream._core", frozen)]
 pub struct PyOptimGroup {
@@ -52,20 +60,24 @@ impl PyOptimGroup {
     /// Write one hyperparameter; keys the kernels do not read are ignored.
     fn set(&self, key: &str, value: &Obj<'_>) -> PyResult<()> {
         let mut h = self.g.write();
+        if let Some((first, second)) = h.optional_pair(key) {
+            let [x, y] = pair_items(key, value)?;
+            *first = if x.is_none() {
+                None
+            } else {
+                Some(float_of(key, &x)?)
+            };
+            *second = float_of(key, &y)?;
+            return Ok(());
+        }
         match h.field(key) {
             Some(Field::Number(x)) => *x = float_of(key, value)?,
             Some(Field::Flag(f)) => *f = value.is_truthy()?,
             None => {}
         }
         if let Some((a, b)) = h.pair(key) {
-            let v: Vec<Obj<'_>> = value.try_iter()?.collect::<PyResult<_>>()?;
-            let [x, y] = v.as_slice() else {
-                return Err(PyValueError::new_err(format!(
-                    "{key} must be a pair, got {} values",
-                    v.len()
-                )));
-            };
-            (*a, *b) = (float_of(key, x)?, float_of(key, y)?);
+            let [x, y] = pair_items(key, value)?;
+            (*a, *b) = (float_of(key, &x)?, float_of(key, &y)?);
         }
         Ok(())
     }
@@ -73,6 +85,12 @@ impl PyOptimGroup {
     /// The value the kernels will use for `key` (for tests of the write-through).
     fn get<'py>(&self, py: Python<'py>, key: &str) -> PyResult<Bound<'py, PyAny>> {
         let mut h = self.g.read().clone();
+        if let Some((a, b)) = h.optional_pair(key) {
+            return Ok(
+                PyTuple::new(py, [a.into_pyobject(py)?, b.into_pyobject(py)?.into_any()])?
+                    .into_any(),
+            );
+        }
         if let Some((a, b)) = h.pair(key) {
             return Ok(PyTuple::new(py, [*a, *b])?.into_any());
         }

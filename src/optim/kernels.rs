@@ -5,8 +5,8 @@ use candle_core::Tensor;
 
 use crate::backend;
 pub use crate::backend::{
-    AdadeltaStep, AdagradStep, AdamBase, AdamStep, AdamaxStep, AsgdStep, GradPrep, NAdamStep,
-    RAdamStep, RmsPropStep, RpropStep, SgdStep, StepRule,
+    AdadeltaStep, AdafactorStep, AdagradStep, AdamBase, AdamStep, AdamaxStep, AsgdStep, GradPrep,
+    NAdamStep, RAdamStep, RmsPropStep, RpropStep, SgdStep, StepRule,
 };
 use crate::error::Result;
 

@@ -1,5 +1,5 @@
 //! Optimizers in Rust: per-parameter update kernels (SGD, Adam, AdamW, RMSprop, Adagrad,
-//! Adamax, NAdam, RAdam, Adadelta, Rprop, ASGD) and the
+//! Adamax, NAdam, RAdam, Adadelta, Rprop, ASGD, Adafactor) and the
 //! in-backward mode, where each parameter is stepped by a Rust post-accumulate hook the
 //! moment its gradient is final, and its gradient freed.
 //!
@@ -18,8 +18,8 @@ use crate::memory::Role;
 use crate::ops;
 use crate::tensor::{check_like, shape_str, Tensor};
 use kernels::{
-    AdadeltaStep, AdagradStep, AdamBase, AdamStep, AdamaxStep, AsgdStep, GradPrep, NAdamStep,
-    RAdamStep, RmsPropStep, RpropStep, SgdStep, StepRule,
+    AdadeltaStep, AdafactorStep, AdagradStep, AdamBase, AdamStep, AdamaxStep, AsgdStep, GradPrep,
+    NAdamStep, RAdamStep, RmsPropStep, RpropStep, SgdStep, StepRule,
 };
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,6 +35,7 @@ pub enum Kind {
     Adadelta,
     Rprop,
     Asgd,
+    Adafactor,
 }
 
 impl Kind {
@@ -51,6 +52,7 @@ impl Kind {
             "adadelta" => Kind::Adadelta,
             "rprop" => Kind::Rprop,
             "asgd" => Kind::Asgd,
+            "adafactor" => Kind::Adafactor,
             _ => return Err(Error::value(format!("unknown optimizer kind '{name}'"))),
         })
     }
@@ -87,6 +89,12 @@ pub struct Hyper {
     pub step_size_max: f64,
     pub lambd: f64,
     pub t0: f64,
+    /// Adafactor's decay exponent, its `eps` pair (`eps1` `None`: the dtype's epsilon)
+    /// and its update clipping threshold `d`.
+    pub beta2_decay: f64,
+    pub eps1: Option<f64>,
+    pub eps2: f64,
+    pub d: f64,
 }
 
 impl Hyper {
@@ -116,11 +124,18 @@ impl Hyper {
             step_size_max: 50.0,
             lambd: 1e-4,
             t0: 1e6,
+            beta2_decay: -0.8,
+            eps1: None,
+            eps2: 1e-3,
+            d: 1.0,
         }
     }
 
     /// The hyperparameter a param-group key names (pairs such as `betas` are [`Hyper::pair`]).
     pub fn field(&mut self, key: &str) -> Option<Field<'_>> {
+        if key == "eps" && self.kind == Kind::Adafactor {
+            return None; // a pair: see [`Hyper::optional_pair`]
+        }
         Some(match key {
             "lr" => Field::Number(&mut self.lr),
             "momentum" => Field::Number(&mut self.momentum),
@@ -134,6 +149,8 @@ impl Hyper {
             "rho" => Field::Number(&mut self.rho),
             "lambd" => Field::Number(&mut self.lambd),
             "t0" => Field::Number(&mut self.t0),
+            "beta2_decay" => Field::Number(&mut self.beta2_decay),
+            "d" => Field::Number(&mut self.d),
             "nesterov" => Field::Flag(&mut self.nesterov),
             "maximize" => Field::Flag(&mut self.maximize),
             "amsgrad" => Field::Flag(&mut self.amsgrad),
@@ -141,6 +158,15 @@ impl Hyper {
             "decoupled_weight_decay" => Field::Flag(&mut self.decoupled),
             _ => return None,
         })
+    }
+
+    /// The pair a param-group key names whose first value may be `None` (Adafactor's
+    /// `eps = (None, 1e-3)`).
+    pub fn optional_pair(&mut self, key: &str) -> Option<(&mut Option<f64>, &mut f64)> {
+        match key {
+            "eps" if self.kind == Kind::Adafactor => Some((&mut self.eps1, &mut self.eps2)),
+            _ => None,
+        }
     }
 
     /// The two hyperparameters a pair-valued param-group key names.
@@ -191,7 +217,7 @@ pub struct ParamState {
 }
 
 /// Every state buffer name the optimizers use (PyTorch's state-dict keys).
-pub const BUFFERS: [&str; 12] = [
+pub const BUFFERS: [&str; 15] = [
     "momentum_buffer",
     "exp_avg",
     "exp_avg_sq",
@@ -204,6 +230,9 @@ pub const BUFFERS: [&str; 12] = [
     "prev",
     "step_size",
     "ax",
+    "row_var",
+    "col_var",
+    "variance",
 ];
 
 /// The scalar state names besides `step`.
@@ -222,6 +251,16 @@ impl ParamState {
     fn ensure(&mut self, key: &'static str, p: &Tensor, fill: f64) -> Result<()> {
         if self.get(key).is_none() {
             self.buffers.push((key, state_like(p, fill)?));
+        }
+        Ok(())
+    }
+
+    /// Make the zero buffer `key` of shape `dims` (a factored state) if it is missing.
+    fn ensure_shaped(&mut self, key: &'static str, p: &Tensor, dims: &[usize]) -> Result<()> {
+        if self.get(key).is_none() {
+            let t = ops::creation::zeros(dims, p.dtype())?;
+            t.set_role(Role::OptimizerState, true);
+            self.buffers.push((key, t));
         }
         Ok(())
     }
@@ -280,7 +319,7 @@ fn f32r(v: f64) -> f64 {
 /// Take ownership of a state tensor given by the user (load_state_dict): a dense copy in
 /// the parameter's dtype, counted as optimizer state.
 pub fn adopt_state(p: &Tensor, t: &Tensor, name: &str) -> Result<Tensor> {
-    if t.dims() != p.dims() {
+    if t.dims() != state_dims(name, &p.dims()) {
         return Err(Error::shape(format!(
             "load_state_dict: state '{name}' has shape {} but the parameter has shape {}",
             shape_str(&t.dims()),
@@ -291,6 +330,20 @@ pub fn adopt_state(p: &Tensor, t: &Tensor, name: &str) -> Result<Tensor> {
     let c = ops::convert::contiguous(&c)?.detach();
     c.set_role(Role::OptimizerState, true);
     Ok(c)
+}
+
+/// The shape of the state buffer `name` of a parameter of shape `dims`: the parameter's,
+/// except Adafactor's row and column variances, which drop the last or the second-to-last
+/// size to 1.
+pub fn state_dims(name: &str, dims: &[usize]) -> Vec<usize> {
+    let mut d = dims.to_vec();
+    let n = d.len();
+    match name {
+        "row_var" if n >= 2 => d[n - 1] = 1,
+        "col_var" if n >= 2 => d[n - 2] = 1,
+        _ => {}
+    }
+    d
 }
 
 /// `optimizer.step()`: one fused in-place step per parameter that has a `.grad` (the
@@ -560,6 +613,30 @@ fn rule_for(
             st.set_scalar("eta", f32r(new_eta));
             st.set_scalar("mu", f32r(1.0 / (step - h.t0).max(1.0)));
             (StepRule::Asgd(s), &["ax"])
+        }
+        Kind::Adafactor => {
+            let dims = p.dims();
+            let matrix = (dims.len() >= 2).then(|| (dims[dims.len() - 2], dims[dims.len() - 1]));
+            let keys: &[&str] = if matrix.is_some() {
+                st.ensure_shaped("row_var", p, &state_dims("row_var", &dims))?;
+                st.ensure_shaped("col_var", p, &state_dims("col_var", &dims))?;
+                &["row_var", "col_var"]
+            } else {
+                st.ensure("variance", p, 0.0)?;
+                &["variance"]
+            };
+            let step = next_step(st);
+            let s = AdafactorStep {
+                lr: h.lr,
+                rho: h.lr.min(1.0 / step.sqrt()),
+                beta2_weight: step.powf(h.beta2_decay),
+                eps1: h.eps1,
+                eps2: h.eps2,
+                d: h.d,
+                weight_decay: h.weight_decay,
+                matrix,
+            };
+            (StepRule::Adafactor(s), keys)
         }
     })
 }

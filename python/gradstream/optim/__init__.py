@@ -1,8 +1,10 @@
 """`gradstream.optim`: PyTorch's optimizers on fused Rust kernels, steppable inside the
-backward pass (``in_backward=True``); LBFGS (closure-based) in Python."""
+backward pass (``in_backward=True``); LBFGS (closure-based) in Python; `swa_utils` for
+weight averaging."""
 
-from . import lr_scheduler
+from . import lr_scheduler, swa_utils
 from .adadelta import Adadelta
+from .adafactor import Adafactor
 from .adagrad import Adagrad
 from .adam import Adam, AdamW
 from .adamax import Adamax
@@ -28,6 +30,8 @@ __all__ = [
     "Adadelta",
     "Rprop",
     "ASGD",
+    "Adafactor",
     "LBFGS",
     "lr_scheduler",
+    "swa_utils",
 ]

@@ -2,6 +2,7 @@
 //! misses PyTorch's semantics (each file says why), rayon-parallel above `PAR_MIN`
 //! elements. `benches/kernels.rs` times each against candle's op.
 
+pub mod adafactor;
 pub mod attention;
 pub mod block_sum;
 pub mod conv;

@@ -24,11 +24,14 @@ use crate::error::{CandleContext, Error, Result};
 /// PyTorch's CPU kernels compute in their opmath type). A type mapping, not math.
 pub trait Elem: Copy + Send + Sync {
     type C: Real;
+    /// The type's machine epsilon (`torch.finfo(dtype).eps`).
+    const EPS: f64;
     fn load(self) -> Self::C;
     fn store(c: Self::C) -> Self;
 }
 
 impl Elem for f32 {
+    const EPS: f64 = f32::EPSILON as f64;
     type C = f32;
     fn load(self) -> f32 {
         self
@@ -39,6 +42,7 @@ impl Elem for f32 {
 }
 
 impl Elem for f64 {
+    const EPS: f64 = f64::EPSILON;
     type C = f64;
     fn load(self) -> f64 {
         self
@@ -49,6 +53,7 @@ impl Elem for f64 {
 }
 
 impl Elem for f16 {
+    const EPS: f64 = f16::EPSILON.to_f64_const();
     type C = f32;
     fn load(self) -> f32 {
         self.to_f32()
@@ -59,6 +64,7 @@ impl Elem for f16 {
 }
 
 impl Elem for bf16 {
+    const EPS: f64 = bf16::EPSILON.to_f64_const();
     type C = f32;
     fn load(self) -> f32 {
         self.to_f32()
@@ -70,14 +76,14 @@ impl Elem for bf16 {
 
 /// [`GradPrep`] in the compute type: applied to each gradient element as it is read.
 #[derive(Clone, Copy)]
-struct Prep<C> {
+pub(super) struct Prep<C> {
     scale: Option<C>,
     clip: Option<(C, C)>,
     maximize: bool,
 }
 
 impl<C: Real> Prep<C> {
-    fn new(p: &GradPrep) -> Self {
+    pub(super) fn new(p: &GradPrep) -> Self {
         Prep {
             scale: (p.scale != 1.0).then(|| C::of(p.scale)),
             clip: p.clip_value.map(|v| (C::of(-v), C::of(v))),
@@ -86,7 +92,7 @@ impl<C: Real> Prep<C> {
     }
 
     #[inline(always)]
-    fn apply(&self, g: C) -> C {
+    pub(super) fn apply(&self, g: C) -> C {
         let mut g = match self.scale {
             Some(s) => g * s,
             None => g,
@@ -110,7 +116,7 @@ impl<C: Real> Prep<C> {
 
 /// PyTorch's `lerp`: two formulas, chosen by the weight, for accuracy at both ends.
 #[inline(always)]
-fn lerp<C: Real>(a: C, b: C, w: C) -> C {
+pub(super) fn lerp<C: Real>(a: C, b: C, w: C) -> C {
     if w.abs() < C::of(0.5) {
         a + w * (b - a)
     } else {
@@ -637,6 +643,7 @@ fn run_rule<E: Elem>(p: &mut [E], g: &[E], bufs: Vec<&mut [E]>, rule: &StepRule,
             };
             walk(p, g, bufs, &r, prep)
         }
+        StepRule::Adafactor(s) => super::adafactor::run(p, g, bufs, &s, prep),
         StepRule::Asgd(s) => {
             let r = Asgd {
                 wd: nonzero(s.weight_decay),
