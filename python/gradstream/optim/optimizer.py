@@ -46,6 +46,7 @@ _EXTRA_GROUP_KEYS = {
     "min_lr",
     "max_momentum",
     "base_momentum",
+    "swa_lr",
 }
 
 
