@@ -5,6 +5,7 @@ pub mod autocast;
 pub mod autograd;
 pub mod backend;
 pub mod bindings;
+pub mod block_cache;
 pub mod dtype;
 pub mod error;
 pub mod memory;
@@ -21,5 +22,7 @@ static ALLOCATOR: memory::CountingAllocator = memory::CountingAllocator;
 
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    // On unless GRADSTREAM_BLOCK_CACHE=0 (read once: the allocator cannot read the environment).
+    block_cache::set_enabled(std::env::var("GRADSTREAM_BLOCK_CACHE").map_or(true, |v| v != "0"));
     bindings::register(m)
 }

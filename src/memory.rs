@@ -16,7 +16,7 @@
 //! History. `record_history(true, n)` keeps the last `n` events (alloc, free, category
 //! change, phase change) with the phase and op running, for `gradstream.memory.snapshot()`.
 
-use std::alloc::{GlobalAlloc, Layout, System};
+use std::alloc::{GlobalAlloc, Layout};
 use std::cell::Cell;
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
@@ -25,6 +25,8 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use candle_core::{CpuStorage, Storage};
+
+use crate::block_cache;
 use parking_lot::Mutex;
 
 /// What a buffer is used for; a buffer with several roles is counted under the first
@@ -613,28 +615,29 @@ fn watched(ptr: *mut u8) -> bool {
     maybe && !IN_REGISTRY.try_with(|g| g.get()).unwrap_or(true)
 }
 
-/// The extension's global allocator: the system allocator, watching frees of registered buffers.
+/// The extension's global allocator: the system allocator behind the cache of large freed
+/// blocks (`block_cache`), watching frees of registered buffers.
 pub struct CountingAllocator;
 
 unsafe impl GlobalAlloc for CountingAllocator {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        System.alloc(layout)
+        block_cache::alloc(layout, false)
     }
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        System.alloc_zeroed(layout)
+        block_cache::alloc(layout, true)
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         if watched(ptr) {
             on_free(ptr as usize);
         }
-        System.dealloc(ptr, layout)
+        block_cache::dealloc(ptr, layout)
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         // A registered buffer that is resized is no longer the buffer that was registered.
         if watched(ptr) {
             on_free(ptr as usize);
         }
-        System.realloc(ptr, layout, new_size)
+        block_cache::realloc(ptr, layout, new_size)
     }
 }
 

@@ -418,6 +418,9 @@ RETURNS = {
     "_memory_by_category": "dict[str, int]",
     "_memory_peak_by_category": "dict[str, int]",
     "_memory_counts": "tuple[int, int, int, int, int, int]",
+    "_block_cache_stats": "tuple[int, int, int, int, bool]",
+    "_empty_cache": "None",
+    "_set_block_cache": "None",
     "_memory_history": "tuple[list[Any], dict[str, Any]]",
     "_memory_live_blocks": "list[Any]",
     **dict.fromkeys(

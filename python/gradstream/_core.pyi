@@ -941,6 +941,9 @@ __all__ = [
     'addcmul',
     'addcdiv',
     'lerp',
+    '_block_cache_stats',
+    '_set_block_cache',
+    '_empty_cache',
     '_memory_allocated',
     '_max_memory_allocated',
     '_reset_peak_memory_stats',
@@ -1062,6 +1065,10 @@ def _backward_calls() -> _int:
     """
     How many backward rules have run in this process (tests of path pruning use it).
     """
+def _block_cache_stats() -> tuple[_int, _int, _int, _int, _bool]:
+    """
+    The cache of freed large blocks: `(cached_bytes, slack_bytes, hits, misses, enabled)`.
+    """
 def _clamp_(t: Tensor, lo: _float, hi: _float) -> None:
     """
     Clamp `t` into `[lo, hi]` in place, without autograd (`clip_grad_value_`).
@@ -1075,6 +1082,10 @@ def _conv_transpose(input: Tensor, weight: Tensor, bias: Tensor | None, spatial:
     """
     A `spatial`-d transposed convolution (1 or 2); `output_padding` adds to one side of
     each output dim.
+    """
+def _empty_cache() -> None:
+    """
+    Give every cached block back to the system.
     """
 def _function_node(output: Tensor, inputs: Sequence[Tensor], backward: Callable[[Tensor], Sequence[Tensor | None]], release: Callable[[], object] | None, name: str) -> None:
     """
@@ -1339,6 +1350,10 @@ def _scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, att
 def _set_autocast_dtype(dtype: dtype | None) -> dtype | None:
     """
     Enter an autocast region in `dtype` (None leaves it); returns the previous dtype.
+    """
+def _set_block_cache(enabled: _bool) -> None:
+    """
+    Turn the cache of freed large blocks on or off (off gives its blocks back).
     """
 def _set_grad_enabled(enabled: _bool) -> None: ...
 def _set_memory_accounting_mode(mode: str) -> None:

@@ -5,6 +5,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
 use crate::bindings::add_functions;
+use crate::block_cache;
 use crate::memory::{self, Category, Label};
 
 /// Bytes of tensor storage alive now.
@@ -178,8 +179,32 @@ fn memory_live_blocks<'py>(py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
     )
 }
 
+/// The cache of freed large blocks: `(cached_bytes, slack_bytes, hits, misses, enabled)`.
+#[pyfunction]
+#[pyo3(name = "_block_cache_stats")]
+fn block_cache_stats() -> (usize, usize, u64, u64, bool) {
+    let (hits, misses) = block_cache::hits_and_misses();
+    let (cached, slack) = (block_cache::cached_bytes(), block_cache::slack_bytes());
+    (cached, slack, hits, misses, block_cache::enabled())
+}
+
+/// Turn the cache of freed large blocks on or off (off gives its blocks back).
+#[pyfunction]
+#[pyo3(name = "_set_block_cache")]
+fn set_block_cache(enabled: bool) {
+    block_cache::set_enabled(enabled)
+}
+
+/// Give every cached block back to the system.
+#[pyfunction]
+#[pyo3(name = "_empty_cache")]
+fn empty_cache() {
+    block_cache::empty()
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     add_functions! { m,
+        block_cache_stats, set_block_cache, empty_cache,
         memory_allocated, max_memory_allocated, reset_peak_memory_stats, memory_by_category,
         memory_peak_by_category, memory_counts, memory_accounting_mode,
         set_memory_accounting_mode, set_memory_context, set_memory_phase, record_memory_history,

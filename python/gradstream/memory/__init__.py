@@ -34,12 +34,22 @@ def max_memory_allocated(device=None) -> int:
 
 
 def memory_reserved(device=None) -> int:
-    """Same as `memory_allocated()`: there is no caching allocator holding freed bytes."""
-    return memory_allocated()
+    """`memory_allocated()` plus what the cache of freed large blocks holds.
+
+    Buffers of 256 KiB and more are not given back to the system when freed: a later request
+    of the same size (or of at least half of it) reuses one, so its pages do not fault in
+    again. Held: the cached free blocks, and the unused tail of blocks serving smaller
+    requests. A request the cache cannot serve first gives back at least as many cached bytes
+    as it asks for, so the cache never raises the peak. `empty_cache()` gives the free blocks
+    back; ``GRADSTREAM_BLOCK_CACHE=0`` turns the cache off.
+    """
+    cached, slack = _core._block_cache_stats()[:2]
+    return memory_allocated() + cached + slack
 
 
 def max_memory_reserved(device=None) -> int:
-    """Same as `max_memory_allocated()` (no cache)."""
+    """The peak of `memory_allocated()`: the cache gives blocks back before the process
+    maps new ones, so what it holds never adds to the peak (see `memory_reserved`)."""
     return max_memory_allocated()
 
 
@@ -53,7 +63,8 @@ def reset_max_memory_allocated(device=None) -> None:
 
 
 def empty_cache() -> None:
-    """Nothing to release: freed tensor bytes go straight back to the system allocator."""
+    """Give every freed block the cache holds back to the system."""
+    _core._empty_cache()
 
 
 def memory_by_category(device=None) -> dict[str, int]:
@@ -71,7 +82,9 @@ def memory_stats(device=None) -> dict[str, int]:
 
     ``allocated_bytes.all.{current,peak,allocated,freed}``, ``allocation.all.*`` (buffer
     counts), ``allocated_bytes.<category>.{current,peak}``, ``num_allocs``, ``num_frees``;
-    ``active_bytes`` and ``reserved_bytes`` equal ``allocated_bytes`` (no cache).
+    ``active_bytes`` equals ``allocated_bytes``; ``reserved_bytes.all.current`` adds what
+    the block cache holds (`memory_reserved`), and
+    ``block_cache.{cached_bytes,slack_bytes,hits,misses}`` count its work.
     """
     allocs, frees, bytes_alloc, bytes_freed, live, live_peak = _core._memory_counts()
     current, peak = memory_allocated(), max_memory_allocated()
@@ -89,6 +102,12 @@ def memory_stats(device=None) -> dict[str, int]:
     for cat, b in memory_by_category().items():
         stats[f"allocated_bytes.{cat}.current"] = b
         stats[f"allocated_bytes.{cat}.peak"] = peaks[cat]
+    cached, slack, hits, misses, _ = _core._block_cache_stats()
+    stats["reserved_bytes.all.current"] = current + cached + slack
+    stats["block_cache.cached_bytes"] = cached
+    stats["block_cache.slack_bytes"] = slack
+    stats["block_cache.hits"] = hits
+    stats["block_cache.misses"] = misses
     stats["num_allocs"] = allocs
     stats["num_frees"] = frees
     stats["num_ooms"] = 0

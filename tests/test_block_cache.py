@@ -1,0 +1,162 @@
+"""The cache of freed large blocks (src/block_cache.rs): reuse by exact size, zeroed
+requests served zeroed, the rule that keeps it from raising the peak, empty_cache, the
+switch, and threads. Counters here are the cache's own, so the checks are exact."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import gradstream as gs
+from gradstream import _core, memory
+
+MIN = 256 << 10  # the smallest cached block, bytes
+
+
+def stats():
+    """(cached bytes, hits, misses, enabled)"""
+    cached, _slack, hits, misses, enabled = _core._block_cache_stats()
+    return cached, hits, misses, enabled
+
+
+@pytest.fixture(autouse=True)
+def fresh_cache():
+    memory.empty_cache()
+    yield
+    memory.empty_cache()
+
+
+def test_a_freed_block_is_reused_for_the_same_size():
+    n = MIN // 4 * 4  # 4 MiB of float32
+    x = gs.ones(n)
+    del x
+    cached, hits0, _, enabled = stats()
+    assert enabled
+    assert cached == 4 * n
+    assert memory.memory_reserved() == memory.memory_allocated() + 4 * n
+    y = gs.full((n,), 3.0)
+    cached, hits1, _, _ = stats()
+    assert hits1 == hits0 + 1
+    assert cached == 0
+    assert float(y.sum()) == 3.0 * n
+
+
+def test_small_blocks_are_not_cached():
+    x = gs.ones(MIN // 4 - 1)
+    del x
+    assert stats()[0] == 0
+
+
+def test_zeros_from_a_reused_block_are_zero():
+    x = gs.full((512, 512), 7.0)  # 1 MiB
+    del x
+    hits0 = stats()[1]
+    z = gs.zeros(512, 512)
+    assert stats()[1] == hits0 + 1
+    np.testing.assert_array_equal(z.numpy(), np.zeros((512, 512), np.float32))
+
+
+def test_a_miss_gives_back_at_least_what_it_asks_before_mapping():
+    """Reserved bytes (live + cached) never grow while the cache holds enough to give back."""
+    blocks = [gs.ones(MIN // 4 * k) for k in (1, 2, 3)]  # 1, 2, 3 × 256 KiB
+    while blocks:  # freed in this order: 256 KiB first, the oldest
+        blocks.pop(0)
+    cached0 = stats()[0]
+    assert cached0 == 6 * MIN
+    reserved0 = memory.memory_reserved()
+    misses0 = stats()[2]
+    big = gs.ones(MIN // 4 * 7)  # no cached block has this size, or half of it
+    assert stats()[2] == misses0 + 1
+    # The oldest blocks went back until >= 1.75 MiB was released: 256 + 512 + 768 KiB.
+    assert stats()[0] == 0
+    # More was asked than the cache held: everything went back first, so what is held is
+    # what is live, as without a cache.
+    assert memory.memory_reserved() == memory.memory_allocated()
+    assert memory.memory_allocated() - reserved0 <= 7 * MIN
+    del big
+
+
+def test_a_smaller_request_takes_the_smallest_block_of_at_most_twice_its_size():
+    blocks = [gs.ones(MIN // 4 * k) for k in (4, 3, 8)]  # 1 MiB, 768 KiB, 2 MiB
+    while blocks:
+        blocks.pop(0)
+    hits0 = stats()[1]
+    x = gs.full((MIN // 4 * 2 + 1,), 2.0)  # just over 512 KiB: the 768 KiB block
+    assert stats()[1] == hits0 + 1
+    assert stats()[0] == 12 * MIN
+    slack = _core._block_cache_stats()[1]
+    assert slack == 3 * MIN - 4 * (MIN // 4 * 2 + 1)
+    assert memory.memory_reserved() == memory.memory_allocated() + stats()[0] + slack
+    del x
+    assert _core._block_cache_stats()[1] == 0
+    assert stats()[0] == 15 * MIN
+
+
+def test_empty_cache_gives_everything_back():
+    xs = [gs.ones(MIN) for _ in range(3)]
+    del xs
+    assert stats()[0] == 3 * 4 * MIN
+    memory.empty_cache()
+    assert stats()[0] == 0
+    assert memory.memory_reserved() == memory.memory_allocated()
+
+
+def test_memory_stats_report_the_cache():
+    x = gs.ones(MIN)
+    del x
+    s = memory.memory_stats()
+    assert s["block_cache.cached_bytes"] == 4 * MIN
+    assert s["reserved_bytes.all.current"] == s["allocated_bytes.all.current"] + 4 * MIN
+
+
+def test_switched_off_by_the_environment():
+    code = (
+        "import gradstream as gs; from gradstream import _core\n"
+        "x = gs.ones(1 << 20); del x\n"
+        "print(_core._block_cache_stats())"
+    )
+    env = dict(os.environ, GRADSTREAM_BLOCK_CACHE="0")
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "(0, 0, 0, 0, False)"
+
+
+def test_switching_off_at_run_time_gives_blocks_back():
+    x = gs.ones(MIN)
+    del x
+    _core._set_block_cache(False)
+    try:
+        assert stats()[0] == 0
+        y = gs.ones(MIN)
+        del y
+        assert stats()[0] == 0
+    finally:
+        _core._set_block_cache(True)
+
+
+def test_threads_allocating_and_freeing_large_blocks_get_correct_results():
+    errors = []
+
+    def work(seed):
+        rng = np.random.default_rng(seed)
+        for _ in range(20):
+            a = rng.standard_normal((256, 300)).astype(np.float32)
+            t = gs.tensor(a) * 2.0 + 1.0
+            if not np.allclose(t.numpy(), a * 2.0 + 1.0):
+                errors.append(seed)
+            del t
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads)
+    assert errors == []
