@@ -5,9 +5,11 @@ import this module, so it stays light. Each scenario returns a dict of measured 
 
 from __future__ import annotations
 
+import gc
 import os
 import time
 import traceback
+import weakref
 from datetime import timedelta
 
 import numpy as np
@@ -167,6 +169,10 @@ def ddp_steps(rank: int, world: int) -> dict:
             ref_opt.step()
         out[f"as_view={as_view}"] = max_diff(model, ref)
         out[f"buckets as_view={as_view}"] = len(ddp.reducer.buckets)
+        reducer = weakref.ref(ddp.reducer)
+        del ddp, opt
+        gc.collect()
+        out[f"freed as_view={as_view}"] = reducer() is None
     return out
 
 
@@ -223,13 +229,14 @@ def in_backward_clip_schedule(rank: int, world: int) -> dict:
     plain_ref = mlp(0)
     ddp2 = DDP(plain, bucket_cap_mb=SMALL_BUCKET_MB)
     opt2 = gs.optim.Adam(ddp2.parameters(), lr=0.05, in_backward=True)
-    ref2 = gs.optim.Adam(plain_ref.parameters(), lr=0.05)
+    ref2 = gs.optim.Adam(plain_ref.parameters(), lr=0.05, in_backward=True)
+    # per-parameter clipping, by norm and by value, as the one-process in-backward step does
+    opt2.clip_grad(max_value=0.04, max_norm=0.1)
+    ref2.clip_grad(max_value=0.04, max_norm=0.1)
     for step in range(STEPS):
         x, y = batch(step)
         loss_fn(ddp2, shard(x, rank), shard(y, rank)).backward()
-        ref2.zero_grad()
         loss_fn(plain_ref, x, y).backward()
-        ref2.step()
     return {
         "max_diff": max_diff(model, ref),
         "norms": norms,

@@ -55,6 +55,7 @@ def test_ddp_steps_equal_one_process_on_the_whole_batch(ranks, as_view):
     for res in ranks["ddp_steps"]:
         assert res[f"as_view={as_view}"] < TOL
         assert res[f"buckets as_view={as_view}"] > 1
+        assert res[f"freed as_view={as_view}"]  # no reference cycle through the parameters
 
 
 def test_no_sync_accumulation_equals_a_bigger_batch(ranks):

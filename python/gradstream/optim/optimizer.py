@@ -332,9 +332,11 @@ class Optimizer:
             if max_norm is None:
                 raise ValueError("clip_grad: global_norm=True needs max_norm")
             self._global_clip = (float(max_norm), norm_type)
+            self._param_clip = None
             self._control.set_clipping(max_value, None, norm_type)
         else:
             self._global_clip = None
+            self._param_clip = None if max_norm is None else (float(max_norm), norm_type)
             self._control.set_clipping(max_value, max_norm, norm_type)
         self._clip_value = max_value
         return self

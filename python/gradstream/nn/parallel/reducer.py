@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import time
+import weakref
 
 from ... import _core
 from ...distributed import collectives
@@ -77,6 +78,21 @@ class _OptimizerHandle:
         self._reducer.optimizers.pop(self._key, None)
 
 
+def _norm(g, norm_type: float) -> float:
+    if math.isinf(norm_type):
+        return float(g.abs().max()) if g.numel() else 0.0
+    return float((g.abs() ** norm_type).sum()) ** (1.0 / norm_type)
+
+
+def _hook(reducer: weakref.ref):
+    def on_grad(p) -> None:
+        r = reducer()
+        if r is not None:
+            r._on_grad(p)
+
+    return on_grad
+
+
 class Reducer:
     def __init__(self, params: list, cap_bytes: int, gradient_as_bucket_view: bool, group):
         self.params = params
@@ -97,9 +113,13 @@ class Reducer:
         self.scale = 1.0
         # time spent blocked on reductions: the communication backward did not hide
         self.wait_seconds = 0.0
-        self.handles = [p.register_post_accumulate_grad_hook(self._on_grad) for p in params]
+        # The parameters' hooks and attributes hold the reducer weakly: a parameter is owned
+        # by Rust, which Python's cycle collector cannot see through.
+        me = weakref.ref(self)
+        self.handles = [p.register_post_accumulate_grad_hook(_hook(me)) for p in params]
+        self.proxy = weakref.proxy(self)
         for p in params:
-            p._ddp_reducer = self
+            p._ddp_reducer = self.proxy
 
     def _set_plan(self, buckets: list[Bucket]) -> None:
         self.buckets = buckets
@@ -174,12 +194,21 @@ class Reducer:
     def _step(self, opt, p, g) -> None:
         if self.measuring is not None:
             if math.isinf(self.norm_type):
-                self.measuring = max(self.measuring, float(g.abs().max()))
+                self.measuring = max(self.measuring, _norm(g, self.norm_type))
             else:
                 self.measuring += float((g.abs() ** self.norm_type).sum())
             return
-        if self.scale != 1.0:
-            g.mul_(self.scale)
+        # as the Rust in-backward step does: the global factor, then per-parameter
+        # clipping by norm, then by value
+        scale = self.scale
+        param_clip = getattr(opt, "_param_clip", None)
+        if param_clip is not None:
+            max_norm, norm_type = param_clip
+            coef = max_norm / (_norm(g, norm_type) * scale + 1e-6)
+            if coef < 1.0:
+                scale *= coef
+        if scale != 1.0:
+            g.mul_(scale)
         clip_value = getattr(opt, "_clip_value", None)
         if clip_value is not None:
             g.clamp_(-clip_value, clip_value)
