@@ -306,6 +306,11 @@ unsafe fn copy_in(dl: &DLTensor) -> PyResult<Tensor> {
     let dtype = from_dl_dtype(dl.dtype)?;
     let ndim = usize::try_from(dl.ndim)
         .map_err(|_| PyValueError::new_err(format!("from_dlpack: ndim {} < 0", dl.ndim)))?;
+    if ndim > 0 && dl.shape.is_null() {
+        return Err(PyBufferError::new_err(format!(
+            "from_dlpack: a {ndim}-d DLPack tensor without a shape"
+        )));
+    }
     let shape: &[i64] = if ndim == 0 {
         &[]
     } else {
@@ -326,12 +331,17 @@ unsafe fn copy_in(dl: &DLTensor) -> PyResult<Tensor> {
     } else {
         std::slice::from_raw_parts(dl.strides, ndim).to_vec()
     };
+    if numel > 0 && dl.data.is_null() {
+        return Err(PyBufferError::new_err(format!(
+            "from_dlpack: a DLPack tensor of shape {dims:?} without data"
+        )));
+    }
     let itemsize = dtype.size_in_bytes();
     let base = dl
         .data
         .cast::<u8>()
         .cast_const()
-        .add(dl.byte_offset as usize);
+        .wrapping_add(dl.byte_offset as usize);
     let fill = |dst: *mut u8| {
         if numel == 0 {
             return;
