@@ -307,6 +307,12 @@ OVERRIDES = {
     "Tensor.__delitem__.key": "object",
     "Tensor.__array__.dtype": "object",
     "Tensor.__array__.copy": "bool | None",
+    "Tensor.__dlpack__.stream": "int | None",
+    "Tensor.__dlpack__.max_version": "tuple[int, int] | None",
+    "Tensor.__dlpack__.dl_device": "tuple[int, int] | None",
+    "Tensor.__dlpack__.copy": "bool | None",
+    "from_dlpack.ext_tensor": "object",
+    "to_dlpack.tensor": "Tensor",
     "Tensor.cuda.device": "_Device | int | None",
     "Tensor.__new__.args": "Any",
     "Tensor.size.dim": "int",
@@ -466,6 +472,9 @@ RETURNS = {
     "Tensor.__reduce__": "tuple[Any, ...]",
     "Tensor.__deepcopy__": "Tensor",
     "Tensor.__array__": "np.ndarray",
+    "Tensor.__dlpack__": "object",
+    "Tensor.__dlpack_device__": "tuple[int, int]",
+    "to_dlpack": "object",
     "Tensor.numpy": "np.ndarray",
     "Tensor.tolist": "Any",
     "Tensor.item": "_Number",
@@ -537,7 +546,8 @@ OPERAND_DUNDERS = COMPARE | set(
 DUNDERS = OPERAND_DUNDERS | set(
     "__new__ __len__ __iter__ __getitem__ __setitem__ __delitem__ __matmul__ __rmatmul__ "
     "__neg__ __pos__ __abs__ __invert__ __bool__ __float__ __int__ __index__ __enter__ "
-    "__exit__ __array__ __deepcopy__ __reduce__ __hash__ __array_priority__".split()
+    "__exit__ __array__ __deepcopy__ __reduce__ __hash__ __array_priority__ __dlpack__ "
+    "__dlpack_device__".split()
 )
 
 

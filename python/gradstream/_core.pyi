@@ -107,6 +107,16 @@ class Tensor:
         """
         Delete self[key].
         """
+    def __dlpack__(self, *, stream: _int | None = ..., max_version: tuple[_int, _int] | None = ..., dl_device: tuple[_int, _int] | None = ..., copy: _bool | None = ...) -> object:
+        """
+        `__dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None)`: a DLPack
+        capsule over this tensor's memory, shared without a copy (strided views included).
+        Raises BufferError for a tensor that requires grad, as PyTorch does.
+        """
+    def __dlpack_device__(self) -> tuple[_int, _int]:
+        """
+        `__dlpack_device__()`: `(device_type, device_id)` as DLPack numbers them (CPU: `(1, 0)`).
+        """
     def __eq__(self, value: _Operand, /) -> Tensor: ...  # type: ignore[override]
     def __float__(self) -> _float: ...
     def __floordiv__(self, value: _Operand, /) -> Tensor: ...
@@ -800,6 +810,8 @@ __all__ = [
     '_linalg_svdvals',
     '_linalg_eigh',
     '_linalg_eigvalsh',
+    'from_dlpack',
+    'to_dlpack',
     '_function_node',
     '_set_structure_only',
     '_graph_leaves',
@@ -1590,6 +1602,12 @@ def floor_(input: Tensor) -> Tensor: ...
 def floor_divide(input: _Operand, other: _Operand) -> Tensor: ...
 def fmod(input: Tensor, other: _Operand) -> Tensor: ...
 def frac(input: Tensor) -> Tensor: ...
+def from_dlpack(ext_tensor: object) -> Tensor:
+    """
+    `from_dlpack(ext_tensor)`: a tensor holding a copy of an object's data, taken through
+    DLPack (`__dlpack__`, or a DLPack capsule). The result is a leaf that does not
+    require grad, as in PyTorch; unlike PyTorch, it does not share the producer's memory.
+    """
 def from_numpy(array: np.ndarray) -> Tensor:
     """
     `from_numpy(array)`: a tensor of the same dtype and values. gradstream copies the
@@ -1838,6 +1856,11 @@ def threshold_(input: Tensor, threshold: _float, value: _float) -> Tensor:
     `threshold_(input, threshold, value)`: `threshold` in place, returning `input`.
     """
 def tile(input: Tensor, dims: _Dims) -> Tensor: ...
+def to_dlpack(tensor: Tensor) -> object:
+    """
+    `utils.dlpack.to_dlpack(tensor)`: the legacy capsule, as `torch.utils.dlpack.to_dlpack`
+    (which, unlike `__dlpack__`, exports a tensor that requires grad: its data only).
+    """
 def topk(input: Tensor, k: _int, dim: _int | None = ..., largest: _bool = ..., sorted: _bool = ...) -> _ValuesIndices:
     """
     The `k` largest (smallest) values along `dim` and their indices, as

@@ -6,6 +6,7 @@ pub mod conv;
 pub mod convert;
 pub mod creation;
 pub mod decomposition;
+pub mod dlpack;
 pub mod function;
 pub mod index;
 pub mod linalg;
@@ -59,6 +60,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     conv::register(m)?;
     creation::register(m)?;
     decomposition::register(m)?;
+    dlpack::register(m)?;
     function::register(m)?;
     index::register(m)?;
     linalg::register(m)?;

@@ -60,6 +60,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="also run torch and gradstream with the forward under autocast (bfloat16)",
     )
     p.add_argument("--plain-progress", action="store_true", help="line progress, not tqdm")
+    p.add_argument(
+        "--world",
+        type=int,
+        default=1,
+        help="ranks: above 1, data-parallel mlp training (DDP, in-backward DDP, ZeRO-1 and "
+        "PyTorch DDP over gloo, one process per rank)",
+    )
     return p.parse_args(argv)
 
 
@@ -102,6 +109,10 @@ def config(args: argparse.Namespace) -> runner.Config:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.world > 1:
+        from . import distributed
+
+        return distributed.main(args)
     cfg = config(args)
     result = runner.run(cfg)
     files = report.write(result, args.out)

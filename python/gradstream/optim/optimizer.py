@@ -238,6 +238,11 @@ class Optimizer:
     # ---- in-backward mode ----
 
     def _attach(self, p, group: ParamGroup) -> None:
+        reducer = getattr(p, "_ddp_reducer", None)
+        if reducer is not None:
+            # DistributedDataParallel steps p once its averaged gradient is back.
+            self._hooks.append((p, None, reducer.attach_optimizer(p, self)))
+            return
         if self._kind is not None:
             hook_id = _core._optim_attach(p, group._core, self._rust_states[_key(p)], self._control)
             self._hooks.append((p, hook_id, None))
@@ -328,9 +333,11 @@ class Optimizer:
             if max_norm is None:
                 raise ValueError("clip_grad: global_norm=True needs max_norm")
             self._global_clip = (float(max_norm), norm_type)
+            self._param_clip = None
             self._control.set_clipping(max_value, None, norm_type)
         else:
             self._global_clip = None
+            self._param_clip = None if max_norm is None else (float(max_norm), norm_type)
             self._control.set_clipping(max_value, max_norm, norm_type)
         self._clip_value = max_value
         return self
@@ -349,6 +356,12 @@ class Optimizer:
                 "global_norm=False)) or use the standard mode"
             )
         max_norm, norm_type = self._global_clip
+        owners = (getattr(p, "_ddp_reducer", None) for p in self._all_params())
+        reducers = {id(r): r for r in owners if r is not None}
+        if reducers:  # DistributedDataParallel's: the two passes reduce the gradients
+            (reducer,) = reducers.values()
+            self.last_total_norm = reducer.clipped_backward(loss, max_norm, norm_type, **kwargs)
+            return
         self._control.begin_measure(norm_type)
         try:
             loss.backward(retain_graph=True, **kwargs)

@@ -1,6 +1,6 @@
 """`gradstream.utils`: checkpointing, data loading and interop helpers."""
 
-from . import checkpoint, data
+from . import checkpoint, data, dlpack
 from .interop import from_torch_state_dict, to_torch_state_dict
 
-__all__ = ["checkpoint", "data", "from_torch_state_dict", "to_torch_state_dict"]
+__all__ = ["checkpoint", "data", "dlpack", "from_torch_state_dict", "to_torch_state_dict"]
