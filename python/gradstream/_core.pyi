@@ -971,6 +971,8 @@ __all__ = [
     '_norm_pow',
     '_scale_',
     '_clamp_',
+    '_backward_pass',
+    '_stepped_in_pass',
     '_nn_max_pool',
     '_nn_avg_pool',
     '_nn_adaptive_avg_pool',
@@ -1061,6 +1063,11 @@ def _autocast_dtype() -> dtype | None:
 def _backward_calls() -> _int:
     """
     How many backward rules have run in this process (tests of path pruning use it).
+    """
+def _backward_pass() -> _int:
+    """
+    `_backward_pass()`: the number of the backward pass this thread runs or ran last (0
+    before any). A backward started inside another belongs to the outer pass.
     """
 def _clamp_(t: Tensor, lo: _float, hi: _float) -> None:
     """
@@ -1362,6 +1369,11 @@ def _set_structure_only(on: _bool) -> _bool:
     """
     Turn structure-only recording on or off (see `autograd::function::set_structure_only`);
     returns the previous setting.
+    """
+def _stepped_in_pass(state: _ParamState) -> _int | None:
+    """
+    `_stepped_in_pass(state)`: the backward pass of the parameter's last in-backward step,
+    or None when the in-backward mode never stepped it.
     """
 def _vector_norm(x: Tensor, ord: _float | None = ..., dim: _Dims | None = ..., keepdim: _bool = ..., *, dtype: _Dtype | None = ...) -> Tensor:
     """

@@ -15,6 +15,7 @@ pub mod nerf;
 pub mod nn;
 pub mod op;
 pub mod optim;
+pub mod pass;
 pub mod pool;
 pub mod random;
 pub mod reduce;
@@ -68,6 +69,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     nn::register(m)?;
     op::register(m)?;
     optim::register(m)?;
+    pass::register(m)?;
     pool::register(m)?;
     random::register(m)?;
     reduce::register(m)?;
