@@ -7,6 +7,7 @@ pub mod convert;
 pub mod creation;
 pub mod decomposition;
 pub mod function;
+pub mod hook_refs;
 pub mod index;
 pub mod linalg;
 pub mod math;
