@@ -79,9 +79,23 @@ fn owned_hooks(t: &Tensor) -> Vec<(u64, HookSite, Arc<HookFunction>)> {
         .collect()
 }
 
+/// Whether pyo3 has written the tensor into this object yet. CPython 3.11 and 3.12 create
+/// a subclass instance's `__dict__` (`Parameter`) after the object is tracked by the
+/// collector and before pyo3 fills it in, so a collection can traverse it while it is
+/// still zeroed.
+fn initialized(obj: &PyTensor) -> bool {
+    const _: () = assert!(std::mem::size_of::<PyTensor>() == std::mem::size_of::<usize>());
+    // SAFETY: a PyTensor is one `Arc` pointer (checked above), never null once written;
+    // reading its bits as an integer is defined for zeroed and for written memory alike.
+    unsafe { std::ptr::read_volatile((obj as *const PyTensor).cast::<usize>()) != 0 }
+}
+
 #[pymethods]
 impl PyTensor {
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        if !initialized(self) {
+            return Ok(());
+        }
         for (_, _, f) in owned_hooks(&self.t) {
             visit.call(&f.0)?;
         }
@@ -89,6 +103,9 @@ impl PyTensor {
     }
 
     fn __clear__(&self) {
+        if !initialized(self) {
+            return;
+        }
         let hooks = owned_hooks(&self.t);
         for (id, site, _) in &hooks {
             match site {
