@@ -294,6 +294,7 @@ OVERRIDES = {
     **dict.fromkeys(["scatter_add.src", "scatter_add_.src", "matmul.other"], "Tensor"),
     **dict.fromkeys(["select.index", "narrow.start"], "int"),
     "_optim_attach.state": "_ParamState",
+    "_stepped_in_pass.state": "_ParamState",
     **dict.fromkeys(
         ["view_as.other", "reshape_as.other", "expand_as.other", "type_as.other"], "Tensor"
     ),
@@ -410,6 +411,8 @@ RETURNS = {
         "int",
     ),
     "_set_memory_phase": "str",
+    "_backward_pass": "int",
+    "_stepped_in_pass": "int | None",
     "_memory_accounting_mode": "str",
     "_norm_pow": "float",
     "manual_seed": "Generator",

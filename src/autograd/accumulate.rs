@@ -1,6 +1,6 @@
 //! The sink of a leaf tensor: where its gradient ends up, the moment it is final.
 
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use crate::autograd::grad_sum::add_grads;
 use crate::autograd::node::{run_hooks, Node, NodeBase};
@@ -52,6 +52,7 @@ impl AccumulateGrad {
         if let Some(consumer) = consumer {
             return consumer(&leaf, &grad);
         }
+        let guard = leaf_lock(&leaf);
         let new_grad = match leaf.take_grad() {
             None => first_grad(grad, create_graph)?,
             // `.grad` belongs to its leaf (the engine never stores a shared buffer there), so
@@ -63,12 +64,25 @@ impl AccumulateGrad {
             Some(old) => add_grads(old, &grad, create_graph)?,
         };
         leaf.set_grad(Some(new_grad))?;
+        drop(guard);
         let post = handles(&leaf.0.meta.lock().post_accumulate_hooks);
         for h in post {
             h(&leaf)?;
         }
         Ok(())
     }
+}
+
+/// The lock of a leaf's `.grad` (one of a few, by address): two backward passes on other
+/// threads that reach the same leaf sum into it one after the other, never both from the
+/// same old value. Held over Rust work only, never while Python runs.
+fn leaf_lock(leaf: &Tensor) -> MutexGuard<'static, ()> {
+    const STRIPES: usize = 64;
+    static LOCKS: [Mutex<()>; STRIPES] = [const { Mutex::new(()) }; STRIPES];
+    let addr = Arc::as_ptr(&leaf.0) as usize;
+    LOCKS[(addr >> 6) % STRIPES]
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// The hooks of a list of (hook id, hook), taken out so that none runs under the lock.

@@ -9,6 +9,9 @@
 //!    those; its saved tensors are released right after (unless `retain_graph`).
 //!    Between nodes, a flag set by the SIGINT handler is checked, without the GIL.
 //! 4. A leaf's sink runs as soon as its gradient is final: hooks, `.grad`, consumers.
+//! 5. When a node, a hook or a consumer fails (or Ctrl-C stops it), the nodes that have
+//!    not run release their saved tensors as if they had (unless `retain_graph`), so a
+//!    failed pass leaves behind no more than a finished one.
 
 use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
@@ -18,6 +21,7 @@ use crate::autograd::grad_mode::GradModeGuard;
 use crate::autograd::grad_sum::add_grads;
 use crate::autograd::interrupt;
 use crate::autograd::node::{node_key, Edge, Node};
+use crate::autograd::pass::PassGuard;
 use crate::error::{Error, Result};
 use crate::memory;
 use crate::ops;
@@ -199,6 +203,14 @@ impl Graph {
     fn needed(&self, e: &Edge) -> bool {
         self.states.get(&e.key()).is_some_and(|s| s.needed)
     }
+
+    /// After a failure: what the nodes that would have run saved is dropped, as running
+    /// them would have (releasing twice is harmless); pending gradients go with the graph.
+    fn release_unrun(&self) {
+        for s in self.states.values().filter(|s| s.needed) {
+            s.node.release_saved();
+        }
+    }
 }
 
 #[derive(PartialEq, Eq, PartialOrd, Ord)]
@@ -258,6 +270,7 @@ pub fn run_backward(
     grads: &[Option<Tensor>],
     opts: &BackwardOptions,
 ) -> Result<Vec<Option<Tensor>>> {
+    let _pass = PassGuard::enter();
     let _mode = GradModeGuard::new(opts.create_graph);
     let mut root_grads = Vec::with_capacity(roots.len());
     for (i, r) in roots.iter().enumerate() {
@@ -283,8 +296,22 @@ pub fn run_backward(
     }
 
     let mut results: Vec<Option<Tensor>> = vec![None; opts.inputs.map_or(0, |i| i.len())];
-    let watch = interrupt::watch();
     let _context = ContextGuard;
+    let run = run_nodes(&mut graph, ready, opts, &mut results);
+    if run.is_err() && !opts.retain_graph {
+        graph.release_unrun();
+    }
+    run.map(|()| results)
+}
+
+/// Step 3: run the ready nodes until none is left.
+fn run_nodes(
+    graph: &mut Graph,
+    mut ready: ReadyQueue,
+    opts: &BackwardOptions,
+    results: &mut [Option<Tensor>],
+) -> Result<()> {
+    let watch = interrupt::watch();
     while let Some(Ready(_, k)) = ready.0.pop() {
         if watch.pending() {
             (opts.check_interrupt)()?;
@@ -293,7 +320,7 @@ pub fn run_backward(
         let node = s.node.clone();
         memory::set_context(node.name());
         let is_target = s.is_target;
-        let grads = s.receive(opts, &mut results)?;
+        let grads = s.receive(opts, results)?;
 
         let mut outputs = Vec::new();
         if let Some(sink) = node.as_accumulate() {
@@ -301,7 +328,7 @@ pub fn run_backward(
             if let (Some(g), true) = (grad, opts.accumulate && is_target) {
                 sink.accept(g, opts.grad_consumer, opts.create_graph)?;
             }
-        } else if let Some(needs) = edge_needs(&node, &graph) {
+        } else if let Some(needs) = edge_needs(&node, graph) {
             if grads.iter().any(Option::is_some) {
                 outputs = node.apply(&node, &grads, &needs)?;
             }
@@ -326,7 +353,7 @@ pub fn run_backward(
             ready.push_if_ready(e.key(), child);
         }
     }
-    Ok(results)
+    Ok(())
 }
 
 /// Which of a node's edges lead to a wanted gradient; `None` when none does.

@@ -7,5 +7,6 @@ pub mod grad_mode;
 pub mod grad_sum;
 pub mod interrupt;
 pub mod node;
+pub mod pass;
 pub mod saved;
 pub mod saved_hooks;

@@ -81,6 +81,11 @@ impl NodeBase {
         self.pre_hooks.lock().retain(|(i, _, _)| *i != id);
     }
 
+    /// The ids of the hooks on its outputs (for the garbage collector's traversal).
+    pub fn pre_hook_ids(&self) -> Vec<u64> {
+        self.pre_hooks.lock().iter().map(|(id, _, _)| *id).collect()
+    }
+
     /// The hooks of `output`, in registration order; each may replace the gradient.
     pub fn run_pre_hooks(&self, output: usize, grad: Tensor) -> Result<Tensor> {
         let hooks: Vec<GradHook> = self

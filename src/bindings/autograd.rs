@@ -13,6 +13,7 @@ use crate::autograd::grad_mode;
 use crate::autograd::node::Node;
 use crate::bindings::add_functions;
 use crate::bindings::convert::{extract_tensor, PyDType};
+use crate::bindings::hook_refs::{self, HookFunction};
 use crate::bindings::tensor::PyTensor;
 use crate::bindings::Obj;
 use crate::error::{Error, Result};
@@ -258,9 +259,11 @@ impl PyTensor {
     /// replacement of the same shape.
     fn register_hook(&self, hook: Py<PyAny>) -> PyResult<PyHookHandle> {
         hookable(&self.t)?;
+        let f = Arc::new(HookFunction(hook));
+        let hook = f.clone();
         let h = Arc::new(move |g: &Tensor| -> Result<Option<Tensor>> {
             Python::attach(|py| {
-                let r = hook.call1(py, (g.clone(),))?;
+                let r = hook.0.call1(py, (g.clone(),))?;
                 let r = r.bind(py);
                 if r.is_none() {
                     return Ok(None);
@@ -269,6 +272,7 @@ impl PyTensor {
             })
         });
         let id = self.t.add_grad_hook(h);
+        hook_refs::remember(id, &f);
         Ok(PyHookHandle {
             tensor: self.t.downgrade(),
             id,
@@ -287,17 +291,20 @@ impl PyTensor {
         // The hook receives the very Python object it was registered on (a Parameter
         // stays a Parameter); held weakly, since the tensor holds the hook.
         let me: Py<PyWeakrefReference> = PyWeakrefReference::new(slf.as_any())?.unbind();
+        let f = Arc::new(HookFunction(hook));
+        let hook = f.clone();
         let h = Arc::new(move |t: &Tensor| -> Result<()> {
             Python::attach(|py| {
                 let arg = match me.bind(py).upgrade() {
                     Some(obj) => obj,
                     None => t.clone().into_pyobject(py)?.into_any(),
                 };
-                hook.call1(py, (arg,))?;
+                hook.0.call1(py, (arg,))?;
                 Ok(())
             })
         });
         let id = t.add_post_accumulate_hook(h)?;
+        hook_refs::remember(id, &f);
         Ok(PyHookHandle {
             tensor: t.downgrade(),
             id,

@@ -214,6 +214,8 @@ pub struct ParamState {
     pub buffers: Vec<(&'static str, Tensor)>,
     /// Backward passes accumulated into `.grad` since the last in-backward step.
     pub micro_batches: u64,
+    /// The backward pass (`autograd::pass`) of the last in-backward step.
+    pub stepped_in_pass: Option<u64>,
 }
 
 /// Every state buffer name the optimizers use (PyTorch's state-dict keys).
@@ -724,6 +726,7 @@ pub fn stream_step(leaf: &Tensor, group: &Group, state: &State, ctl: &Control) -
     };
     let h = group.read().clone();
     step(leaf, &grad, &h, &mut st, prep)?;
+    st.stepped_in_pass = Some(crate::autograd::pass::latest());
     drop(st);
     leaf.set_grad(None)
 }

@@ -170,8 +170,12 @@ class _FileTensor:
         self.dtype = t.dtype
         arr = t.float().numpy() if t.dtype == _core.bfloat16 else t.numpy()
         fd, self.path = tempfile.mkstemp(suffix=".npy", dir=directory.path)
-        with os.fdopen(fd, "wb") as f:
-            np.save(f, arr, allow_pickle=False)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                np.save(f, arr, allow_pickle=False)
+        except BaseException:  # a full disk: no half-written file is left behind
+            _remove(self.path)
+            raise
         weakref.finalize(self, _remove, self.path)
 
     def load(self):

@@ -49,10 +49,45 @@ class Timeline:
         return [sum(v) for v in zip(*self.bytes.values(), strict=True)]
 
 
+class _SnapshotUnpickler(pickle.Unpickler):
+    """A snapshot is plain dicts, lists, strings and numbers: no global is ever loaded, so
+    a hostile file cannot run code."""
+
+    def find_class(self, module: str, name: str):
+        raise pickle.UnpicklingError(
+            f"memory snapshot: refusing the global {module}.{name}; a snapshot written by "
+            "dump_snapshot holds only dicts, lists, strings and numbers"
+        )
+
+    def persistent_load(self, pid):
+        raise pickle.UnpicklingError("memory snapshot: refusing a persistent id")
+
+
+def load_snapshot(path: str | os.PathLike) -> dict[str, Any]:
+    """Read a `dump_snapshot()` file without running any code from it."""
+    with open(path, "rb") as f:
+        try:
+            snap = _SnapshotUnpickler(f).load()
+        except pickle.UnpicklingError as e:
+            if str(e).startswith("memory snapshot"):
+                raise
+            raise pickle.UnpicklingError(_unreadable(path, str(e))) from e
+        except EOFError as e:
+            raise pickle.UnpicklingError(_unreadable(path, "it ends too early")) from e
+        except (ValueError, TypeError, KeyError, IndexError, MemoryError, OverflowError) as e:
+            raise pickle.UnpicklingError(_unreadable(path, f"{type(e).__name__}: {e}")) from e
+    if not isinstance(snap, dict):
+        raise pickle.UnpicklingError(_unreadable(path, f"it holds a {type(snap).__name__}"))
+    return snap
+
+
+def _unreadable(path, why: str) -> str:
+    return f"memory snapshot: cannot read {os.fspath(path)!r} as a dump_snapshot file: {why}"
+
+
 def _load(snapshot_or_path) -> dict[str, Any]:
     if isinstance(snapshot_or_path, (str, os.PathLike)):
-        with open(snapshot_or_path, "rb") as f:
-            return pickle.load(f)
+        return load_snapshot(snapshot_or_path)
     return snapshot_or_path
 
 

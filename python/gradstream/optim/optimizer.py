@@ -8,7 +8,9 @@ runs one fused in-place kernel per parameter. LBFGS is written in Python.
 ``in_backward=True`` installs a Rust post-accumulate hook on every parameter: the
 parameter is stepped the moment its gradient is final and the gradient is freed, so
 ``loss.backward()`` is the whole update and at most a few gradients are alive at once.
-``step()`` and ``zero_grad()`` are then harmless no-ops.
+``step()`` and ``zero_grad()`` are then harmless no-ops. When that backward raises (a
+hook's or a consumer's exception, a failed ``save_to_disk`` read, Ctrl-C), every
+parameter was stepped once or not at all, and ``stepped_in_backward()`` says which.
 
 Exact global-norm clipping in that mode needs every gradient before any step, so it runs
 in two passes (``clip_grad(max_norm=..., global_norm=True)`` then ``opt.backward(loss)``):
@@ -260,6 +262,7 @@ class Optimizer:
             return
         counts[_key(p)] = 0
         self.step_param(p)
+        self._py_stepped_in[_key(p)] = _core._backward_pass()
         p.grad = None
 
     @property
@@ -270,8 +273,41 @@ class Optimizer:
         return d
 
     @property
+    def _py_stepped_in(self) -> dict:
+        d = self.__dict__.get("_py_stepped_in_passes")
+        if d is None:
+            d = self.__dict__["_py_stepped_in_passes"] = {}
+        return d
+
+    @property
     def in_backward(self) -> bool:
         return self._in_backward
+
+    def stepped_in_backward(self) -> list:
+        """The parameters that the last backward pass run on this thread stepped, in
+        ``param_groups`` order (``in_backward=True``; always empty otherwise).
+
+        Each parameter is stepped at most once per backward, as soon as its gradient is
+        final. When the backward raises (a hook's or a gradient consumer's exception, a
+        saved tensor that cannot be read back, ``KeyboardInterrupt``), the parameters
+        listed here were stepped, with their full gradient, and every other one was left
+        untouched (its value and state as before the backward, its ``.grad`` as the pass
+        left it). A backward started inside another one (a hook, a checkpoint's
+        recomputation) belongs to the outer pass. With ``accumulate(n)``, the passes that
+        only accumulate step nothing.
+        """
+        if not self._in_backward:
+            return []
+        latest = _core._backward_pass()
+        stepped = []
+        for p in self._all_params():
+            if self._kind is not None:
+                when = _core._stepped_in_pass(self._rust_states[_key(p)])
+            else:
+                when = self._py_stepped_in.get(_key(p))
+            if when is not None and when == latest:
+                stepped.append(p)
+        return stepped
 
     def remove_hooks(self) -> None:
         """Leave the in-backward mode: gradients accumulate in ``.grad`` again."""
