@@ -107,6 +107,16 @@ class Tensor:
         """
         Delete self[key].
         """
+    def __dlpack__(self, *, stream: _int | None = ..., max_version: tuple[_int, _int] | None = ..., dl_device: tuple[_int, _int] | None = ..., copy: _bool | None = ...) -> object:
+        """
+        `__dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None)`: a DLPack
+        capsule over this tensor's memory, shared without a copy (strided views included).
+        Raises BufferError for a tensor that requires grad, as PyTorch does.
+        """
+    def __dlpack_device__(self) -> tuple[_int, _int]:
+        """
+        `__dlpack_device__()`: `(device_type, device_id)` as DLPack numbers them (CPU: `(1, 0)`).
+        """
     def __eq__(self, value: _Operand, /) -> Tensor: ...  # type: ignore[override]
     def __float__(self) -> _float: ...
     def __floordiv__(self, value: _Operand, /) -> Tensor: ...
@@ -800,6 +810,8 @@ __all__ = [
     '_linalg_svdvals',
     '_linalg_eigh',
     '_linalg_eigvalsh',
+    'from_dlpack',
+    'to_dlpack',
     '_function_node',
     '_set_structure_only',
     '_graph_leaves',
@@ -941,6 +953,9 @@ __all__ = [
     'addcmul',
     'addcdiv',
     'lerp',
+    '_block_cache_stats',
+    '_set_block_cache',
+    '_empty_cache',
     '_memory_allocated',
     '_max_memory_allocated',
     '_reset_peak_memory_stats',
@@ -1069,6 +1084,10 @@ def _backward_pass() -> _int:
     `_backward_pass()`: the number of the backward pass this thread runs or ran last (0
     before any). A backward started inside another belongs to the outer pass.
     """
+def _block_cache_stats() -> tuple[_int, _int, _int, _int, _bool]:
+    """
+    The cache of freed large blocks: `(cached_bytes, slack_bytes, hits, misses, enabled)`.
+    """
 def _clamp_(t: Tensor, lo: _float, hi: _float) -> None:
     """
     Clamp `t` into `[lo, hi]` in place, without autograd (`clip_grad_value_`).
@@ -1082,6 +1101,10 @@ def _conv_transpose(input: Tensor, weight: Tensor, bias: Tensor | None, spatial:
     """
     A `spatial`-d transposed convolution (1 or 2); `output_padding` adds to one side of
     each output dim.
+    """
+def _empty_cache() -> None:
+    """
+    Give every cached block back to the system.
     """
 def _function_node(output: Tensor, inputs: Sequence[Tensor], backward: Callable[[Tensor], Sequence[Tensor | None]], release: Callable[[], object] | None, name: str) -> None:
     """
@@ -1347,6 +1370,10 @@ def _set_autocast_dtype(dtype: dtype | None) -> dtype | None:
     """
     Enter an autocast region in `dtype` (None leaves it); returns the previous dtype.
     """
+def _set_block_cache(enabled: _bool) -> None:
+    """
+    Turn the cache of freed large blocks on or off (off gives its blocks back).
+    """
 def _set_grad_enabled(enabled: _bool) -> None: ...
 def _set_memory_accounting_mode(mode: str) -> None:
     """
@@ -1587,6 +1614,12 @@ def floor_(input: Tensor) -> Tensor: ...
 def floor_divide(input: _Operand, other: _Operand) -> Tensor: ...
 def fmod(input: Tensor, other: _Operand) -> Tensor: ...
 def frac(input: Tensor) -> Tensor: ...
+def from_dlpack(ext_tensor: object) -> Tensor:
+    """
+    `from_dlpack(ext_tensor)`: a tensor holding a copy of an object's data, taken through
+    DLPack (`__dlpack__`, or a DLPack capsule). The result is a leaf that does not
+    require grad, as in PyTorch; unlike PyTorch, it does not share the producer's memory.
+    """
 def from_numpy(array: np.ndarray) -> Tensor:
     """
     `from_numpy(array)`: a tensor of the same dtype and values. gradstream copies the
@@ -1835,6 +1868,11 @@ def threshold_(input: Tensor, threshold: _float, value: _float) -> Tensor:
     `threshold_(input, threshold, value)`: `threshold` in place, returning `input`.
     """
 def tile(input: Tensor, dims: _Dims) -> Tensor: ...
+def to_dlpack(tensor: Tensor) -> object:
+    """
+    `utils.dlpack.to_dlpack(tensor)`: the legacy capsule, as `torch.utils.dlpack.to_dlpack`
+    (which, unlike `__dlpack__`, exports a tensor that requires grad: its data only).
+    """
 def topk(input: Tensor, k: _int, dim: _int | None = ..., largest: _bool = ..., sorted: _bool = ...) -> _ValuesIndices:
     """
     The `k` largest (smallest) values along `dim` and their indices, as
