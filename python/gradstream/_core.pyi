@@ -1371,7 +1371,8 @@ def _set_memory_accounting_mode(mode: str) -> None:
     """
 def _set_memory_budget(bytes: _int | None) -> _int | None:
     """
-    Set the memory budget in bytes (`None`: no budget); returns the previous one.
+    Set the memory budget in bytes (`None`: no budget); returns the previous one. Raises
+    the `OutOfMemoryError` of a buffer that did not fit the old budget and was not raised yet.
 
     Args:
         bytes: live tensor bytes to stay within, or None.

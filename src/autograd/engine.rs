@@ -326,6 +326,8 @@ pub fn run_backward(
             ready.push_if_ready(e.key(), child);
         }
     }
+    // A buffer that did not fit a memory budget in the last node or a leaf's consumer.
+    crate::autograd::budget::check()?;
     Ok(results)
 }
 

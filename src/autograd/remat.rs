@@ -19,6 +19,9 @@ use crate::error::{Error, Result};
 use crate::memory::{self, Role};
 use crate::tensor::{shape_str, Tensor, TensorImpl};
 
+/// How far `score` follows chains of evicted inputs.
+const MAX_DEPTH: usize = 32;
+
 /// An op's forward, run again on its (rematerialised) inputs in no-grad mode.
 pub type Forward = Box<dyn Fn(&[Tensor]) -> Result<Tensor> + Send + Sync>;
 
@@ -50,14 +53,12 @@ impl Source {
         }
     }
 
-    fn is_evicted(&self) -> bool {
-        matches!(self, Source::Cell(c) if c.is_evicted())
-    }
-
-    fn cost(&self) -> f64 {
+    /// What making this input available would cost: nothing when it is materialised, else
+    /// its recompute, with that of its own evicted inputs (up to `depth` levels).
+    fn rebuild_cost(&self, depth: usize) -> f64 {
         match self {
-            Source::Cell(c) => c.state.try_lock().map_or(0.0, |st| st.cost),
-            Source::Fixed { .. } => 0.0,
+            Source::Cell(c) if depth > 0 && c.is_evicted() => c.projected_cost(depth - 1),
+            _ => 0.0,
         }
     }
 }
@@ -252,13 +253,20 @@ impl Cell {
             }
             (st.cost, now.saturating_sub(st.last_use) + 1)
         };
-        let neighbours: f64 = self
+        let inputs: f64 = self.inputs.iter().map(|s| s.rebuild_cost(MAX_DEPTH)).sum();
+        Some((cost + inputs + 1e-9) / (self.bytes.max(1) as f64 * stale as f64))
+    }
+
+    /// Its own recompute time plus that of the evicted inputs a recompute would rebuild
+    /// first (DTR's evicted neighbourhood, followed along the inputs): evicting the one
+    /// materialised link of a long evicted chain is priced as the whole chain.
+    fn projected_cost(&self, depth: usize) -> f64 {
+        let own = self.state.try_lock().map_or(0.0, |st| st.cost);
+        own + self
             .inputs
             .iter()
-            .filter(|s| s.is_evicted())
-            .map(Source::cost)
-            .sum();
-        Some((cost + neighbours + 1e-9) / (self.bytes.max(1) as f64 * stale as f64))
+            .map(|s| s.rebuild_cost(depth))
+            .sum::<f64>()
     }
 
     pub fn holds_data(&self) -> bool {

@@ -9,14 +9,17 @@ use crate::bindings::add_functions;
 use crate::error::OutOfMemoryError;
 use crate::memory;
 
-/// Set the memory budget in bytes (`None`: no budget); returns the previous one.
+/// Set the memory budget in bytes (`None`: no budget); returns the previous one. Raises
+/// the `OutOfMemoryError` of a buffer that did not fit the old budget and was not raised yet.
 ///
 /// Args:
 ///     bytes: live tensor bytes to stay within, or None.
 #[pyfunction]
 #[pyo3(name = "_set_memory_budget", signature = (bytes))]
-fn set_memory_budget(bytes: Option<u64>) -> Option<u64> {
-    memory::set_budget(bytes)
+fn set_memory_budget(bytes: Option<u64>) -> PyResult<Option<u64>> {
+    let prev = memory::set_budget(bytes);
+    budget::check()?;
+    Ok(prev)
 }
 
 /// The memory budget in bytes, or None.
