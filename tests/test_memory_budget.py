@@ -284,3 +284,26 @@ def test_bad_budget_is_a_value_error(bad):
 def test_bad_budget_type_is_a_type_error(bad):
     with pytest.raises(TypeError, match="budget"):
         memory.set_budget(bad)
+
+
+def test_history_marks_evictions_and_recomputations(tmp_path):
+    m = Model()
+    b = budgets(m, [0.5])[0]
+    memory.record_history("all")
+    try:
+        memory.reset_budget_stats()
+        m.step(budget=b)
+        stats = memory.budget_stats()
+        snap = memory.snapshot()
+    finally:
+        memory.record_history(None)
+    tl = memory.timeline(snap)
+    assert len(tl.evictions) == stats["evictions"] > 0
+    assert sum(n for _, n in tl.evictions) == stats["evicted_bytes"]
+    assert max(tl.bytes["recomputed"]) > 0
+    events = snap["gradstream"]["events"]
+    assert any(e["kind"] == "alloc" and e["phase"] == "recompute" for e in events)
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "timeline.png"
+    memory.plot_timeline(snap, out)
+    assert out.stat().st_size > 0
