@@ -60,6 +60,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="also run torch and gradstream with the forward under autocast (bfloat16)",
     )
     p.add_argument("--plain-progress", action="store_true", help="line progress, not tqdm")
+    p.add_argument(
+        "--budget-sweep",
+        action="store_true",
+        help="gradstream within memory budgets from its unconstrained peak down, beside "
+        "PyTorch's checkpoint_sequential at every segment count (nerf and mlp; 3 steps each)",
+    )
     return p.parse_args(argv)
 
 
@@ -103,6 +109,10 @@ def config(args: argparse.Namespace) -> runner.Config:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     cfg = config(args)
+    if args.budget_sweep:
+        from . import budget_sweep
+
+        return budget_sweep.main(cfg, args.out)
     result = runner.run(cfg)
     files = report.write(result, args.out)
     print(report.text_table(result))
