@@ -307,3 +307,24 @@ def test_history_marks_evictions_and_recomputations(tmp_path):
     out = tmp_path / "timeline.png"
     memory.plot_timeline(snap, out)
     assert out.stat().st_size > 0
+
+
+def test_autocast_recomputes_in_its_dtype():
+    m = Model(depth=4, width=32, points=512)
+
+    def step(budget):
+        m.reset()
+        with memory.budget(budget):
+            with gs.autocast("cpu", dtype=gs.bfloat16):
+                loss = m.loss()
+            loss.backward()
+        return loss.item(), [p.grad.numpy().copy() for p in m.params]
+
+    want = step(None)
+    b = budgets(m, [0.6])[0]
+    memory.reset_budget_stats()
+    got = step(b)
+    assert memory.budget_stats()["recomputations"] > 0
+    assert got[0] == want[0]
+    for g, w in zip(got[1], want[1], strict=True):
+        np.testing.assert_array_equal(g, w)

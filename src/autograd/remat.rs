@@ -15,6 +15,7 @@ use parking_lot::Mutex;
 
 use crate::autograd::budget;
 use crate::autograd::grad_mode::GradModeGuard;
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::memory::{self, Role};
 use crate::tensor::{shape_str, Tensor, TensorImpl};
@@ -74,7 +75,6 @@ struct State {
     cost: f64,
     /// The budget clock at the last use, for the staleness term of the score.
     last_use: u64,
-    evicted: bool,
 }
 
 /// One recorded op's output under a budget: its recipe and, while saved, its data.
@@ -82,6 +82,8 @@ pub struct Cell {
     pub name: &'static str,
     pub bytes: usize,
     forward: Forward,
+    /// The autocast dtype the op ran under: a recompute runs under it too.
+    autocast: Option<DType>,
     inputs: Vec<Source>,
     state: Mutex<State>,
 }
@@ -132,6 +134,7 @@ pub fn note(
         name,
         bytes,
         forward: Box::new(forward),
+        autocast: crate::autocast::dtype(),
         inputs: sources,
         state: Mutex::new(State {
             data: None,
@@ -139,20 +142,20 @@ pub fn note(
             saved: 0,
             cost,
             last_use: budget::tick(),
-            evicted: false,
         }),
     });
     out.set_remat_cell(Some(cell));
 }
 
 impl Cell {
-    /// A node saves this cell's output `t`: keep an alias of it (unless evicted since).
+    /// A node saves this cell's output `t`: keep an alias of it (`t` is alive, so this
+    /// costs no bytes even if the cell was evicted before).
     pub fn save(self: &Arc<Cell>, t: &Tensor) {
         let alias = t.detach();
         let mut st = self.state.lock();
         st.saved += 1;
         st.last_use = budget::tick();
-        if st.data.is_none() && !st.evicted {
+        if st.data.is_none() {
             alias.set_role(Role::Activation, true);
             st.data = Some(alias);
             drop(st);
@@ -203,7 +206,10 @@ impl Cell {
         let out = {
             let _no_grad = GradModeGuard::new(false);
             let _phase = RecomputePhase::enter();
-            (self.forward)(&inputs)?
+            let outer = crate::autocast::set_dtype(self.autocast);
+            let out = (self.forward)(&inputs);
+            crate::autocast::set_dtype(outer);
+            out?
         };
         drop(inputs);
         let keep = {
@@ -214,7 +220,6 @@ impl Cell {
             if keep {
                 out.set_role(Role::Activation, true);
                 st.data = Some(out.clone());
-                st.evicted = false;
             }
             keep
         };
@@ -234,7 +239,6 @@ impl Cell {
             return 0;
         }
         let d = st.data.take();
-        st.evicted = true;
         drop(st);
         if let Some(d) = d {
             d.set_role(Role::Activation, false);
