@@ -13,6 +13,13 @@ pyo3::create_exception!(
     "A linear algebra error: a singular matrix, or one that is not positive-definite."
 );
 
+pyo3::create_exception!(
+    _core,
+    OutOfMemoryError,
+    pyo3::exceptions::PyRuntimeError,
+    "The memory budget cannot be met (like `torch.OutOfMemoryError`, a RuntimeError)."
+);
+
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// Shapes that do not fit (PyTorch raises RuntimeError).
@@ -41,6 +48,9 @@ pub enum Error {
     /// Any other bad argument where PyTorch raises RuntimeError.
     #[error("{0}")]
     Runtime(String),
+    /// A memory budget that cannot be met (`gradstream.OutOfMemoryError`).
+    #[error("{0}")]
+    OutOfMemory(String),
     #[error("KeyboardInterrupt")]
     Interrupted,
     /// An error raised by Python code the engine called (a hook), carried through unchanged.
@@ -100,6 +110,7 @@ impl From<Error> for PyErr {
             Error::Value(m) => PyValueError::new_err(m),
             Error::NotImplemented(m) => PyNotImplementedError::new_err(m),
             Error::LinAlg(m) => LinAlgError::new_err(m),
+            Error::OutOfMemory(m) => OutOfMemoryError::new_err(m),
             Error::Interrupted => PyKeyboardInterrupt::new_err(()),
             Error::Python(e) => e,
             Error::Candle { op, source } => PyRuntimeError::new_err(format!("{op}: {source}")),

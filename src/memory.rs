@@ -20,7 +20,7 @@ use std::alloc::{GlobalAlloc, Layout};
 use std::cell::Cell;
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -417,10 +417,46 @@ pub fn buffer_key(t: &candle_core::Tensor) -> Option<usize> {
     storage_key(t).map(|(k, _)| k)
 }
 
+/// Live bytes `register` keeps new buffers within, by evicting saved activations
+/// (`autograd::budget`); 0: none.
+static BUDGET: AtomicU64 = AtomicU64::new(0);
+
+pub fn budget() -> Option<u64> {
+    match BUDGET.load(Ordering::Relaxed) {
+        0 => None,
+        b => Some(b),
+    }
+}
+
+/// Set (or, with `None`, clear) the memory budget; returns the previous one.
+pub fn set_budget(bytes: Option<u64>) -> Option<u64> {
+    match BUDGET.swap(bytes.map_or(0, |b| b.max(1)), Ordering::Relaxed) {
+        0 => None,
+        b => Some(b),
+    }
+}
+
+/// The phase in which the budget evicts saved activations: their frees carry it.
+pub const EVICT: &str = "evict";
+
+/// Under a budget, make room for a new buffer before it is counted.
+fn fit_budget(key: usize, bytes: usize, budget: u64) {
+    let over = guarded(|| {
+        let reg = registry().lock();
+        !reg.buffers.contains_key(&key) && reg.counters.current + bytes as i64 > budget as i64
+    });
+    if over {
+        crate::autograd::budget::make_room(bytes, budget);
+    }
+}
+
 /// A gradstream tensor now wraps this buffer.
 pub fn register(key: usize, bytes: usize) {
     if mode() == Mode::Off {
         return;
+    }
+    if let Some(b) = budget() {
+        fit_budget(key, bytes, b);
     }
     let recording = RECORDING.load(Ordering::Relaxed);
     let label = recording.then(current_label);

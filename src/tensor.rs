@@ -80,6 +80,8 @@ pub struct AutogradMeta {
     pub post_accumulate_hooks: Vec<(u64, PostAccumulateHook)>,
     /// Hooks of a leaf; a non-leaf keeps its hooks on its grad_fn.
     pub grad_hooks: Vec<(u64, GradHook)>,
+    /// Under a memory budget: how to recompute this op output (`autograd::remat`).
+    pub remat: Option<Arc<crate::autograd::remat::Cell>>,
 }
 
 pub struct TensorImpl {
@@ -300,6 +302,14 @@ impl Tensor {
             drop(m);
             self.set_role(Role::Parameter, true);
         }
+    }
+
+    pub fn remat_cell(&self) -> Option<Arc<crate::autograd::remat::Cell>> {
+        self.0.meta.lock().remat.clone()
+    }
+
+    pub fn set_remat_cell(&self, cell: Option<Arc<crate::autograd::remat::Cell>>) {
+        self.0.meta.lock().remat = cell;
     }
 
     pub fn grad(&self) -> Option<Tensor> {

@@ -50,6 +50,7 @@ class _ValuesIndices(NamedTuple):
 
 # A parameter's type by its name.
 PARAMS = {
+    "bytes": "int | None",
     "rtol": "float",
     "atol": "float",
     "equal_nan": "bool",
@@ -432,6 +433,9 @@ RETURNS = {
     "_set_block_cache": "None",
     "_memory_history": "tuple[list[Any], dict[str, Any]]",
     "_memory_live_blocks": "list[Any]",
+    **dict.fromkeys(["_set_memory_budget", "_memory_budget"], "int | None"),
+    "_memory_budget_stats": "dict[str, float]",
+    "_reset_memory_budget_stats": "None",
     **dict.fromkeys(
         "_linear _nn_class_last _nn_dropout _nn_embedding _nn_gather_rows _nn_layer_norm "
         "_vector_norm _volume_render".split(),

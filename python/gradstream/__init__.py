@@ -21,6 +21,7 @@ from . import (
     utils,
 )
 from ._core import *  # noqa: F403  (the op set: tensor, zeros, add, matmul, ...)
+from ._core import OutOfMemoryError as OutOfMemoryError
 from ._core import Tensor, device
 from ._core import dtype as dtype
 from .amp.autocast_mode import (

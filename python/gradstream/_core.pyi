@@ -82,6 +82,11 @@ class Node:
         The leaf tensor of an `AccumulateGrad` node.
         """
 
+class OutOfMemoryError(RuntimeError):
+    """
+    The memory budget cannot be met (like `torch.OutOfMemoryError`, a RuntimeError).
+    """
+
 @final
 class RemovableHandle:
     def __enter__(self) -> RemovableHandle: ...
@@ -767,6 +772,11 @@ __all__ = [
     '_backward_calls',
     '_autocast_dtype',
     '_set_autocast_dtype',
+    '_set_memory_budget',
+    '_memory_budget',
+    '_memory_budget_stats',
+    '_reset_memory_budget_stats',
+    'OutOfMemoryError',
     '_conv',
     '_conv_transpose',
     'tensor',
@@ -1205,6 +1215,15 @@ def _memory_allocated() -> _int:
     """
     Bytes of tensor storage alive now.
     """
+def _memory_budget() -> _int | None:
+    """
+    The memory budget in bytes, or None.
+    """
+def _memory_budget_stats() -> dict[str, _float]:
+    """
+    What the budget did since the last reset: evictions, evicted_bytes, recomputations,
+    recomputed_bytes, recompute_seconds.
+    """
 def _memory_by_category() -> dict[str, _int]:
     """
     Bytes by category now: parameter, optimizer_state, gradient, activation, other.
@@ -1329,6 +1348,10 @@ def _relu_bitmask_enabled() -> _bool:
     """
     Whether relu/threshold save 1-bit masks.
     """
+def _reset_memory_budget_stats() -> None:
+    """
+    Reset the counters of `_memory_budget_stats`.
+    """
 def _reset_peak_memory_stats() -> None:
     """
     Reset every peak (total, by category, buffer count) to its current value.
@@ -1379,6 +1402,14 @@ def _set_memory_accounting_mode(mode: str) -> None:
     """
     Switch the accounting mode ("on", "off", "locked") for an overhead measurement.
     Buffers allocated while "off" are never counted: the figures are wrong afterwards.
+    """
+def _set_memory_budget(bytes: _int | None) -> _int | None:
+    """
+    Set the memory budget in bytes (`None`: no budget); returns the previous one. Raises
+    the `OutOfMemoryError` of a buffer that did not fit the old budget and was not raised yet.
+
+    Args:
+        bytes: live tensor bytes to stay within, or None.
     """
 def _set_memory_context(label: str) -> None:
     """

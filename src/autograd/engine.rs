@@ -353,6 +353,8 @@ fn run_nodes(
             ready.push_if_ready(e.key(), child);
         }
     }
+    // A buffer that did not fit a memory budget in the last node or a leaf's consumer.
+    crate::autograd::budget::check()?;
     Ok(())
 }
 

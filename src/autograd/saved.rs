@@ -5,8 +5,10 @@
 
 use std::sync::Arc;
 
+use crate::autograd::budget;
 use crate::autograd::grad_mode;
 use crate::autograd::node::{Edge, Node};
+use crate::autograd::remat::Cell;
 use crate::autograd::saved_hooks::{self, Packed};
 use crate::dtype::DType;
 use crate::error::{CandleContext, Error, Result};
@@ -42,6 +44,14 @@ enum Store {
         witness: Tensor,
         dims: Vec<usize>,
         dtype: DType,
+        edge: Option<Edge>,
+    },
+    /// Under a memory budget, an op output with a recipe: its cell holds the data until
+    /// the budget evicts it, and recomputes it on unpack (see `remat`).
+    Cell {
+        cell: Arc<Cell>,
+        witness: Tensor,
+        dims: Vec<usize>,
         edge: Option<Edge>,
     },
 }
@@ -81,6 +91,25 @@ impl SavedTensor {
                         witness,
                         dims: t.dims(),
                         dtype: t.dtype(),
+                        edge: if wants_original {
+                            t.gradient_edge()
+                        } else {
+                            None
+                        },
+                    },
+                    kind,
+                    version,
+                };
+            }
+        }
+        if let Some(cell) = t.remat_cell().filter(|_| budget::is_active()) {
+            if let Ok(witness) = empty_view(t) {
+                cell.save(t);
+                return SavedTensor {
+                    store: Store::Cell {
+                        cell,
+                        witness,
+                        dims: t.dims(),
                         edge: if wants_original {
                             t.gradient_edge()
                         } else {
@@ -194,6 +223,19 @@ impl SavedTensor {
                 };
                 crate::ops::convert::to_dtype(&source, *dtype)
             }
+            Store::Cell {
+                cell,
+                witness,
+                dims,
+                edge,
+            } => {
+                if witness.version() != self.version {
+                    let now = witness.version();
+                    return Err(self.version_error(name, witness.dtype(), dims, now));
+                }
+                let t = cell.value()?.detach();
+                Ok(self.reconnect(t, edge, node))
+            }
             Store::Packed {
                 packed,
                 witness,
@@ -217,23 +259,31 @@ impl SavedTensor {
                         name
                     )));
                 }
-                if grad_mode::is_enabled() {
-                    let reconnect = match self.kind {
-                        Kind::Input => edge.clone(),
-                        Kind::Output => node.map(|n| Edge {
-                            node: n.clone(),
-                            input_nr: 0,
-                        }),
-                        Kind::Internal => None,
-                    };
-                    if let Some(e) = reconnect {
-                        let t = t.detach();
-                        t.set_gradient_edge(e);
-                        return Ok(t);
-                    }
-                }
-                Ok(t)
+                Ok(self.reconnect(t, edge, node))
             }
+        }
+    }
+
+    /// Under create_graph, give a tensor kept without history its gradient edge back.
+    fn reconnect(&self, t: Tensor, edge: &Option<Edge>, node: Option<&Arc<dyn Node>>) -> Tensor {
+        if !grad_mode::is_enabled() {
+            return t;
+        }
+        let reconnect = match self.kind {
+            Kind::Input => edge.clone(),
+            Kind::Output => node.map(|n| Edge {
+                node: n.clone(),
+                input_nr: 0,
+            }),
+            Kind::Internal => None,
+        };
+        match reconnect {
+            Some(e) => {
+                let t = t.detach();
+                t.set_gradient_edge(e);
+                t
+            }
+            None => t,
         }
     }
 }
@@ -269,8 +319,10 @@ fn empty_view(t: &Tensor) -> Result<Tensor> {
 
 impl Drop for SavedTensor {
     fn drop(&mut self) {
-        if let Store::Plain { data, .. } = &self.store {
-            data.set_role(Role::Activation, false);
+        match &self.store {
+            Store::Plain { data, .. } => data.set_role(Role::Activation, false),
+            Store::Cell { cell, .. } => cell.release(),
+            _ => {}
         }
     }
 }

@@ -80,6 +80,7 @@ pub fn take_pack_error() -> Option<Error> {
 
 /// `Err` with the waiting pack error, if any.
 pub fn check() -> Result<()> {
+    crate::autograd::budget::check()?;
     match take_pack_error() {
         Some(e) => Err(e),
         None => Ok(()),

@@ -2,6 +2,7 @@
 
 pub mod attention;
 pub mod autograd;
+pub mod budget;
 pub mod conv;
 pub mod convert;
 pub mod creation;
@@ -59,6 +60,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     }
     attention::register(m)?;
     autograd::register(m)?;
+    budget::register(m)?;
     conv::register(m)?;
     creation::register(m)?;
     decomposition::register(m)?;

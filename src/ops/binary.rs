@@ -3,6 +3,7 @@
 //! One table: each op's forward, what it saves, and its backward.
 
 use crate::autograd::function::{record, should_record};
+use crate::autograd::remat;
 use crate::autograd::saved::SavedTensor;
 use crate::backend::{self, Bin};
 use crate::dtype::{default_float, Category, DType};
@@ -361,6 +362,10 @@ pub fn binary(op: BinaryOp, a: &Operand, b: &Operand) -> Result<Tensor> {
         return Ok(out);
     }
     let sv = op.saves(ta.requires_grad(), tb.requires_grad());
+    remat::note(op.name(), &out, &[ta, tb], move |ins| {
+        let data = kernel2(op.name(), op.kernel(dtype), &ins[0], &ins[1])?;
+        Ok(Tensor::new(data, dtype))
+    });
     record(
         op.node_name(),
         &out,

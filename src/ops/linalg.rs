@@ -6,6 +6,7 @@
 
 use crate::autocast;
 use crate::autograd::function::record;
+use crate::autograd::remat;
 use crate::autograd::saved::{save_crossed, unpack_crossed};
 use crate::dtype::DType;
 use crate::error::{CandleContext, Error, Result};
@@ -393,6 +394,16 @@ pub fn addmm(input: &Tensor, m1: &Tensor, m2: &Tensor, beta: f64, alpha: f64) ->
 /// `linear(x, w, b)`: `x @ w.T + b`. The bias is added into the product's fresh buffer, so
 /// a layer allocates one output instead of two (the product is saved by no one).
 pub fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
+    let out = linear_product(x, w, b)?;
+    let mut inputs = vec![x, w];
+    inputs.extend(b);
+    remat::note("linear", &out, &inputs, |ins| {
+        linear_product(&ins[0], &ins[1], ins.get(2))
+    });
+    Ok(out)
+}
+
+fn linear_product(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
     // `matmul` casts x and w.T under autocast: casting the transposed view of a parameter
     // lets the product save the parameter itself instead of its copy (see `autocast`).
     let b = b.map(autocast::lower).transpose()?;

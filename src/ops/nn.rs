@@ -9,6 +9,7 @@
 
 use crate::autograd::function::record;
 use crate::autograd::grad_mode;
+use crate::autograd::remat;
 use crate::autograd::saved::SavedTensor;
 use crate::backend;
 use crate::backend::nn::Targets;
@@ -308,6 +309,11 @@ pub fn dropout(x: &Tensor, p: f64, draw: impl FnOnce(usize) -> Vec<u8>) -> Resul
         let _g = grad_mode::GradModeGuard::new(false);
         mul_scalar(&mul(x, &m)?, scale)?
     };
+    let kept = mask.clone();
+    remat::note("dropout", &out, &[x], move |ins| {
+        let m = to_dtype(&kept, ins[0].dtype())?;
+        mul_scalar(&mul(&ins[0], &m)?, scale)
+    });
     record(
         "NativeDropoutBackward0",
         &out,

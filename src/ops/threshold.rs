@@ -17,6 +17,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::autograd::function::{record, should_record};
+use crate::autograd::remat;
 use crate::autograd::saved::SavedTensor;
 use crate::backend;
 use crate::dtype::DType;
@@ -69,6 +70,9 @@ fn threshold_op(
     if !recording {
         return Ok(out);
     }
+    remat::note(name, &out, &[x], move |ins| {
+        threshold_op(name, node, &ins[0], th, value)
+    });
     let dims = x.dims();
     if let Some(mask) = mask {
         let mask = Tensor::new(mask, DType::UInt8);

@@ -8,6 +8,7 @@
 
 use crate::autograd::function::record;
 use crate::autograd::grad_mode;
+use crate::autograd::remat;
 use crate::autograd::saved::SavedTensor;
 pub use crate::backend::UnaryOp;
 use crate::backend::{self, Bin, Pred};
@@ -315,6 +316,7 @@ pub fn unary(op: UnaryOp, x: &Tensor) -> Result<Tensor> {
     };
     let out = Tensor::new(data, x.dtype());
     let saves = op.saves();
+    remat::note(op.name(), &out, &[&x], move |ins| unary(op, &ins[0]));
     record(
         op.node_name(),
         &out,

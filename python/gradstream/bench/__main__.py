@@ -67,6 +67,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="ranks: above 1, data-parallel mlp training (DDP, in-backward DDP, ZeRO-1 and "
         "PyTorch DDP over gloo, one process per rank)",
     )
+    p.add_argument(
+        "--budget-sweep",
+        action="store_true",
+        help="gradstream within memory budgets from its unconstrained peak down, beside "
+        "PyTorch's checkpoint_sequential at every segment count (nerf and mlp; 3 steps each)",
+    )
     return p.parse_args(argv)
 
 
@@ -114,6 +120,10 @@ def main(argv: list[str] | None = None) -> int:
 
         return distributed.main(args)
     cfg = config(args)
+    if args.budget_sweep:
+        from . import budget_sweep
+
+        return budget_sweep.main(cfg, args.out)
     result = runner.run(cfg)
     files = report.write(result, args.out)
     print(report.text_table(result))

@@ -17,6 +17,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from .. import _core
+from .budget import (
+    OutOfMemoryError,
+    budget,
+    budget_stats,
+    get_budget,
+    parse_bytes,
+    reset_budget_stats,
+    set_budget,
+)
 from .snapshot import _dump_snapshot, _snapshot, dump_snapshot, snapshot
 from .timeline import plot_timeline, timeline
 
@@ -227,6 +236,13 @@ def accounting_mode() -> str:
 
 __all__ = [
     "CATEGORIES",
+    "OutOfMemoryError",
+    "budget",
+    "budget_stats",
+    "get_budget",
+    "parse_bytes",
+    "reset_budget_stats",
+    "set_budget",
     "TrackResult",
     "accounting_mode",
     "dump_snapshot",

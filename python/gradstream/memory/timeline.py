@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import pickle
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 # Bottom to top of the stacked chart. "recomputed": buffers a checkpoint's backward
@@ -12,6 +12,9 @@ from typing import Any
 # their category, so the chart shows what recomputation costs apart from what was saved.
 STACK_ORDER = ("parameter", "optimizer_state", "gradient", "activation", "recomputed", "other")
 RECOMPUTE_PHASE = "recompute"
+# Frees in this phase are a memory budget evicting saved activations (`memory.budget`).
+EVICT_PHASE = "evict"
+EVICT_COLOR = "#7b1f1f"
 COLORS = {
     "parameter": "#4e79a7",
     "optimizer_state": "#af7aa1",
@@ -25,6 +28,7 @@ PHASE_COLORS = {
     "backward": "#fde2cc",
     "optimizer": "#e6dcef",
     RECOMPUTE_PHASE: "#f9d3d3",
+    EVICT_PHASE: "#e9b8b8",
 }
 _FALLBACK_PHASE_COLORS = ("#e8e8e8", "#f6f0c9", "#d9efe9")
 
@@ -37,12 +41,15 @@ class Timeline:
     buffers allocated in a checkpoint's recompute (counted there, not under their own).
 
     ``time_s[i]`` is seconds since the first event; ``phases`` are
-    ``(name, start_s, end_s)`` spans of consecutive events in one phase.
+    ``(name, start_s, end_s)`` spans of consecutive events in one phase. ``evictions`` are
+    ``(time_s, bytes)`` of the buffers a memory budget evicted; their recomputation is the
+    ``recomputed`` band (allocations in the ``recompute`` phase).
     """
 
     time_s: list[float]
     bytes: dict[str, list[int]]
     phases: list[tuple[str, float, float]]
+    evictions: list[tuple[float, int]] = field(default_factory=list)
 
     @property
     def total(self) -> list[int]:
@@ -116,6 +123,7 @@ def timeline(snapshot_or_path) -> Timeline:
     if events:
         sample(0.0)
     recomputed: set[int] = set()  # addresses of live buffers a recompute allocated
+    evictions: list[tuple[float, int]] = []
 
     def cat(name: str, addr: int) -> str:
         return "recomputed" if addr in recomputed else name
@@ -130,6 +138,8 @@ def timeline(snapshot_or_path) -> Timeline:
         elif kind == "free":
             level[cat(e["category"], addr)] -= size
             recomputed.discard(addr)
+            if e["phase"] == EVICT_PHASE:
+                evictions.append((t, size))
         elif kind == "category":
             level[cat(e["previous"], addr)] -= size
             level[cat(e["category"], addr)] += size
@@ -140,7 +150,7 @@ def timeline(snapshot_or_path) -> Timeline:
         sample(t)
     if cur_phase and time_s:
         phases.append((cur_phase, cur_start, time_s[-1]))
-    return Timeline(time_s, series, phases)
+    return Timeline(time_s, series, phases, evictions)
 
 
 def plot_timeline(snapshot_or_path, out_png, *, title: str | None = None, dpi: int = 120):
@@ -203,6 +213,14 @@ def plot_timeline(snapshot_or_path, out_png, *, title: str | None = None, dpi: i
             textcoords="offset points",
             fontsize=9,
         )
+        if tl.evictions:
+            # Each eviction is a thin band of its own across the chart.
+            ev_t = [t * 1e3 for t, _ in tl.evictions]
+            ax.vlines(ev_t, 0, peak / mib * 1.1, color=EVICT_COLOR, lw=0.7, alpha=0.6, zorder=4)
+            freed = sum(b for _, b in tl.evictions) / mib
+            phase_handles["evicted"] = Patch(
+                facecolor=EVICT_COLOR, label=f"evicted ({len(ev_t)}, {freed:.1f} MiB)"
+            )
         ax.set_xlim(t_ms[0], t_ms[0] + span)
         ax.set_ylim(0, peak / mib * 1.15 if peak > 0 else 1)
     ax.set_xlabel("time (ms)")

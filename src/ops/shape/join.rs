@@ -2,6 +2,7 @@
 
 use crate::autograd::function::{record, record_outputs};
 use crate::autograd::grad_mode::GradModeGuard;
+use crate::autograd::remat;
 use crate::dtype::DType;
 use crate::error::{CandleContext, Error, Result};
 use crate::ops::index::{narrow, select};
@@ -77,6 +78,7 @@ pub fn cat(ts: &[Tensor], dim: i64) -> Result<Tensor> {
         }
     }
     let inputs: Vec<&Tensor> = promoted.iter().collect();
+    remat::note("cat", &out, &inputs, move |ins| cat(ins, d as i64));
     record("CatBackward0", &out, &inputs, Vec::new, move |ctx, g| {
         parts
             .iter()

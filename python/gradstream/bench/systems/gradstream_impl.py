@@ -215,6 +215,18 @@ def _build(workload, tensors: dict, variant: str) -> RunState:
             loss.backward()
             return loss.item()
 
+    elif variant.startswith("budget:"):  # `--budget-sweep`: the step within a memory budget
+        opt = optimizer(workload, params)
+        budget = int(variant.partition(":")[2])
+
+        def step():
+            with torch.memory.budget(budget):
+                loss = loss_fn()
+                loss.backward()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+            return loss.item()
+
     else:
         opt = optimizer(workload, params)
 
@@ -227,8 +239,13 @@ def _build(workload, tensors: dict, variant: str) -> RunState:
 
     def after_warmup():
         torch.memory.reset_peak_memory_stats()
+        if hasattr(torch.memory, "reset_budget_stats"):
+            torch.memory.reset_budget_stats()
 
     def extra():
-        return {"exact_peak_bytes": torch.memory.max_memory_allocated()}
+        out = {"exact_peak_bytes": torch.memory.max_memory_allocated()}
+        if hasattr(torch.memory, "budget_stats"):
+            out["budget_stats"] = torch.memory.budget_stats()
+        return out
 
     return RunState(step=step, after_warmup=after_warmup, extra=extra)

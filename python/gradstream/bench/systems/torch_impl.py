@@ -93,6 +93,31 @@ def render(sigma, rgb, dists):
     return torch.sum(weights[..., None] * rgb, dim=-2)
 
 
+def _relu_layer(layer):
+    return lambda h: torch.relu(layer(h))
+
+
+def nerf_stages(model, enc) -> list:
+    """The NeRF MLP as a chain of one-input stages for `checkpoint_sequential`: the skip
+    layer takes the encoding from the closure, the last stage returns [sigma | rgb]."""
+    stages = []
+    for i, layer in enumerate(model.layers):
+        if i == model.skip + 1:
+            stages.append(lambda h, layer=layer: torch.relu(layer(torch.cat([h, enc], dim=-1))))
+        else:
+            stages.append(_relu_layer(layer))
+    stages.append(
+        lambda h: torch.cat([torch.relu(model.sigma(h)), torch.sigmoid(model.rgb(h))], dim=-1)
+    )
+    return stages
+
+
+def _sequential(variant: str, stages: list, x):
+    """`sequential:<segments>` (`--budget-sweep`): `checkpoint_sequential` over the stages."""
+    segments = int(variant.partition(":")[2])
+    return torch.utils.checkpoint.checkpoint_sequential(stages, segments, x, use_reentrant=False)
+
+
 MODELS = {"cnn": convnet, "lora": lora_gpt}
 
 
@@ -111,6 +136,9 @@ def build(workload, tensors: dict, variant: str) -> RunState:
         target = torch.from_numpy(tensors["target"])
 
         def loss_fn():
+            if variant.startswith("sequential:"):
+                out = _sequential(variant, [_relu_layer(m) for m in model.layers], x)
+                return torch.nn.functional.mse_loss(out, target)
             return torch.nn.functional.mse_loss(model(x), target)
 
     elif workload.name == "nerf":
@@ -129,6 +157,9 @@ def build(workload, tensors: dict, variant: str) -> RunState:
                 ]
                 sigma = torch.cat([o[0] for o in outs])
                 rgb = torch.cat([o[1] for o in outs])
+            elif variant.startswith("sequential:"):
+                out = _sequential(variant, nerf_stages(model, enc), enc)
+                sigma, rgb = out[:, :1], out[:, 1:]
             else:
                 sigma, rgb = model(enc)
             return torch.nn.functional.mse_loss(render(sigma, rgb, dists), target)

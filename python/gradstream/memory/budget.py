@@ -1,0 +1,102 @@
+"""Train within a memory budget: `with gradstream.memory.budget("300MiB"): step()`.
+
+Inside a budget, whenever a new tensor would take the live tensor bytes
+(`memory_allocated()`) past it, the engine evicts saved activations that it can recompute,
+lowest score first, and recomputes them from their recorded op and inputs (recursively)
+when the backward needs them. The score is Dynamic Tensor Rematerialization's (Kirisame
+et al., ICLR 2021): the op's measured time, plus that of its inputs that are evicted too,
+over the bytes freed times the staleness (how long since it was last used). So cheap,
+large, long-unused activations go first.
+
+Never evicted: parameters, gradients, optimizer state, and any tensor that something else
+holds (a Python reference, a view). Ops that recompute: linear, relu/threshold, dropout
+(with the same mask), cat, and the element-wise unary and binary ops; the output of any
+other op is kept, as are the outputs of ops that depend on it.
+
+When the budget cannot be met, `gradstream.OutOfMemoryError` (a RuntimeError) is raised
+with the budget and the least the step needs at that point.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Iterator
+
+from .. import _core
+
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+    "k": 2**10,
+    "m": 2**20,
+    "g": 2**30,
+}
+
+
+def parse_bytes(size: int | float | str) -> int:
+    """Bytes from a number or a string with a unit: ``"300MiB"``, ``"1.5 GB"``, ``"4096"``."""
+    if isinstance(size, bool):
+        raise TypeError(f"memory budget: expected bytes or a size string, got {size!r}")
+    if isinstance(size, (int, float)):
+        n = size
+    elif isinstance(size, str):
+        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*", size)
+        if m is None or m.group(2).lower() not in _UNITS:
+            raise ValueError(
+                f"memory budget: cannot read {size!r}; use bytes or a number with a unit "
+                "(B, KB, MB, GB, KiB, MiB, GiB)"
+            )
+        n = float(m.group(1)) * _UNITS[m.group(2).lower()]
+    else:
+        raise TypeError(
+            f"memory budget: expected bytes or a size string, got {type(size).__name__}"
+        )
+    if n <= 0:
+        raise ValueError(f"memory budget must be positive, got {size!r}")
+    return int(n)
+
+
+def set_budget(size: int | float | str | None) -> int | None:
+    """Keep live tensor bytes within `size` (bytes or ``"300MiB"``); None removes the budget.
+
+    Returns the previous budget in bytes (or None).
+    """
+    return _core._set_memory_budget(None if size is None else parse_bytes(size))
+
+
+def get_budget() -> int | None:
+    """The memory budget in bytes, or None."""
+    return _core._memory_budget()
+
+
+@contextlib.contextmanager
+def budget(size: int | float | str | None) -> Iterator[None]:
+    """Run the block within a memory budget (bytes or ``"300MiB"``); restores the previous one."""
+    prev = set_budget(size)
+    try:
+        yield
+    finally:
+        _core._set_memory_budget(prev)
+
+
+def budget_stats() -> dict[str, float]:
+    """What budgets did since the last reset: ``evictions``, ``evicted_bytes``,
+    ``recomputations``, ``recomputed_bytes``, ``recompute_seconds``."""
+    return dict(_core._memory_budget_stats())
+
+
+def reset_budget_stats() -> None:
+    """Zero the counters of `budget_stats()`."""
+    _core._reset_memory_budget_stats()
+
+
+OutOfMemoryError = _core.OutOfMemoryError

@@ -1,0 +1,161 @@
+//! The memory budget: before a new tensor buffer is counted (`memory::register`), if it
+//! would take the live bytes past the budget, saved activations are evicted, lowest DTR
+//! score first (Kirisame et al., ICLR 2021: cost / (bytes × staleness)), until it fits.
+//! Evicted activations are recomputed from their recipe (`remat`) when the backward needs
+//! them. Only buffers that nothing but a saved cell holds are evicted: never parameters,
+//! gradients, optimizer state, or tensors the user (or anything else) holds.
+//!
+//! When even evicting every candidate leaves too little room, the op's result is counted
+//! anyway and an `OutOfMemoryError` is raised at the next boundary back to Python (the op's
+//! result, the end of the backward node).
+
+use std::cell::Cell as LocalCell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+
+use parking_lot::Mutex;
+
+use crate::autograd::remat::Cell;
+use crate::error::{Error, Result};
+use crate::memory::{self, Category};
+
+static CLOCK: AtomicU64 = AtomicU64::new(0);
+
+/// The budget's logical clock: one tick per use of a cell.
+pub fn tick() -> u64 {
+    CLOCK.fetch_add(1, Ordering::Relaxed) + 1
+}
+
+pub fn is_active() -> bool {
+    memory::budget().is_some()
+}
+
+/// Cells holding data: the eviction candidates (pruned lazily).
+fn pool() -> &'static Mutex<Vec<Weak<Cell>>> {
+    static P: Mutex<Vec<Weak<Cell>>> = Mutex::new(Vec::new());
+    &P
+}
+
+pub fn track(c: &Arc<Cell>) {
+    pool().lock().push(Arc::downgrade(c));
+}
+
+/// What the budget did since the last `reset_stats`.
+#[derive(Clone, Copy, Default, Debug)]
+pub struct Stats {
+    pub evictions: u64,
+    pub evicted_bytes: u64,
+    pub recomputations: u64,
+    pub recomputed_bytes: u64,
+    pub recompute_seconds: f64,
+}
+
+static STATS: Mutex<Stats> = Mutex::new(Stats {
+    evictions: 0,
+    evicted_bytes: 0,
+    recomputations: 0,
+    recomputed_bytes: 0,
+    recompute_seconds: 0.0,
+});
+
+pub fn stats() -> Stats {
+    *STATS.lock()
+}
+
+pub fn reset_stats() {
+    *STATS.lock() = Stats::default();
+}
+
+pub fn count_recompute(bytes: usize, seconds: f64) {
+    let mut s = STATS.lock();
+    s.recomputations += 1;
+    s.recomputed_bytes += bytes as u64;
+    s.recompute_seconds += seconds;
+}
+
+thread_local! {
+    static EVICTING: LocalCell<bool> = const { LocalCell::new(false) };
+}
+
+/// The error waiting to be raised, from a buffer that did not fit.
+static PENDING: Mutex<Option<String>> = Mutex::new(None);
+
+/// `Err(OutOfMemoryError)` if a buffer did not fit the budget since the last check.
+pub fn check() -> Result<()> {
+    match PENDING.lock().take() {
+        Some(m) => Err(Error::OutOfMemory(m)),
+        None => Ok(()),
+    }
+}
+
+/// A new buffer of `bytes` is about to be counted and would pass `budget`: evict until it
+/// fits, or leave an `OutOfMemoryError` to be raised.
+pub fn make_room(bytes: usize, budget: u64) {
+    if EVICTING.with(|e| e.replace(true)) {
+        return;
+    }
+    let fits = || memory::memory_allocated() + bytes as i64 <= budget as i64;
+    let candidates: Vec<Arc<Cell>> = {
+        let mut p = pool().lock();
+        p.retain(|w| w.upgrade().is_some_and(|c| c.holds_data()));
+        p.sort_by_key(|w| w.as_ptr() as usize);
+        p.dedup_by_key(|w| w.as_ptr() as usize);
+        p.iter().filter_map(Weak::upgrade).collect()
+    };
+    let now = tick();
+    let mut scored: Vec<(f64, Arc<Cell>)> = candidates
+        .into_iter()
+        .filter_map(|c| c.score(now).map(|s| (s, c)))
+        .collect();
+    scored.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let recording = memory::is_recording();
+    for (_, c) in scored {
+        if fits() {
+            break;
+        }
+        let prev = recording.then(|| memory::set_phase(memory::EVICT));
+        let freed = c.evict();
+        if let Some(p) = prev {
+            memory::set_phase(&p);
+        }
+        if freed > 0 {
+            let mut s = STATS.lock();
+            s.evictions += 1;
+            s.evicted_bytes += freed as u64;
+        }
+    }
+    if !fits() {
+        *PENDING.lock() = Some(message(bytes, budget));
+    }
+    EVICTING.with(|e| e.set(false));
+}
+
+fn message(bytes: usize, budget: u64) -> String {
+    let held = memory::memory_allocated().max(0) as u64;
+    let by = memory::bytes_by_category();
+    let of = |c: Category| by.iter().find(|(k, _)| *k == c).map_or(0, |(_, b)| *b);
+    format!(
+        "memory budget of {} exceeded: a new tensor of {} does not fit beside the {} that \
+         cannot be evicted now (parameters {}, optimizer state {}, gradients {}, saved \
+         activations {}, other {}); this step needs a budget of at least {} ({} bytes)",
+        fmt_bytes(budget),
+        fmt_bytes(bytes as u64),
+        fmt_bytes(held),
+        fmt_bytes(of(Category::Parameter).max(0) as u64),
+        fmt_bytes(of(Category::OptimizerState).max(0) as u64),
+        fmt_bytes(of(Category::Gradient).max(0) as u64),
+        fmt_bytes(of(Category::Activation).max(0) as u64),
+        fmt_bytes(of(Category::Other).max(0) as u64),
+        fmt_bytes(held + bytes as u64),
+        held + bytes as u64,
+    )
+}
+
+fn fmt_bytes(n: u64) -> String {
+    const MIB: f64 = 1024.0 * 1024.0;
+    if n >= 1 << 20 {
+        format!("{:.2} MiB", n as f64 / MIB)
+    } else {
+        format!("{n} bytes")
+    }
+}

@@ -1,0 +1,312 @@
+//! Rematerialisation: under a memory budget, each recorded op's output gets a `Cell` that
+//! knows how to compute it again: the op's forward as a closure over its inputs' cells
+//! (or, for leaves, the inputs themselves). A saved activation held through a cell can be
+//! evicted (its buffer dropped, see `budget`) and is recomputed, recursively through
+//! evicted inputs, when the backward unpacks it.
+//!
+//! Cells hold data only while a node saved them; otherwise a cell is a recipe and a weak
+//! handle on the op's output, so a graph of cells costs no activation memory of its own.
+
+use std::cell::Cell as LocalCell;
+use std::sync::{Arc, Weak};
+use std::time::Instant;
+
+use parking_lot::Mutex;
+
+use crate::autograd::budget;
+use crate::autograd::grad_mode::GradModeGuard;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::memory::{self, Role};
+use crate::tensor::{shape_str, Tensor, TensorImpl};
+
+/// How far `score` follows chains of evicted inputs.
+const MAX_DEPTH: usize = 32;
+
+/// An op's forward, run again on its (rematerialised) inputs in no-grad mode.
+pub type Forward = Box<dyn Fn(&[Tensor]) -> Result<Tensor> + Send + Sync>;
+
+/// Where a recompute takes an input from.
+enum Source {
+    /// The output of another recorded op.
+    Cell(Arc<Cell>),
+    /// A leaf (a parameter, the step's input), kept with its version at record time: a
+    /// recompute after it changed in place would compute something else.
+    Fixed { t: Tensor, version: u64 },
+}
+
+impl Source {
+    fn value(&self, name: &str) -> Result<Tensor> {
+        match self {
+            Source::Cell(c) => c.value(),
+            Source::Fixed { t, version } if t.version() != *version => {
+                Err(Error::autograd(format!(
+                    "memory budget: cannot recompute {name}: its input [{} {}] was modified by \
+                     an inplace operation since the forward (version {}, expected {version}); \
+                     an optimizer stepping inside backward updated a parameter that a later \
+                     recompute still needs",
+                    t.dtype().name(),
+                    shape_str(&t.dims()),
+                    t.version(),
+                )))
+            }
+            Source::Fixed { t, .. } => Ok(t.clone()),
+        }
+    }
+
+    /// What making this input available would cost: nothing when it is materialised, else
+    /// its recompute, with that of its own evicted inputs (up to `depth` levels).
+    fn rebuild_cost(&self, depth: usize) -> f64 {
+        match self {
+            Source::Cell(c) if depth > 0 && c.is_evicted() => c.projected_cost(depth - 1),
+            _ => 0.0,
+        }
+    }
+}
+
+struct State {
+    /// The buffer, held while a node saved it and it is not evicted.
+    data: Option<Tensor>,
+    /// The op's output as the caller holds it: used while alive, never kept alive.
+    out: Weak<TensorImpl>,
+    /// Saved tensors that read this cell.
+    saved: usize,
+    /// Seconds the forward took (measured again at each recompute).
+    cost: f64,
+    /// The budget clock at the last use, for the staleness term of the score.
+    last_use: u64,
+}
+
+/// One recorded op's output under a budget: its recipe and, while saved, its data.
+pub struct Cell {
+    pub name: &'static str,
+    pub bytes: usize,
+    forward: Forward,
+    /// The autocast dtype the op ran under: a recompute runs under it too.
+    autocast: Option<DType>,
+    inputs: Vec<Source>,
+    state: Mutex<State>,
+}
+
+thread_local! {
+    /// When the previous op on this thread noted its output: the time since is this op's cost.
+    static LAST_OP: LocalCell<Option<Instant>> = const { LocalCell::new(None) };
+}
+
+fn op_seconds() -> f64 {
+    let now = Instant::now();
+    let prev = LAST_OP.with(|l| l.replace(Some(now)));
+    prev.map_or(0.0, |p| (now - p).as_secs_f64())
+}
+
+/// Give `out`, just computed by op `name` from `inputs`, a cell with `forward` as its
+/// recipe, when a budget is set and the op records a node. An input that is neither a
+/// leaf nor a cell's output (an op without a recipe made it) leaves `out` without one.
+pub fn note(
+    name: &'static str,
+    out: &Tensor,
+    inputs: &[&Tensor],
+    forward: impl Fn(&[Tensor]) -> Result<Tensor> + Send + Sync + 'static,
+) {
+    if !budget::is_active() || !crate::autograd::function::should_record(inputs) {
+        return;
+    }
+    let cost = op_seconds();
+    let Some((key, bytes)) = memory::storage_key(&out.data()) else {
+        return;
+    };
+    if inputs.iter().any(|t| t.storage_key() == Some(key)) {
+        return; // a view or an in-place result: no buffer of its own
+    }
+    let mut sources = Vec::with_capacity(inputs.len());
+    for t in inputs {
+        let source = match t.remat_cell() {
+            Some(c) => Source::Cell(c),
+            None if t.is_leaf() => Source::Fixed {
+                t: (*t).clone(),
+                version: t.version(),
+            },
+            None => return,
+        };
+        sources.push(source);
+    }
+    let cell = Arc::new(Cell {
+        name,
+        bytes,
+        forward: Box::new(forward),
+        autocast: crate::autocast::dtype(),
+        inputs: sources,
+        state: Mutex::new(State {
+            data: None,
+            out: out.downgrade(),
+            saved: 0,
+            cost,
+            last_use: budget::tick(),
+        }),
+    });
+    out.set_remat_cell(Some(cell));
+}
+
+impl Cell {
+    /// A node saves this cell's output `t`: keep an alias of it (`t` is alive, so this
+    /// costs no bytes even if the cell was evicted before).
+    pub fn save(self: &Arc<Cell>, t: &Tensor) {
+        let alias = t.detach();
+        let mut st = self.state.lock();
+        st.saved += 1;
+        st.last_use = budget::tick();
+        if st.data.is_none() {
+            alias.set_role(Role::Activation, true);
+            st.data = Some(alias);
+            drop(st);
+            budget::track(self);
+        }
+    }
+
+    /// A node released its saved tensor: the last release drops the data.
+    pub fn release(&self) {
+        let data = {
+            let mut st = self.state.lock();
+            st.saved = st.saved.saturating_sub(1);
+            if st.saved > 0 {
+                return;
+            }
+            st.data.take()
+        };
+        if let Some(d) = data {
+            d.set_role(Role::Activation, false);
+        }
+    }
+
+    /// Neither saved data nor the op's output is alive: using it means recomputing it.
+    pub fn is_evicted(&self) -> bool {
+        self.state
+            .try_lock()
+            .is_some_and(|st| st.data.is_none() && st.out.strong_count() == 0)
+    }
+
+    /// The output, recomputed if it was evicted (or freed, for cells no node saved).
+    pub fn value(self: &Arc<Cell>) -> Result<Tensor> {
+        {
+            let mut st = self.state.lock();
+            st.last_use = budget::tick();
+            if let Some(d) = &st.data {
+                return Ok(d.clone());
+            }
+            if let Some(o) = st.out.upgrade() {
+                return Ok(Tensor(o));
+            }
+        }
+        let inputs = self
+            .inputs
+            .iter()
+            .map(|s| s.value(self.name))
+            .collect::<Result<Vec<_>>>()?;
+        let t0 = Instant::now();
+        let out = {
+            let _no_grad = GradModeGuard::new(false);
+            let _phase = RecomputePhase::enter();
+            let outer = crate::autocast::set_dtype(self.autocast);
+            let out = (self.forward)(&inputs);
+            crate::autocast::set_dtype(outer);
+            out?
+        };
+        drop(inputs);
+        let keep = {
+            let mut st = self.state.lock();
+            st.cost = t0.elapsed().as_secs_f64();
+            budget::count_recompute(self.bytes, st.cost);
+            let keep = st.saved > 0;
+            if keep {
+                out.set_role(Role::Activation, true);
+                st.data = Some(out.clone());
+            }
+            keep
+        };
+        if keep {
+            budget::track(self);
+        }
+        Ok(out)
+    }
+
+    /// Drop the data if nothing but this cell holds its buffer; the bytes freed.
+    pub fn evict(&self) -> usize {
+        let Some(mut st) = self.state.try_lock() else {
+            return 0;
+        };
+        let Some(d) = st.data.as_ref() else { return 0 };
+        if !evictable(d) {
+            return 0;
+        }
+        let d = st.data.take();
+        drop(st);
+        if let Some(d) = d {
+            d.set_role(Role::Activation, false);
+        }
+        self.bytes
+    }
+
+    /// DTR's heuristic: recompute cost (with that of evicted inputs, which a recompute
+    /// would also pay) over bytes freed times staleness. Lowest goes first. `None` when
+    /// it cannot be evicted now.
+    pub fn score(&self, now: u64) -> Option<f64> {
+        let (cost, stale) = {
+            let st = self.state.try_lock()?;
+            if !st.data.as_ref().is_some_and(evictable) {
+                return None;
+            }
+            (st.cost, now.saturating_sub(st.last_use) + 1)
+        };
+        let inputs: f64 = self.inputs.iter().map(|s| s.rebuild_cost(MAX_DEPTH)).sum();
+        Some((cost + inputs + 1e-9) / (self.bytes.max(1) as f64 * stale as f64))
+    }
+
+    /// Its own recompute time plus that of the evicted inputs a recompute would rebuild
+    /// first (DTR's evicted neighbourhood, followed along the inputs): evicting the one
+    /// materialised link of a long evicted chain is priced as the whole chain.
+    fn projected_cost(&self, depth: usize) -> f64 {
+        let own = self.state.try_lock().map_or(0.0, |st| st.cost);
+        own + self
+            .inputs
+            .iter()
+            .map(|s| s.rebuild_cost(depth))
+            .sum::<f64>()
+    }
+
+    pub fn holds_data(&self) -> bool {
+        self.state.try_lock().is_none_or(|st| st.data.is_some())
+    }
+}
+
+/// Only this alias holds the buffer: no other handle, no other tensor on the buffer
+/// (views, the user's tensor), and it is not a parameter's, gradient's or optimizer
+/// state's buffer.
+fn evictable(d: &Tensor) -> bool {
+    if Arc::strong_count(&d.0) != 1 {
+        return false;
+    }
+    let Some(k) = d.storage_key() else {
+        return false;
+    };
+    memory::is_unique(k)
+        && ![Role::Parameter, Role::Gradient, Role::OptimizerState]
+            .iter()
+            .any(|&r| memory::has_role(k, r))
+}
+
+/// Buffers allocated while recomputing are labelled `recompute:<op>` in the history.
+struct RecomputePhase(Option<String>);
+
+impl RecomputePhase {
+    fn enter() -> Self {
+        RecomputePhase(memory::is_recording().then(|| memory::set_phase(memory::RECOMPUTE)))
+    }
+}
+
+impl Drop for RecomputePhase {
+    fn drop(&mut self) {
+        if let Some(p) = self.0.take() {
+            memory::set_phase(&p);
+        }
+    }
+}

@@ -1,0 +1,330 @@
+"""Training within a memory budget (`gradstream.memory.budget`): the exact peak stays within
+the budget, evicted activations are recomputed bit for bit, and a budget that cannot be met
+raises `OutOfMemoryError` without touching the model or its optimizer."""
+
+import gc
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import gradstream as gs
+from gradstream import memory
+
+
+class Model:
+    """A small NeRF-shaped MLP: a skip connection (cat), ReLU layers, dropout, a sigmoid
+    and a ReLU head, exp, and an MSE, all on `points` rows."""
+
+    def __init__(self, depth=5, width=48, points=1024, features=9, skip=2, p=0.0, seed=0):
+        rng = np.random.default_rng(seed)
+        self.skip, self.p = skip, p
+        self.layers = []
+        for i in range(depth):
+            n_in = features if i == 0 else width
+            n_in += features if i == skip + 1 else 0
+            self.layers.append(gs.nn.Linear(n_in, width))
+        self.heads = [gs.nn.Linear(width, 1), gs.nn.Linear(width, 3)]
+        self.x = gs.from_numpy(rng.standard_normal((points, features)).astype(np.float32))
+        self.target = gs.from_numpy(rng.uniform(0, 1, (points, 3)).astype(np.float32))
+        self.params = [p for layer in self.layers + self.heads for p in layer.parameters()]
+        self.init = [p.detach().clone() for p in self.params]
+
+    def reset(self):
+        with gs.no_grad():
+            for p, q in zip(self.params, self.init, strict=True):
+                p.copy_(q)
+        for p in self.params:
+            p.grad = None
+
+    def loss(self):
+        h = self.x
+        for i, layer in enumerate(self.layers):
+            if i == self.skip + 1:
+                h = gs.cat([h, self.x], dim=-1)
+            h = gs.relu(layer(h))
+            if self.p:
+                h = gs.nn.functional.dropout(h, self.p)
+        sigma = gs.relu(self.heads[0](h))
+        rgb = gs.sigmoid(self.heads[1](h))
+        out = (1.0 - gs.exp(-sigma)) * rgb
+        return ((out - self.target) * (out - self.target)).mean()
+
+    def step(self, budget=None, seed=0):
+        """One forward and backward from the initial weights: (loss, grads, exact peak)."""
+        self.reset()
+        gs.manual_seed(seed)
+        gc.collect()
+        memory.reset_peak_memory_stats()
+        with memory.budget(budget):
+            loss = self.loss()
+            loss.backward()
+        peak = memory.max_memory_allocated()
+        return loss.item(), [p.grad.numpy().copy() for p in self.params], peak
+
+
+def budgets(model, fractions):
+    """Budgets between what is alive before the step and its unconstrained peak."""
+    gc.collect()
+    base = memory.memory_allocated()
+    _, _, peak = model.step()
+    return [int(base + f * (peak - base)) for f in fractions]
+
+
+def assert_same_step(got, want):
+    loss, grads, _ = got
+    assert loss == want[0]
+    for g, w in zip(grads, want[1], strict=True):
+        np.testing.assert_array_equal(g, w)
+
+
+# Dropout's masks are not evicted (they are the random state the recompute reuses), and
+# its forward converts a mask to float: it needs more room than the plain model.
+@pytest.mark.parametrize(
+    ("p", "fractions"), [(0.0, [1.0, 0.8, 0.65, 0.5]), (0.3, [1.0, 0.8, 0.65])]
+)
+def test_sweep_peak_within_budget_and_bit_identical(p, fractions):
+    m = Model(p=p)
+    want = m.step()
+    memory.reset_budget_stats()
+    for b in budgets(m, fractions):
+        got = m.step(budget=b)
+        assert got[2] <= b, (got[2], b)
+        assert_same_step(got, want)
+    assert memory.budget_stats()["evictions"] > 0
+    assert memory.budget_stats()["recomputations"] > 0
+    assert memory.get_budget() is None
+
+
+def test_matches_pytorch(torch_ref):
+    torch = torch_ref
+    m = Model()
+    b = budgets(m, [0.5])[0]
+    loss, grads, peak = m.step(budget=b)
+    assert peak <= b
+    params = [torch.tensor(q.numpy(), requires_grad=True) for q in m.init]
+    x, t = torch.tensor(m.x.numpy()), torch.tensor(m.target.numpy())
+    h = x
+    for i in range(len(m.layers)):
+        if i == m.skip + 1:
+            h = torch.cat([h, x], dim=-1)
+        h = torch.relu(h @ params[2 * i].T + params[2 * i + 1])
+    n = len(m.layers)
+    sigma = torch.relu(h @ params[2 * n].T + params[2 * n + 1])
+    rgb = torch.sigmoid(h @ params[2 * n + 2].T + params[2 * n + 3])
+    out = (1.0 - torch.exp(-sigma)) * rgb
+    ref = ((out - t) * (out - t)).mean()
+    ref.backward()
+    np.testing.assert_allclose(loss, ref.item(), rtol=1e-5)
+    for g, p in zip(grads, params, strict=True):
+        scale = float(p.grad.abs().max()) + 1e-12
+        np.testing.assert_allclose(g, p.grad.numpy(), rtol=1e-4, atol=1e-5 * scale * 32)
+
+
+@settings(max_examples=8)
+@given(
+    depth=st.integers(2, 5),
+    width=st.sampled_from([1, 7, 32]),
+    points=st.sampled_from([1, 5, 300]),
+    fraction=st.sampled_from([0.9, 0.7, 0.55]),
+)
+def test_drawn_shapes(depth, width, points, fraction):
+    m = Model(depth=depth, width=width, points=points, skip=0)
+    want = m.step()
+    b = budgets(m, [fraction])[0]
+    try:
+        got = m.step(budget=b)
+    except memory.OutOfMemoryError:
+        return  # too small for this shape: the error is the contract
+    assert got[2] <= b
+    assert_same_step(got, want)
+
+
+def test_empty_batch():
+    m = Model(points=0)
+    want = m.step()
+    got = m.step(budget=memory.memory_allocated() + (1 << 20))
+    assert np.isnan(got[0]) and np.isnan(want[0])
+    for g, w in zip(got[1], want[1], strict=True):
+        np.testing.assert_array_equal(g, w)
+
+
+def test_float64_gradcheck_under_budget():
+    rng = np.random.default_rng(1)
+    x = gs.from_numpy(rng.standard_normal((6, 4)))
+    w1 = gs.from_numpy(rng.standard_normal((5, 4))).requires_grad_()
+    w2 = gs.from_numpy(rng.standard_normal((3, 5))).requires_grad_()
+
+    def f(w1, w2):
+        h = gs.sigmoid(gs.nn.functional.linear(x, w1))
+        return gs.exp(-gs.nn.functional.linear(h, w2)).sum()
+
+    with memory.budget(memory.memory_allocated() + 4096):
+        assert gs.autograd.gradcheck(f, (w1, w2))
+
+
+def test_too_small_budget_raises_and_leaves_model_and_optimizer_unchanged():
+    m = Model()
+    opt = gs.optim.Adam(m.params, lr=1e-2)
+    m.reset()
+    m.loss().backward()
+    opt.step()  # the optimizer has state now
+    before = [p.detach().clone() for p in m.params]
+    state = {
+        k: v.detach().clone() for k, v in opt.state[m.params[0]].items() if hasattr(v, "numpy")
+    }
+    opt.zero_grad(set_to_none=True)
+    gc.collect()
+    tight = memory.memory_allocated() + 1024
+    with pytest.raises(gs.OutOfMemoryError) as e:
+        with memory.budget(tight):
+            m.loss().backward()
+            opt.step()
+    assert issubclass(gs.OutOfMemoryError, RuntimeError)
+    assert "budget" in str(e.value) and "at least" in str(e.value)
+    for p, q in zip(m.params, before, strict=True):
+        assert gs.equal(p, q)
+        assert p.grad is None
+    for k, v in opt.state[m.params[0]].items():
+        if hasattr(v, "numpy"):
+            assert gs.equal(v, state[k])
+
+
+def test_tensors_the_user_holds_are_never_evicted():
+    m = Model()
+    b = budgets(m, [0.5])[0]
+    m.reset()
+    kept = []
+    with pytest.raises(gs.OutOfMemoryError):
+        with memory.budget(b):
+            h = m.x
+            for i, layer in enumerate(m.layers):
+                if i == m.skip + 1:
+                    h = gs.cat([h, m.x], dim=-1)
+                h = gs.relu(layer(h))
+                kept.append(h)
+            (h * h).sum().backward()
+    snapshot = [k.detach().clone() for k in kept]
+    for k, s in zip(kept, snapshot, strict=True):
+        assert gs.equal(k, s)
+
+
+def test_no_leak_over_100_steps_with_an_optimizer():
+    m = Model(depth=3, width=16, points=256)
+    b = budgets(m, [0.7])[0]
+    opt = gs.optim.Adam(m.params, lr=1e-3)
+    m.reset()
+    sizes = []
+    memory.reset_budget_stats()
+    for _ in range(100):
+        # Adam's state and its update's temporaries come on top of the step's own bytes.
+        with memory.budget(b + 3 * sum(p.nbytes for p in m.params)):
+            loss = m.loss()
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        del loss
+        gc.collect()
+        sizes.append(memory.memory_allocated())
+    assert len(set(sizes[1:])) == 1, sizes[:5]
+    assert memory.budget_stats()["evictions"] >= 100
+
+
+def test_in_backward_optimizer_matches_unconstrained():
+    def train(budget):
+        m = Model(depth=4, width=32, points=512)
+        opt = gs.optim.Adam(m.params, lr=1e-2, in_backward=True)
+        slack = 2 * sum(p.nbytes for p in m.params)  # Adam's state, made in the first step
+        b = None if budget is None else budget + slack
+        losses = []
+        m.reset()
+        for _ in range(3):
+            with memory.budget(b):
+                loss = m.loss()
+                loss.backward()
+            losses.append(loss.item())
+        del opt
+        return losses, [p.detach().numpy().copy() for p in m.params]
+
+    want = train(None)
+    b = budgets(Model(depth=4, width=32, points=512), [0.6])[0]
+    memory.reset_budget_stats()
+    got = train(b)
+    assert memory.budget_stats()["recomputations"] > 0
+    assert got[0] == want[0]
+    for g, w in zip(got[1], want[1], strict=True):
+        np.testing.assert_array_equal(g, w)
+
+
+def test_set_budget_and_parse():
+    assert memory.get_budget() is None
+    assert memory.set_budget("300MiB") is None
+    assert memory.get_budget() == 300 * 2**20
+    assert memory.set_budget(None) == 300 * 2**20
+    assert memory.parse_bytes("1.5 GB") == 1_500_000_000
+    assert memory.parse_bytes("4096") == 4096
+    assert memory.parse_bytes(2.0**20) == 2**20
+    assert memory.parse_bytes("2kib") == 2048
+    with memory.budget("1GiB"):
+        with memory.budget(None):
+            assert memory.get_budget() is None
+        assert memory.get_budget() == 2**30
+    assert memory.get_budget() is None
+
+
+@pytest.mark.parametrize("bad", ["", "12 parsecs", "MiB", "-3MiB", 0, -5, "0"])
+def test_bad_budget_is_a_value_error(bad):
+    with pytest.raises(ValueError, match="budget"):
+        memory.set_budget(bad)
+    assert memory.get_budget() is None
+
+
+@pytest.mark.parametrize("bad", [True, [1], object()])
+def test_bad_budget_type_is_a_type_error(bad):
+    with pytest.raises(TypeError, match="budget"):
+        memory.set_budget(bad)
+
+
+def test_history_marks_evictions_and_recomputations(tmp_path):
+    m = Model()
+    b = budgets(m, [0.5])[0]
+    memory.record_history("all")
+    try:
+        memory.reset_budget_stats()
+        m.step(budget=b)
+        stats = memory.budget_stats()
+        snap = memory.snapshot()
+    finally:
+        memory.record_history(None)
+    tl = memory.timeline(snap)
+    assert len(tl.evictions) == stats["evictions"] > 0
+    assert sum(n for _, n in tl.evictions) == stats["evicted_bytes"]
+    assert max(tl.bytes["recomputed"]) > 0
+    events = snap["gradstream"]["events"]
+    assert any(e["kind"] == "alloc" and e["phase"] == "recompute" for e in events)
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "timeline.png"
+    memory.plot_timeline(snap, out)
+    assert out.stat().st_size > 0
+
+
+def test_autocast_recomputes_in_its_dtype():
+    m = Model(depth=4, width=32, points=512)
+
+    def step(budget):
+        m.reset()
+        with memory.budget(budget):
+            with gs.autocast("cpu", dtype=gs.bfloat16):
+                loss = m.loss()
+            loss.backward()
+        return loss.item(), [p.grad.numpy().copy() for p in m.params]
+
+    want = step(None)
+    b = budgets(m, [0.6])[0]
+    memory.reset_budget_stats()
+    got = step(b)
+    assert memory.budget_stats()["recomputations"] > 0
+    assert got[0] == want[0]
+    for g, w in zip(got[1], want[1], strict=True):
+        np.testing.assert_array_equal(g, w)
