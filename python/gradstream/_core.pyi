@@ -748,40 +748,39 @@ __all__ = [
     'bfloat16',
     'float32',
     'float64',
-    '_scaled_dot_product_attention',
     'Node',
     'RemovableHandle',
     '_run_backward',
     'is_grad_enabled',
     '_set_grad_enabled',
-    '_backward_calls',
     '_autocast_dtype',
     '_set_autocast_dtype',
+    '_backward_calls',
     '_conv',
     '_conv_transpose',
+    'zeros',
+    'zeros_like',
+    'ones',
+    'ones_like',
+    'empty',
+    'empty_like',
+    'rand',
+    'rand_like',
+    'randn',
+    'randn_like',
     'tensor',
     'as_tensor',
     'from_numpy',
-    'zeros',
-    'ones',
-    'empty',
     'full',
-    'zeros_like',
-    'ones_like',
-    'empty_like',
     'full_like',
     'arange',
     'linspace',
     'eye',
-    'rand',
-    'randn',
-    'rand_like',
-    'randn_like',
     'randint',
     'randperm',
-    'meshgrid',
     'set_default_dtype',
     'get_default_dtype',
+    'meshgrid',
     'LinAlgError',
     '_linalg_inv_ex',
     '_linalg_inv',
@@ -954,13 +953,14 @@ __all__ = [
     '_record_memory_history',
     '_memory_history',
     '_memory_live_blocks',
-    '_volume_render',
     '_nn_layer_norm',
     '_nn_gather_rows',
     '_nn_class_last',
     '_nn_embedding',
     '_nn_dropout',
     '_nn_random_',
+    '_scaled_dot_product_attention',
+    '_volume_render',
     '_panic',
     '_OptimGroup',
     '_ParamState',
@@ -987,20 +987,20 @@ __all__ = [
     'bernoulli',
     'multinomial',
     '_vector_norm',
+    'amax',
+    'amin',
+    'all',
+    'any',
     'sum',
     'mean',
     'prod',
     'max',
     'min',
-    'amax',
-    'amin',
     'argmax',
     'argmin',
     'norm',
     'var',
     'std',
-    'all',
-    'any',
     'logsumexp',
     'softmax',
     'log_softmax',
@@ -1009,8 +1009,8 @@ __all__ = [
     '_push_saved_tensors_hooks',
     '_pop_saved_tensors_hooks',
     '_push_saved_tensors_bf16',
-    '_saved_tensors_hooks_depth',
     '_holds_parameter',
+    '_saved_tensors_hooks_depth',
     '_raise_saved_tensors_pack_error',
     '_set_relu_bitmask',
     '_relu_bitmask_enabled',
@@ -1087,7 +1087,8 @@ def _graph_leaves(t: Tensor) -> list[Tensor]:
     """
 def _holds_parameter(t: Tensor) -> _bool:
     """
-    Whether the tensor's buffer is a parameter's (the built-in policies keep those as they are).
+    Whether the tensor's buffer is a parameter's (the built-in policies keep those as
+    they are).
     """
 def _linalg_cholesky(a: _float, *, upper: _bool = ...) -> Tensor:
     """
@@ -1263,8 +1264,8 @@ def _optim_attach(param: Tensor, group: _OptimGroup, state: _ParamState, control
 def _optim_detach(param: Tensor, hook_id: _int) -> None: ...
 def _optim_step(params: Sequence[Tensor], group: _OptimGroup, states: list[_ParamState]) -> None:
     """
-    `_optim_step(params, group, states)`: one fused in-place step per parameter that has a
-    `.grad` (others are skipped, as PyTorch does).
+    `_optim_step(params, group, states)`: one fused in-place step per parameter that has
+    a `.grad` (others are skipped, as PyTorch does).
     """
 def _panic(input: Tensor, message: str) -> Tensor:
     """
@@ -1356,7 +1357,8 @@ def _set_memory_phase(phase: str) -> str:
     """
 def _set_relu_bitmask(enabled: _bool) -> _bool:
     """
-    Save 1-bit masks for relu/threshold backward (on by default); returns the previous setting.
+    Save 1-bit masks for relu/threshold backward (on by default); returns the previous
+    setting.
     """
 def _set_structure_only(on: _bool) -> _bool:
     """
@@ -1420,7 +1422,8 @@ def any(input: Tensor, dim: _Dims | None = ..., keepdim: _bool = ...) -> Tensor:
     """
 def arange(start: _Number, end: _Number | None = ..., step: _Number | None = ..., *, dtype: _Dtype | None = ..., device: _Device | None = ..., requires_grad: _bool = ...) -> Tensor:
     """
-    `arange(end)`, `arange(start, end, step=1)`: int64 for integer arguments, else float32.
+    `arange(end)`, `arange(start, end, step=1)`: int64 for integer arguments, else the
+    default float dtype.
     """
 def arccos(input: Tensor) -> Tensor: ...
 def arccosh(input: Tensor) -> Tensor: ...
@@ -1644,8 +1647,8 @@ def logsumexp(input: Tensor, dim: _Dims, keepdim: _bool = ...) -> Tensor:
 def lt(input: Tensor, other: _Operand) -> Tensor: ...
 def manual_seed(seed: _int) -> Generator:
     """
-    Seed the global generator: the same seed gives the same `rand`, `randn`, dropout masks.
-    Returns `default_generator`.
+    Seed the global generator: the same seed gives the same `rand`, `randn`, dropout
+    masks. Returns `default_generator`.
     """
 def masked_fill(input: Tensor, mask: Tensor, value: _Operand) -> Tensor: ...
 def masked_select(input: Tensor, mask: Tensor) -> Tensor: ...
@@ -1738,8 +1741,8 @@ def searchsorted(sorted_sequence: Tensor, input: Tensor | _Number, *, out_int32:
     """
     `searchsorted(sorted_sequence, input, *, out_int32=False, right=False, side=None,
     sorter=None)`: for each value of `input` (a tensor or a number), the index where it
-    would be inserted into its line of `sorted_sequence` to keep it sorted: the first such
-    index, or the last with `right=True` / `side="right"`.
+    would be inserted into its line of `sorted_sequence` to keep it sorted: the first
+    such index, or the last with `right=True` / `side="right"`.
     """
 def seed() -> _int:
     """
