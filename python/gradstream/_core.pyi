@@ -82,11 +82,6 @@ class Node:
         The leaf tensor of an `AccumulateGrad` node.
         """
 
-class OutOfMemoryError(RuntimeError):
-    """
-    The memory budget cannot be met (like `torch.OutOfMemoryError`, a RuntimeError).
-    """
-
 @final
 class RemovableHandle:
     def __enter__(self) -> RemovableHandle: ...
@@ -111,16 +106,6 @@ class Tensor:
     def __delitem__(self, key: object, /) -> None:
         """
         Delete self[key].
-        """
-    def __dlpack__(self, *, stream: _int | None = ..., max_version: tuple[_int, _int] | None = ..., dl_device: tuple[_int, _int] | None = ..., copy: _bool | None = ...) -> object:
-        """
-        `__dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None)`: a DLPack
-        capsule over this tensor's memory, shared without a copy (strided views included).
-        Raises BufferError for a tensor that requires grad, as PyTorch does.
-        """
-    def __dlpack_device__(self) -> tuple[_int, _int]:
-        """
-        `__dlpack_device__()`: `(device_type, device_id)` as DLPack numbers them (CPU: `(1, 0)`).
         """
     def __eq__(self, value: _Operand, /) -> Tensor: ...  # type: ignore[override]
     def __float__(self) -> _float: ...
@@ -763,45 +748,39 @@ __all__ = [
     'bfloat16',
     'float32',
     'float64',
-    '_scaled_dot_product_attention',
     'Node',
     'RemovableHandle',
     '_run_backward',
     'is_grad_enabled',
     '_set_grad_enabled',
-    '_backward_calls',
     '_autocast_dtype',
     '_set_autocast_dtype',
-    '_set_memory_budget',
-    '_memory_budget',
-    '_memory_budget_stats',
-    '_reset_memory_budget_stats',
-    'OutOfMemoryError',
+    '_backward_calls',
     '_conv',
     '_conv_transpose',
+    'zeros',
+    'zeros_like',
+    'ones',
+    'ones_like',
+    'empty',
+    'empty_like',
+    'rand',
+    'rand_like',
+    'randn',
+    'randn_like',
     'tensor',
     'as_tensor',
     'from_numpy',
-    'zeros',
-    'ones',
-    'empty',
     'full',
-    'zeros_like',
-    'ones_like',
-    'empty_like',
     'full_like',
     'arange',
     'linspace',
     'eye',
-    'rand',
-    'randn',
-    'rand_like',
-    'randn_like',
     'randint',
     'randperm',
-    'meshgrid',
     'set_default_dtype',
     'get_default_dtype',
+    'meshgrid',
     'LinAlgError',
     '_linalg_inv_ex',
     '_linalg_inv',
@@ -820,8 +799,6 @@ __all__ = [
     '_linalg_svdvals',
     '_linalg_eigh',
     '_linalg_eigvalsh',
-    'from_dlpack',
-    'to_dlpack',
     '_function_node',
     '_set_structure_only',
     '_graph_leaves',
@@ -963,9 +940,6 @@ __all__ = [
     'addcmul',
     'addcdiv',
     'lerp',
-    '_block_cache_stats',
-    '_set_block_cache',
-    '_empty_cache',
     '_memory_allocated',
     '_max_memory_allocated',
     '_reset_peak_memory_stats',
@@ -979,13 +953,14 @@ __all__ = [
     '_record_memory_history',
     '_memory_history',
     '_memory_live_blocks',
-    '_volume_render',
     '_nn_layer_norm',
     '_nn_gather_rows',
     '_nn_class_last',
     '_nn_embedding',
     '_nn_dropout',
     '_nn_random_',
+    '_scaled_dot_product_attention',
+    '_volume_render',
     '_panic',
     '_OptimGroup',
     '_ParamState',
@@ -996,8 +971,6 @@ __all__ = [
     '_norm_pow',
     '_scale_',
     '_clamp_',
-    '_backward_pass',
-    '_stepped_in_pass',
     '_nn_max_pool',
     '_nn_avg_pool',
     '_nn_adaptive_avg_pool',
@@ -1014,20 +987,20 @@ __all__ = [
     'bernoulli',
     'multinomial',
     '_vector_norm',
+    'amax',
+    'amin',
+    'all',
+    'any',
     'sum',
     'mean',
     'prod',
     'max',
     'min',
-    'amax',
-    'amin',
     'argmax',
     'argmin',
     'norm',
     'var',
     'std',
-    'all',
-    'any',
     'logsumexp',
     'softmax',
     'log_softmax',
@@ -1036,8 +1009,8 @@ __all__ = [
     '_push_saved_tensors_hooks',
     '_pop_saved_tensors_hooks',
     '_push_saved_tensors_bf16',
-    '_saved_tensors_hooks_depth',
     '_holds_parameter',
+    '_saved_tensors_hooks_depth',
     '_raise_saved_tensors_pack_error',
     '_set_relu_bitmask',
     '_relu_bitmask_enabled',
@@ -1089,15 +1062,6 @@ def _backward_calls() -> _int:
     """
     How many backward rules have run in this process (tests of path pruning use it).
     """
-def _backward_pass() -> _int:
-    """
-    `_backward_pass()`: the number of the backward pass this thread runs or ran last (0
-    before any). A backward started inside another belongs to the outer pass.
-    """
-def _block_cache_stats() -> tuple[_int, _int, _int, _int, _bool]:
-    """
-    The cache of freed large blocks: `(cached_bytes, slack_bytes, hits, misses, enabled)`.
-    """
 def _clamp_(t: Tensor, lo: _float, hi: _float) -> None:
     """
     Clamp `t` into `[lo, hi]` in place, without autograd (`clip_grad_value_`).
@@ -1112,10 +1076,6 @@ def _conv_transpose(input: Tensor, weight: Tensor, bias: Tensor | None, spatial:
     A `spatial`-d transposed convolution (1 or 2); `output_padding` adds to one side of
     each output dim.
     """
-def _empty_cache() -> None:
-    """
-    Give every cached block back to the system.
-    """
 def _function_node(output: Tensor, inputs: Sequence[Tensor], backward: Callable[[Tensor], Sequence[Tensor | None]], release: Callable[[], object] | None, name: str) -> None:
     """
     Attach a Python-defined backward to `output`: gradients flow to `inputs` (those that
@@ -1127,7 +1087,8 @@ def _graph_leaves(t: Tensor) -> list[Tensor]:
     """
 def _holds_parameter(t: Tensor) -> _bool:
     """
-    Whether the tensor's buffer is a parameter's (the built-in policies keep those as they are).
+    Whether the tensor's buffer is a parameter's (the built-in policies keep those as
+    they are).
     """
 def _linalg_cholesky(a: _float, *, upper: _bool = ...) -> Tensor:
     """
@@ -1214,15 +1175,6 @@ def _memory_accounting_mode() -> str:
 def _memory_allocated() -> _int:
     """
     Bytes of tensor storage alive now.
-    """
-def _memory_budget() -> _int | None:
-    """
-    The memory budget in bytes, or None.
-    """
-def _memory_budget_stats() -> dict[str, _float]:
-    """
-    What the budget did since the last reset: evictions, evicted_bytes, recomputations,
-    recomputed_bytes, recompute_seconds.
     """
 def _memory_by_category() -> dict[str, _int]:
     """
@@ -1312,8 +1264,8 @@ def _optim_attach(param: Tensor, group: _OptimGroup, state: _ParamState, control
 def _optim_detach(param: Tensor, hook_id: _int) -> None: ...
 def _optim_step(params: Sequence[Tensor], group: _OptimGroup, states: list[_ParamState]) -> None:
     """
-    `_optim_step(params, group, states)`: one fused in-place step per parameter that has a
-    `.grad` (others are skipped, as PyTorch does).
+    `_optim_step(params, group, states)`: one fused in-place step per parameter that has
+    a `.grad` (others are skipped, as PyTorch does).
     """
 def _panic(input: Tensor, message: str) -> Tensor:
     """
@@ -1347,10 +1299,6 @@ def _record_memory_history(enabled: _bool, trace: _bool = ..., max_entries: _int
 def _relu_bitmask_enabled() -> _bool:
     """
     Whether relu/threshold save 1-bit masks.
-    """
-def _reset_memory_budget_stats() -> None:
-    """
-    Reset the counters of `_memory_budget_stats`.
     """
 def _reset_peak_memory_stats() -> None:
     """
@@ -1393,23 +1341,11 @@ def _set_autocast_dtype(dtype: dtype | None) -> dtype | None:
     """
     Enter an autocast region in `dtype` (None leaves it); returns the previous dtype.
     """
-def _set_block_cache(enabled: _bool) -> None:
-    """
-    Turn the cache of freed large blocks on or off (off gives its blocks back).
-    """
 def _set_grad_enabled(enabled: _bool) -> None: ...
 def _set_memory_accounting_mode(mode: str) -> None:
     """
     Switch the accounting mode ("on", "off", "locked") for an overhead measurement.
     Buffers allocated while "off" are never counted: the figures are wrong afterwards.
-    """
-def _set_memory_budget(bytes: _int | None) -> _int | None:
-    """
-    Set the memory budget in bytes (`None`: no budget); returns the previous one. Raises
-    the `OutOfMemoryError` of a buffer that did not fit the old budget and was not raised yet.
-
-    Args:
-        bytes: live tensor bytes to stay within, or None.
     """
 def _set_memory_context(label: str) -> None:
     """
@@ -1421,17 +1357,13 @@ def _set_memory_phase(phase: str) -> str:
     """
 def _set_relu_bitmask(enabled: _bool) -> _bool:
     """
-    Save 1-bit masks for relu/threshold backward (on by default); returns the previous setting.
+    Save 1-bit masks for relu/threshold backward (on by default); returns the previous
+    setting.
     """
 def _set_structure_only(on: _bool) -> _bool:
     """
     Turn structure-only recording on or off (see `autograd::function::set_structure_only`);
     returns the previous setting.
-    """
-def _stepped_in_pass(state: _ParamState) -> _int | None:
-    """
-    `_stepped_in_pass(state)`: the backward pass of the parameter's last in-backward step,
-    or None when the in-backward mode never stepped it.
     """
 def _vector_norm(x: Tensor, ord: _float | None = ..., dim: _Dims | None = ..., keepdim: _bool = ..., *, dtype: _Dtype | None = ...) -> Tensor:
     """
@@ -1490,7 +1422,8 @@ def any(input: Tensor, dim: _Dims | None = ..., keepdim: _bool = ...) -> Tensor:
     """
 def arange(start: _Number, end: _Number | None = ..., step: _Number | None = ..., *, dtype: _Dtype | None = ..., device: _Device | None = ..., requires_grad: _bool = ...) -> Tensor:
     """
-    `arange(end)`, `arange(start, end, step=1)`: int64 for integer arguments, else float32.
+    `arange(end)`, `arange(start, end, step=1)`: int64 for integer arguments, else the
+    default float dtype.
     """
 def arccos(input: Tensor) -> Tensor: ...
 def arccosh(input: Tensor) -> Tensor: ...
@@ -1645,12 +1578,6 @@ def floor_(input: Tensor) -> Tensor: ...
 def floor_divide(input: _Operand, other: _Operand) -> Tensor: ...
 def fmod(input: Tensor, other: _Operand) -> Tensor: ...
 def frac(input: Tensor) -> Tensor: ...
-def from_dlpack(ext_tensor: object) -> Tensor:
-    """
-    `from_dlpack(ext_tensor)`: a tensor holding a copy of an object's data, taken through
-    DLPack (`__dlpack__`, or a DLPack capsule). The result is a leaf that does not
-    require grad, as in PyTorch; unlike PyTorch, it does not share the producer's memory.
-    """
 def from_numpy(array: np.ndarray) -> Tensor:
     """
     `from_numpy(array)`: a tensor of the same dtype and values. gradstream copies the
@@ -1720,8 +1647,8 @@ def logsumexp(input: Tensor, dim: _Dims, keepdim: _bool = ...) -> Tensor:
 def lt(input: Tensor, other: _Operand) -> Tensor: ...
 def manual_seed(seed: _int) -> Generator:
     """
-    Seed the global generator: the same seed gives the same `rand`, `randn`, dropout masks.
-    Returns `default_generator`.
+    Seed the global generator: the same seed gives the same `rand`, `randn`, dropout
+    masks. Returns `default_generator`.
     """
 def masked_fill(input: Tensor, mask: Tensor, value: _Operand) -> Tensor: ...
 def masked_select(input: Tensor, mask: Tensor) -> Tensor: ...
@@ -1814,8 +1741,8 @@ def searchsorted(sorted_sequence: Tensor, input: Tensor | _Number, *, out_int32:
     """
     `searchsorted(sorted_sequence, input, *, out_int32=False, right=False, side=None,
     sorter=None)`: for each value of `input` (a tensor or a number), the index where it
-    would be inserted into its line of `sorted_sequence` to keep it sorted: the first such
-    index, or the last with `right=True` / `side="right"`.
+    would be inserted into its line of `sorted_sequence` to keep it sorted: the first
+    such index, or the last with `right=True` / `side="right"`.
     """
 def seed() -> _int:
     """
@@ -1899,11 +1826,6 @@ def threshold_(input: Tensor, threshold: _float, value: _float) -> Tensor:
     `threshold_(input, threshold, value)`: `threshold` in place, returning `input`.
     """
 def tile(input: Tensor, dims: _Dims) -> Tensor: ...
-def to_dlpack(tensor: Tensor) -> object:
-    """
-    `utils.dlpack.to_dlpack(tensor)`: the legacy capsule, as `torch.utils.dlpack.to_dlpack`
-    (which, unlike `__dlpack__`, exports a tensor that requires grad: its data only).
-    """
 def topk(input: Tensor, k: _int, dim: _int | None = ..., largest: _bool = ..., sorted: _bool = ...) -> _ValuesIndices:
     """
     The `k` largest (smallest) values along `dim` and their indices, as

@@ -28,6 +28,23 @@ pub fn node_key(node: &Arc<dyn Node>) -> usize {
     Arc::as_ptr(node) as *const () as usize
 }
 
+/// The leaf tensors that require grad and that `t`'s graph leads to, in discovery order.
+pub fn graph_leaves(t: &Tensor) -> Vec<Tensor> {
+    let mut out = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    let mut stack: Vec<Arc<dyn Node>> = t.grad_fn().into_iter().collect();
+    while let Some(n) = stack.pop() {
+        if !seen.insert(node_key(&n)) {
+            continue;
+        }
+        if let Some(leaf) = n.leaf().and_then(|w| w.upgrade()) {
+            out.push(Tensor(leaf));
+        }
+        stack.extend(n.base().edges.iter().flatten().map(|e| e.node.clone()));
+    }
+    out
+}
+
 static SEQUENCE: AtomicU64 = AtomicU64::new(0);
 
 /// What every node has: its creation order, its edges, and the hooks on its outputs.

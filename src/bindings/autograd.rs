@@ -11,9 +11,9 @@ use crate::autograd::engine::{run_backward, BackwardOptions};
 use crate::autograd::function::backward_calls;
 use crate::autograd::grad_mode;
 use crate::autograd::node::Node;
-use crate::bindings::add_functions;
 use crate::bindings::convert::{extract_tensor, PyDType};
 use crate::bindings::hook_refs::{self, HookFunction};
+use crate::bindings::op::functions;
 use crate::bindings::tensor::PyTensor;
 use crate::bindings::Obj;
 use crate::error::{Error, Result};
@@ -132,14 +132,10 @@ fn tensors(name: &str, list: &Bound<'_, PyList>) -> PyResult<Vec<Tensor>> {
         .collect()
 }
 
-/// `_run_backward(roots, grads, retain_graph, create_graph, accumulate, inputs, consumer)`:
-/// the engine, run with the interpreter released. `autograd.backward` and `autograd.grad`
-/// (Python) normalise their arguments into these lists. With `accumulate`, leaves' `.grad`
-/// are summed into (or `consumer(param, grad)` is called as each becomes final); without,
-/// the gradients of `inputs` are returned.
-#[pyfunction]
+/// The engine's arguments from `_run_backward`, then the engine run with the interpreter
+/// released.
 #[allow(clippy::too_many_arguments)]
-fn _run_backward(
+fn run(
     py: Python<'_>,
     roots: &Bound<'_, PyList>,
     grads: &Bound<'_, PyList>,
@@ -313,44 +309,39 @@ impl PyTensor {
     }
 }
 
-#[pyfunction]
-fn is_grad_enabled() -> bool {
-    grad_mode::is_enabled()
-}
-
-#[pyfunction]
-fn _set_grad_enabled(enabled: bool) {
-    grad_mode::set_enabled(enabled)
-}
-
-/// The lower-precision dtype of this thread's autocast region, or None outside one.
-#[pyfunction]
-fn _autocast_dtype(py: Python<'_>) -> PyResult<Option<Py<PyDType>>> {
-    autocast::dtype()
-        .map(|dt| PyDType::object(py, dt))
-        .transpose()
-}
-
-/// Enter an autocast region in `dtype` (None leaves it); returns the previous dtype.
-#[pyfunction]
-fn _set_autocast_dtype(py: Python<'_>, dtype: Option<PyDType>) -> PyResult<Option<Py<PyDType>>> {
-    autocast::set_dtype(dtype.map(|d| d.dt))
-        .map(|dt| PyDType::object(py, dt))
-        .transpose()
-}
-
-/// How many backward rules have run in this process (tests of path pruning use it).
-#[pyfunction]
-fn _backward_calls() -> u64 {
-    backward_calls()
+functions! { mod functions;
+    /// `_run_backward(roots, grads, retain_graph, create_graph, accumulate, inputs, consumer)`:
+    /// the engine, run with the interpreter released. `autograd.backward` and `autograd.grad`
+    /// (Python) normalise their arguments into these lists. With `accumulate`, leaves' `.grad`
+    /// are summed into (or `consumer(param, grad)` is called as each becomes final); without,
+    /// the gradients of `inputs` are returned.
+    fn _run_backward["backward"](py: Python<'_>, roots: &Bound<'_, PyList>,
+        grads: &Bound<'_, PyList>, retain_graph: bool, create_graph: bool, accumulate: bool,
+        inputs: Option<&Bound<'_, PyList>>, consumer: Option<Py<PyAny>>)
+        [roots, grads, retain_graph, create_graph, accumulate, inputs, consumer]
+        -> Vec<Option<Tensor>> {
+        run(py, roots, grads, retain_graph, create_graph, accumulate, inputs, consumer)
+    }
+    fn is_grad_enabled["is_grad_enabled"]() [] -> bool { Ok(grad_mode::is_enabled()) }
+    fn _set_grad_enabled["set_grad_enabled"](enabled: bool) [enabled] -> () {
+        grad_mode::set_enabled(enabled);
+        Ok(())
+    }
+    /// The lower-precision dtype of this thread's autocast region, or None outside one.
+    fn _autocast_dtype["autocast"](py: Python<'_>) [] -> Option<Py<PyDType>> {
+        autocast::dtype().map(|dt| PyDType::object(py, dt)).transpose()
+    }
+    /// Enter an autocast region in `dtype` (None leaves it); returns the previous dtype.
+    fn _set_autocast_dtype["autocast"](py: Python<'_>, dtype: Option<PyDType>) [dtype]
+        -> Option<Py<PyDType>> {
+        autocast::set_dtype(dtype.map(|d| d.dt)).map(|dt| PyDType::object(py, dt)).transpose()
+    }
+    /// How many backward rules have run in this process (tests of path pruning use it).
+    fn _backward_calls["backward"]() [] -> u64 { Ok(backward_calls()) }
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyNode>()?;
     m.add_class::<PyHookHandle>()?;
-    add_functions! { m,
-        _run_backward, is_grad_enabled, _set_grad_enabled, _backward_calls, _autocast_dtype,
-        _set_autocast_dtype
-    }
-    Ok(())
+    functions::register(m)
 }

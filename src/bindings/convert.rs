@@ -346,12 +346,7 @@ pub fn tensor_from_data(obj: &Obj<'_>, dtype: Option<DType>) -> PyResult<Tensor>
         let arr = py.import("numpy")?.call_method1("asarray", (obj,))?;
         tensor_from_numpy(arr.cast::<PyUntypedArray>()?)?
     } else if let Some(s) = extract_scalar(obj) {
-        let dt = match s {
-            Scalar::Bool(_) => DType::Bool,
-            Scalar::Int(_) => DType::Int64,
-            Scalar::Float(_) => default_float(),
-        };
-        crate::ops::creation::scalar_tensor(s, dt)?
+        crate::ops::creation::scalar_tensor(s, s.default_dtype())?
     } else if let Ok(arr) = obj.cast::<PyUntypedArray>() {
         tensor_from_numpy(arr)?
     } else {

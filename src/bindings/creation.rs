@@ -1,16 +1,17 @@
-//! `tensor`, `zeros`, `arange`, `rand`... and the default float dtype they use.
+//! `tensor`, `zeros`, `arange`, `rand`... and the default float dtype they use. Every
+//! factory takes `dtype=`, `device=` (the CPU only) and `requires_grad=`; [`make`] applies
+//! them.
 
 use numpy::PyUntypedArray;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
-use crate::bindings::add_functions;
 use crate::bindings::convert::{
-    check_device, extract_dtype, extract_scalar, extract_size, extract_tensor, opt_dtype,
-    tensor_from_data, tensor_from_numpy, to_dims, type_name, PyDType,
+    check_device, extract_dtype, extract_scalar, extract_size, opt_dtype, tensor_from_data,
+    tensor_from_numpy, to_dims, type_name, PyDType,
 };
-use crate::bindings::op::Input;
+use crate::bindings::op::{functions, Input};
 use crate::bindings::random::pick_generator;
 use crate::bindings::tensor::PyTensor;
 use crate::bindings::Obj;
@@ -19,151 +20,34 @@ use crate::ops::{self, Scalar};
 use crate::random::{self, Generator};
 use crate::tensor::Tensor;
 
-fn finish(t: Tensor, requires_grad: bool) -> PyResult<Tensor> {
+type Opt<'a, 'py> = Option<&'a Obj<'py>>;
+
+/// A new tensor `make(dtype)` (`dtype=` or else `default`) on the device asked for,
+/// requiring grad if asked.
+fn make(
+    dtype: Opt<'_, '_>,
+    default: DType,
+    device: Opt<'_, '_>,
+    requires_grad: bool,
+    make: impl FnOnce(DType) -> crate::error::Result<Tensor>,
+) -> PyResult<Tensor> {
+    check_device(device)?;
+    let t = make(opt_dtype(dtype)?.unwrap_or(default))?;
     if requires_grad {
         t.set_requires_grad(true)?;
     }
     Ok(t)
 }
 
-/// `tensor(data, dtype=None, device=None, requires_grad=False)`: always copies.
-#[pyfunction]
-#[pyo3(signature = (data, *, dtype=None, device=None, requires_grad=false, pin_memory=false))]
-fn tensor(
-    data: &Obj<'_>,
-    dtype: Option<&Obj<'_>>,
-    device: Option<&Obj<'_>>,
-    requires_grad: bool,
-    pin_memory: bool,
-) -> PyResult<Tensor> {
-    let _ = pin_memory;
-    check_device(device)?;
-    let t = tensor_from_data(data, opt_dtype(dtype)?)?;
-    // `tensor(t)` of a tensor is a new leaf.
-    let t = if t.grad_fn().is_some() { t.detach() } else { t };
-    finish(t, requires_grad)
+/// A size given as one argument: `full((2, 3), ...)`, `randint(0, 5, (2, 3))`.
+fn one_size(op: &str, size: &Obj<'_>) -> PyResult<Vec<usize>> {
+    Ok(to_dims(
+        op,
+        &extract_size(op, &PyTuple::new(size.py(), [size])?)?,
+    )?)
 }
 
-/// `as_tensor(data, dtype=None)`: a tensor is returned as is (cast if asked).
-#[pyfunction]
-#[pyo3(signature = (data, dtype=None, device=None))]
-fn as_tensor(
-    data: &Obj<'_>,
-    dtype: Option<&Obj<'_>>,
-    device: Option<&Obj<'_>>,
-) -> PyResult<Tensor> {
-    check_device(device)?;
-    let dt = opt_dtype(dtype)?;
-    if let Ok(t) = data.cast::<PyTensor>() {
-        let t = t.get().t.clone();
-        return Ok(match dt {
-            Some(d) => ops::convert::to_dtype(&t, d)?,
-            None => t,
-        });
-    }
-    tensor_from_data(data, dt)
-}
-
-/// `from_numpy(array)`: a tensor of the same dtype and values. gradstream copies the
-/// data (PyTorch shares it): later writes to the array are not seen by the tensor.
-#[pyfunction]
-fn from_numpy(array: &Obj<'_>) -> PyResult<Tensor> {
-    let arr = array.cast::<PyUntypedArray>().map_err(|_| {
-        PyTypeError::new_err(format!(
-            "expected np.ndarray (got {})",
-            array
-                .get_type()
-                .name()
-                .map(|n| n.to_string())
-                .unwrap_or_default()
-        ))
-    })?;
-    tensor_from_numpy(arr)
-}
-
-/// A new tensor `make(dims, dtype)`, with the arguments every factory function takes.
-fn make(
-    make: impl FnOnce(&[usize], DType) -> crate::error::Result<Tensor>,
-    dims: &[usize],
-    dtype: Option<&Obj<'_>>,
-    default: DType,
-    device: Option<&Obj<'_>>,
-    requires_grad: bool,
-) -> PyResult<Tensor> {
-    check_device(device)?;
-    let dt = opt_dtype(dtype)?.unwrap_or(default);
-    finish(make(dims, dt)?, requires_grad)
-}
-
-/// `zeros(*size)` (float32 unless `dtype=`) and `zeros_like(input)` (input's shape and
-/// dtype), and so on for each factory.
-macro_rules! factories {
-    ($($name:ident / $like:ident => $make:expr),* $(,)?) => {$(
-        #[pyfunction]
-        #[pyo3(signature = (*size, dtype=None, device=None, requires_grad=false, out=None, layout=None, pin_memory=false, generator=None))]
-        #[allow(clippy::too_many_arguments)]
-        fn $name(
-            size: &Bound<'_, PyTuple>,
-            dtype: Option<&Obj<'_>>,
-            device: Option<&Obj<'_>>,
-            requires_grad: bool,
-            out: Option<&Obj<'_>>,
-            layout: Option<&Obj<'_>>,
-            pin_memory: bool,
-            generator: Option<&Obj<'_>>,
-        ) -> PyResult<Tensor> {
-            let _ = (out, layout, pin_memory);
-            let g = pick_generator(stringify!($name), generator)?;
-            let dims = to_dims(stringify!($name), &extract_size(stringify!($name), size)?)?;
-            let f = |d: &[usize], dt| ($make)(d, dt, &*g);
-            make(f, &dims, dtype, default_float(), device, requires_grad)
-        }
-
-        #[pyfunction]
-        #[pyo3(signature = (input, *, dtype=None, device=None, requires_grad=false, memory_format=None, generator=None))]
-        fn $like(
-            input: &Obj<'_>,
-            dtype: Option<&Obj<'_>>,
-            device: Option<&Obj<'_>>,
-            requires_grad: bool,
-            memory_format: Option<&Obj<'_>>,
-            generator: Option<&Obj<'_>>,
-        ) -> PyResult<Tensor> {
-            let _ = memory_format;
-            let g = pick_generator(stringify!($like), generator)?;
-            let t = Tensor::extract(stringify!($like), input)?;
-            let f = |d: &[usize], dt| ($make)(d, dt, &*g);
-            make(f, &t.dims(), dtype, t.dtype(), device, requires_grad)
-        }
-    )*};
-}
-
-factories! {
-    zeros / zeros_like => |d: &[usize], dt, _: &Generator| ops::creation::full(d, 0.0, dt),
-    ones / ones_like => |d: &[usize], dt, _: &Generator| ops::creation::full(d, 1.0, dt),
-    empty / empty_like => |d: &[usize], dt, _: &Generator| ops::creation::full(d, 0.0, dt),
-    rand / rand_like => random::rand,
-    randn / randn_like => random::randn,
-}
-
-#[pyfunction]
-#[pyo3(signature = (size, fill_value, *, dtype=None, device=None, requires_grad=false))]
-fn full(
-    size: &Obj<'_>,
-    fill_value: &Obj<'_>,
-    dtype: Option<&Obj<'_>>,
-    device: Option<&Obj<'_>>,
-    requires_grad: bool,
-) -> PyResult<Tensor> {
-    let dims = to_dims(
-        "full",
-        &extract_size("full", &PyTuple::new(size.py(), [size])?)?,
-    )?;
-    let s = fill_scalar("full", fill_value)?;
-    let fill = |d: &[usize], dt| ops::creation::full(d, s.as_f64(), dt);
-    make(fill, &dims, dtype, scalar_dtype(s), device, requires_grad)
-}
-
+/// A Python number, or a one-element tensor, as `full`'s fill value or `arange`'s bounds.
 fn fill_scalar(op: &str, v: &Obj<'_>) -> PyResult<Scalar> {
     if let Some(s) = extract_scalar(v) {
         return Ok(s);
@@ -184,214 +68,209 @@ fn fill_scalar(op: &str, v: &Obj<'_>) -> PyResult<Scalar> {
     )))
 }
 
-fn scalar_dtype(s: Scalar) -> DType {
-    match s {
-        Scalar::Bool(_) => DType::Bool,
-        Scalar::Int(_) => DType::Int64,
-        Scalar::Float(_) => default_float(),
+/// `zeros(*size)` (the default float dtype unless `dtype=`) and `zeros_like(input)`
+/// (input's shape and dtype), and so on for each factory.
+macro_rules! factories {
+    ($($name:ident / $like:ident => $make:expr),* $(,)?) => {
+        functions! { mod factory_fns; $(
+            fn $name[stringify!($name)](size: &Bound<'_, PyTuple>, dtype: Opt<'_, '_>,
+                device: Opt<'_, '_>, requires_grad: bool, out: Opt<'_, '_>,
+                layout: Opt<'_, '_>, pin_memory: bool, generator: Opt<'_, '_>)
+                [*size, dtype=None, device=None, requires_grad=false, out=None, layout=None,
+                 pin_memory=false, generator=None] -> Tensor {
+                let _ = (out, layout, pin_memory);
+                let op = stringify!($name);
+                let g = pick_generator(op, generator)?;
+                let dims = to_dims(op, &extract_size(op, size)?)?;
+                make(dtype, default_float(), device, requires_grad, |dt| ($make)(&dims, dt, &*g))
+            }
+            fn $like[stringify!($like)](input: &Obj<'_>, dtype: Opt<'_, '_>,
+                device: Opt<'_, '_>, requires_grad: bool, memory_format: Opt<'_, '_>,
+                generator: Opt<'_, '_>)
+                [input, *, dtype=None, device=None, requires_grad=false, memory_format=None,
+                 generator=None] -> Tensor {
+                let _ = memory_format;
+                let g = pick_generator(stringify!($like), generator)?;
+                let t = Tensor::extract(stringify!($like), input)?;
+                make(dtype, t.dtype(), device, requires_grad, |dt| ($make)(&t.dims(), dt, &*g))
+            }
+        )* }
+    };
+}
+
+factories! {
+    zeros / zeros_like => |d: &[usize], dt, _: &Generator| ops::creation::full(d, 0.0, dt),
+    ones / ones_like => |d: &[usize], dt, _: &Generator| ops::creation::full(d, 1.0, dt),
+    empty / empty_like => |d: &[usize], dt, _: &Generator| ops::creation::full(d, 0.0, dt),
+    rand / rand_like => random::rand,
+    randn / randn_like => random::randn,
+}
+
+functions! { mod functions;
+    /// `tensor(data, dtype=None, device=None, requires_grad=False)`: always copies.
+    fn tensor["tensor"](data: &Obj<'_>, dtype: Opt<'_, '_>, device: Opt<'_, '_>,
+        requires_grad: bool, pin_memory: bool)
+        [data, *, dtype=None, device=None, requires_grad=false, pin_memory=false] -> Tensor {
+        let _ = pin_memory;
+        check_device(device)?;
+        let t = tensor_from_data(data, opt_dtype(dtype)?)?;
+        // `tensor(t)` of a tensor is a new leaf.
+        let t = if t.grad_fn().is_some() { t.detach() } else { t };
+        make(None, t.dtype(), None, requires_grad, |_| Ok(t))
     }
-}
-
-#[pyfunction]
-#[pyo3(signature = (input, fill_value, *, dtype=None, device=None, requires_grad=false))]
-fn full_like(
-    input: &Obj<'_>,
-    fill_value: &Obj<'_>,
-    dtype: Option<&Obj<'_>>,
-    device: Option<&Obj<'_>>,
-    requires_grad: bool,
-) -> PyResult<Tensor> {
-    let t = Tensor::extract("full_like", input)?;
-    let s = fill_scalar("full_like", fill_value)?;
-    let fill = |d: &[usize], dt| ops::creation::full(d, s.as_f64(), dt);
-    make(fill, &t.dims(), dtype, t.dtype(), device, requires_grad)
-}
-
-/// `arange(end)`, `arange(start, end, step=1)`: int64 for integer arguments, else float32.
-#[pyfunction]
-#[pyo3(signature = (start, end=None, step=None, *, dtype=None, device=None, requires_grad=false))]
-fn arange(
-    start: &Obj<'_>,
-    end: Option<&Obj<'_>>,
-    step: Option<&Obj<'_>>,
-    dtype: Option<&Obj<'_>>,
-    device: Option<&Obj<'_>>,
-    requires_grad: bool,
-) -> PyResult<Tensor> {
-    check_device(device)?;
-    let num = |o: Option<&Obj<'_>>| o.filter(|o| !o.is_none()).map(|o| fill_scalar("arange", o));
-    let (s, e) = match num(end) {
-        Some(e) => (fill_scalar("arange", start)?, e?),
-        None => (Scalar::Int(0), fill_scalar("arange", start)?),
-    };
-    let st = num(step).transpose()?.unwrap_or(Scalar::Int(1));
-    let any_float = [s, e, st].iter().any(|x| matches!(x, Scalar::Float(_)));
-    let default = if any_float {
-        default_float()
-    } else {
-        DType::Int64
-    };
-    let dt = opt_dtype(dtype)?.unwrap_or(default);
-    finish(ops::creation::arange(s, e, st, dt)?, requires_grad)
-}
-
-#[pyfunction]
-#[pyo3(signature = (start, end, steps, *, dtype=None, device=None, requires_grad=false))]
-fn linspace(
-    start: f64,
-    end: f64,
-    steps: i64,
-    dtype: Option<&Obj<'_>>,
-    device: Option<&Obj<'_>>,
-    requires_grad: bool,
-) -> PyResult<Tensor> {
-    check_device(device)?;
-    let dt = opt_dtype(dtype)?.unwrap_or_else(default_float);
-    finish(
-        ops::creation::linspace(start, end, steps, dt)?,
-        requires_grad,
-    )
-}
-
-#[pyfunction]
-#[pyo3(signature = (n, m=None, *, dtype=None, device=None, requires_grad=false))]
-fn eye(
-    n: i64,
-    m: Option<i64>,
-    dtype: Option<&Obj<'_>>,
-    device: Option<&Obj<'_>>,
-    requires_grad: bool,
-) -> PyResult<Tensor> {
-    check_device(device)?;
-    let dt = opt_dtype(dtype)?.unwrap_or_else(default_float);
-    finish(ops::creation::eye(n, m.unwrap_or(n), dt)?, requires_grad)
-}
-
-/// `randint(high, size)` or `randint(low, high, size)`.
-#[pyfunction]
-#[pyo3(signature = (*args, size=None, dtype=None, device=None, requires_grad=false, generator=None))]
-fn randint(
-    args: &Bound<'_, PyTuple>,
-    size: Option<&Obj<'_>>,
-    dtype: Option<&Obj<'_>>,
-    device: Option<&Obj<'_>>,
-    requires_grad: bool,
-    generator: Option<&Obj<'_>>,
-) -> PyResult<Tensor> {
-    let _ = requires_grad;
-    check_device(device)?;
-    let g = pick_generator("randint", generator)?;
-    let mut ints: Vec<i64> = Vec::new();
-    let mut sz = size.cloned();
-    for a in args.iter() {
-        match a.extract::<i64>() {
-            Ok(v) if sz.is_none() || ints.len() < 2 => ints.push(v),
-            _ => sz = Some(a),
+    /// `as_tensor(data, dtype=None)`: a tensor is returned as is (cast if asked).
+    fn as_tensor["as_tensor"](data: &Obj<'_>, dtype: Opt<'_, '_>, device: Opt<'_, '_>)
+        [data, dtype=None, device=None] -> Tensor {
+        check_device(device)?;
+        let dt = opt_dtype(dtype)?;
+        match (data.cast::<PyTensor>(), dt) {
+            (Ok(t), Some(d)) => Ok(ops::convert::to_dtype(&t.get().t, d)?),
+            (Ok(t), None) => Ok(t.get().t.clone()),
+            (Err(_), _) => tensor_from_data(data, dt),
         }
     }
-    let (low, high) = match ints.as_slice() {
-        [h] => (0, *h),
-        [l, h] => (*l, *h),
-        _ => {
-            return Err(PyTypeError::new_err(
-                "randint() expects (high, size) or (low, high, size)",
-            ))
-        }
-    };
-    let sz =
-        sz.ok_or_else(|| PyTypeError::new_err("randint() missing required argument 'size'"))?;
-    let size = extract_size("randint", &PyTuple::new(sz.py(), [sz])?)?;
-    let dt = opt_dtype(dtype)?.unwrap_or(DType::Int64);
-    Ok(random::randint(
-        low,
-        high,
-        &to_dims("randint", &size)?,
-        dt,
-        &g,
-    )?)
-}
-
-#[pyfunction]
-#[pyo3(signature = (n, *, dtype=None, device=None, requires_grad=false, generator=None))]
-fn randperm(
-    n: i64,
-    dtype: Option<&Obj<'_>>,
-    device: Option<&Obj<'_>>,
-    requires_grad: bool,
-    generator: Option<&Obj<'_>>,
-) -> PyResult<Tensor> {
-    let _ = requires_grad;
-    check_device(device)?;
-    let g = pick_generator("randperm", generator)?;
-    Ok(random::randperm(
-        n,
-        opt_dtype(dtype)?.unwrap_or(DType::Int64),
-        &g,
-    )?)
-}
-
-/// `set_default_dtype(d)`: the dtype of Python floats, float factories and int-to-float
-/// promotion. Any floating-point dtype, as in PyTorch.
-#[pyfunction]
-fn set_default_dtype(d: &Obj<'_>) -> PyResult<()> {
-    if d.cast::<PyDType>().is_err() {
-        return Err(PyTypeError::new_err(format!(
-            "set_default_dtype(): invalid dtype object: only floating-point types are \
-             supported as the default type (got {})",
-            type_name(d)
-        )));
+    /// `from_numpy(array)`: a tensor of the same dtype and values. gradstream copies the
+    /// data (PyTorch shares it): later writes to the array are not seen by the tensor.
+    fn from_numpy["from_numpy"](array: &Obj<'_>) [array] -> Tensor {
+        let arr = array.cast::<PyUntypedArray>().map_err(|_| {
+            PyTypeError::new_err(format!("expected np.ndarray (got {})", type_name(array)))
+        })?;
+        tensor_from_numpy(arr)
     }
-    let dt = extract_dtype(d)?;
-    dtype::set_default_float(dt).map_err(|_| {
-        PyTypeError::new_err(format!(
-            "set_default_dtype(): only floating-point types are supported as the default \
-             type, got {}",
-            dt.name()
-        ))
-    })
-}
-
-/// The default float dtype (float32 unless `set_default_dtype` changed it).
-#[pyfunction]
-fn get_default_dtype(py: Python<'_>) -> PyResult<Py<PyDType>> {
-    PyDType::object(py, dtype::default_float())
-}
-
-/// `meshgrid(*tensors, indexing="ij")`: views of each 1-D input expanded to the grid.
-#[pyfunction]
-#[pyo3(signature = (*tensors, indexing=None))]
-fn meshgrid(
-    py: Python<'_>,
-    tensors: &Bound<'_, PyTuple>,
-    indexing: Option<&str>,
-) -> PyResult<Py<PyTuple>> {
-    let items: Vec<Obj<'_>> =
-        if tensors.len() == 1 && tensors.get_item(0)?.cast::<PyTensor>().is_err() {
-            tensors.get_item(0)?.try_iter()?.collect::<PyResult<_>>()?
-        } else {
-            tensors.iter().collect()
+    fn full["full"](size: &Obj<'_>, fill_value: &Obj<'_>, dtype: Opt<'_, '_>,
+        device: Opt<'_, '_>, requires_grad: bool)
+        [size, fill_value, *, dtype=None, device=None, requires_grad=false] -> Tensor {
+        let dims = one_size("full", size)?;
+        let s = fill_scalar("full", fill_value)?;
+        let fill = |dt| ops::creation::full(&dims, s.as_f64(), dt);
+        make(dtype, s.default_dtype(), device, requires_grad, fill)
+    }
+    fn full_like["full_like"](input: &Obj<'_>, fill_value: &Obj<'_>, dtype: Opt<'_, '_>,
+        device: Opt<'_, '_>, requires_grad: bool)
+        [input, fill_value, *, dtype=None, device=None, requires_grad=false] -> Tensor {
+        let t = Tensor::extract("full_like", input)?;
+        let s = fill_scalar("full_like", fill_value)?;
+        let fill = |dt| ops::creation::full(&t.dims(), s.as_f64(), dt);
+        make(dtype, t.dtype(), device, requires_grad, fill)
+    }
+    /// `arange(end)`, `arange(start, end, step=1)`: int64 for integer arguments, else the
+    /// default float dtype.
+    fn arange["arange"](start: &Obj<'_>, end: Opt<'_, '_>, step: Opt<'_, '_>,
+        dtype: Opt<'_, '_>, device: Opt<'_, '_>, requires_grad: bool)
+        [start, end=None, step=None, *, dtype=None, device=None, requires_grad=false]
+        -> Tensor {
+        check_device(device)?;
+        let num = |o: Opt<'_, '_>| o.filter(|o| !o.is_none()).map(|o| fill_scalar("arange", o));
+        let (s, e) = match num(end) {
+            Some(e) => (fill_scalar("arange", start)?, e?),
+            None => (Scalar::Int(0), fill_scalar("arange", start)?),
         };
-    let ts = items
-        .iter()
-        .map(|t| extract_tensor("meshgrid", "tensors", t))
-        .collect::<PyResult<Vec<_>>>()?;
-    let xy = match indexing.unwrap_or("ij") {
-        "ij" => false,
-        "xy" => true,
-        other => {
-            return Err(PyValueError::new_err(format!(
-                "meshgrid: indexing must be one of \"xy\" or \"ij\", but received: {other}"
-            )))
+        let st = num(step).transpose()?.unwrap_or(Scalar::Int(1));
+        let any_float = [s, e, st].iter().any(|x| matches!(x, Scalar::Float(_)));
+        let default = if any_float { default_float() } else { DType::Int64 };
+        make(dtype, default, None, requires_grad, |dt| ops::creation::arange(s, e, st, dt))
+    }
+    fn linspace["linspace"](start: f64, end: f64, steps: i64, dtype: Opt<'_, '_>,
+        device: Opt<'_, '_>, requires_grad: bool)
+        [start, end, steps, *, dtype=None, device=None, requires_grad=false] -> Tensor {
+        let f = |dt| ops::creation::linspace(start, end, steps, dt);
+        make(dtype, default_float(), device, requires_grad, f)
+    }
+    fn eye["eye"](n: i64, m: Option<i64>, dtype: Opt<'_, '_>, device: Opt<'_, '_>,
+        requires_grad: bool) [n, m=None, *, dtype=None, device=None, requires_grad=false]
+        -> Tensor {
+        let f = |dt| ops::creation::eye(n, m.unwrap_or(n), dt);
+        make(dtype, default_float(), device, requires_grad, f)
+    }
+    /// `randint(high, size)` or `randint(low, high, size)`.
+    fn randint["randint"](args: &Bound<'_, PyTuple>, size: Opt<'_, '_>, dtype: Opt<'_, '_>,
+        device: Opt<'_, '_>, requires_grad: bool, generator: Opt<'_, '_>)
+        [*args, size=None, dtype=None, device=None, requires_grad=false, generator=None]
+        -> Tensor {
+        let _ = requires_grad;
+        check_device(device)?;
+        let g = pick_generator("randint", generator)?;
+        let mut ints: Vec<i64> = Vec::new();
+        let mut sz = size.cloned();
+        for a in args.iter() {
+            match a.extract::<i64>() {
+                Ok(v) if sz.is_none() || ints.len() < 2 => ints.push(v),
+                _ => sz = Some(a),
+            }
         }
-    };
-    Ok(PyTuple::new(py, ops::shape::meshgrid(&ts, xy)?)?.unbind())
+        let (low, high) = match ints.as_slice() {
+            [h] => (0, *h),
+            [l, h] => (*l, *h),
+            _ => {
+                return Err(PyTypeError::new_err(
+                    "randint() expects (high, size) or (low, high, size)",
+                ))
+            }
+        };
+        let sz =
+            sz.ok_or_else(|| PyTypeError::new_err("randint() missing required argument 'size'"))?;
+        let dims = one_size("randint", &sz)?;
+        let f = |dt| random::randint(low, high, &dims, dt, &g);
+        make(dtype, DType::Int64, None, false, f)
+    }
+    fn randperm["randperm"](n: i64, dtype: Opt<'_, '_>, device: Opt<'_, '_>,
+        requires_grad: bool, generator: Opt<'_, '_>)
+        [n, *, dtype=None, device=None, requires_grad=false, generator=None] -> Tensor {
+        let _ = requires_grad;
+        check_device(device)?;
+        let g = pick_generator("randperm", generator)?;
+        make(dtype, DType::Int64, None, false, |dt| random::randperm(n, dt, &g))
+    }
+    /// `set_default_dtype(d)`: the dtype of Python floats, float factories and int-to-float
+    /// promotion. Any floating-point dtype, as in PyTorch.
+    fn set_default_dtype["set_default_dtype"](d: &Obj<'_>) [d] -> () {
+        if d.cast::<PyDType>().is_err() {
+            return Err(PyTypeError::new_err(format!(
+                "set_default_dtype(): invalid dtype object: only floating-point types are \
+                 supported as the default type (got {})",
+                type_name(d)
+            )));
+        }
+        let dt = extract_dtype(d)?;
+        dtype::set_default_float(dt).map_err(|_| {
+            PyTypeError::new_err(format!(
+                "set_default_dtype(): only floating-point types are supported as the default \
+                 type, got {}",
+                dt.name()
+            ))
+        })
+    }
+    /// The default float dtype (float32 unless `set_default_dtype` changed it).
+    fn get_default_dtype["get_default_dtype"](py: Python<'_>) [] -> Py<PyDType> {
+        PyDType::object(py, dtype::default_float())
+    }
+    /// `meshgrid(*tensors, indexing="ij")`: views of each 1-D input expanded to the grid.
+    fn meshgrid["meshgrid"](py: Python<'_>, tensors: &Bound<'_, PyTuple>, indexing: Option<&str>)
+        [*tensors, indexing=None] -> Py<PyTuple> {
+        let items: Vec<Obj<'_>> =
+            if tensors.len() == 1 && tensors.get_item(0)?.cast::<PyTensor>().is_err() {
+                tensors.get_item(0)?.try_iter()?.collect::<PyResult<_>>()?
+            } else {
+                tensors.iter().collect()
+            };
+        let ts = items
+            .iter()
+            .map(|t| crate::bindings::convert::extract_tensor("meshgrid", "tensors", t))
+            .collect::<PyResult<Vec<_>>>()?;
+        let xy = match indexing.unwrap_or("ij") {
+            "ij" => false,
+            "xy" => true,
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "meshgrid: indexing must be one of \"xy\" or \"ij\", but received: {other}"
+                )))
+            }
+        };
+        Ok(PyTuple::new(py, ops::shape::meshgrid(&ts, xy)?)?.unbind())
+    }
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    add_functions! { m,
-        tensor, as_tensor, from_numpy, zeros, ones, empty, full, zeros_like, ones_like,
-        empty_like, full_like, arange, linspace, eye, rand, randn, rand_like, randn_like,
-        randint, randperm, meshgrid, set_default_dtype, get_default_dtype
-    }
-    Ok(())
+    factory_fns::register(m)?;
+    functions::register(m)
 }

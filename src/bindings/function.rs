@@ -1,13 +1,15 @@
 //! `gradstream.autograd.Function`: a backward node whose rule is Python code.
 
+use std::sync::Arc;
+
 use parking_lot::Mutex;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 
 use crate::autograd::node::{Node, NodeBase};
-use crate::bindings::add_functions;
 use crate::bindings::convert::extract_tensor;
+use crate::bindings::op::functions;
 use crate::bindings::Obj;
 use crate::error::{Error, Result};
 use crate::tensor::{shape_str, Tensor};
@@ -33,7 +35,7 @@ impl Node for PyFunctionNode {
 
     fn apply(
         &self,
-        _me: &std::sync::Arc<dyn Node>,
+        _me: &Arc<dyn Node>,
         grads: &[Option<Tensor>],
         needs: &[bool],
     ) -> Result<Vec<Option<Tensor>>> {
@@ -86,74 +88,50 @@ impl Node for PyFunctionNode {
     }
 }
 
-/// Attach a Python-defined backward to `output`: gradients flow to `inputs` (those that
-/// require grad). The caller ran the forward without recording.
-#[pyfunction]
-#[pyo3(signature = (output, inputs, backward, release, name))]
-fn _function_node(
-    output: &Obj<'_>,
-    inputs: &Bound<'_, PyList>,
-    backward: Py<PyAny>,
-    release: Py<PyAny>,
-    name: String,
-) -> PyResult<()> {
-    let out = extract_tensor(&name, "output", output)?;
-    if !out.is_leaf() || out.requires_grad() {
-        return Err(PyTypeError::new_err(format!(
-            "{name}: the forward output must be a new tensor without history"
-        )));
-    }
-    let ins = inputs
-        .iter()
-        .map(|t| extract_tensor(&name, "input", &t))
-        .collect::<PyResult<Vec<_>>>()?;
-    if !ins.iter().any(Tensor::requires_grad) {
-        return Ok(());
-    }
-    if !out.dtype().is_floating_point() {
-        return Err(PyTypeError::new_err(format!(
-            "{name}: only floating point outputs can have a gradient (got {})",
-            out.dtype().name()
-        )));
-    }
-    let node = PyFunctionNode {
-        base: NodeBase::new(ins.iter().map(Tensor::gradient_edge).collect()),
-        input_dims: ins.iter().map(Tensor::dims).collect(),
-        name,
-        backward,
-        release: Mutex::new(Some(release)),
-    };
-    out.set_grad_fn(Some(std::sync::Arc::new(node)));
-    Ok(())
-}
-
-/// Turn structure-only recording on or off (see `autograd::function::set_structure_only`);
-/// returns the previous setting.
-#[pyfunction]
-fn _set_structure_only(on: bool) -> bool {
-    crate::autograd::function::set_structure_only(on)
-}
-
-/// The leaf tensors that require grad and that `t`'s graph leads to, in discovery order.
-#[pyfunction]
-fn _graph_leaves(t: &Obj<'_>) -> PyResult<Vec<Tensor>> {
-    let t = extract_tensor("_graph_leaves", "t", t)?;
-    let mut out = Vec::new();
-    let mut seen = std::collections::HashSet::new();
-    let mut stack: Vec<std::sync::Arc<dyn Node>> = t.grad_fn().into_iter().collect();
-    while let Some(n) = stack.pop() {
-        if !seen.insert(crate::autograd::node::node_key(&n)) {
-            continue;
+functions! { mod functions;
+    /// Attach a Python-defined backward to `output`: gradients flow to `inputs` (those that
+    /// require grad). The caller ran the forward without recording.
+    fn _function_node["Function"](output: &Obj<'_>, inputs: &Bound<'_, PyList>,
+        backward: Py<PyAny>, release: Py<PyAny>, name: String)
+        [output, inputs, backward, release, name] -> () {
+        let out = extract_tensor(&name, "output", output)?;
+        if !out.is_leaf() || out.requires_grad() {
+            return Err(PyTypeError::new_err(format!(
+                "{name}: the forward output must be a new tensor without history"
+            )));
         }
-        if let Some(leaf) = n.leaf().and_then(|w| w.upgrade()) {
-            out.push(Tensor(leaf));
+        let ins = inputs
+            .iter()
+            .map(|t| extract_tensor(&name, "input", &t))
+            .collect::<PyResult<Vec<_>>>()?;
+        if !ins.iter().any(Tensor::requires_grad) {
+            return Ok(());
         }
-        stack.extend(n.base().edges.iter().flatten().map(|e| e.node.clone()));
+        if !out.dtype().is_floating_point() {
+            return Err(PyTypeError::new_err(format!(
+                "{name}: only floating point outputs can have a gradient (got {})",
+                out.dtype().name()
+            )));
+        }
+        let node = PyFunctionNode {
+            base: NodeBase::new(ins.iter().map(Tensor::gradient_edge).collect()),
+            input_dims: ins.iter().map(Tensor::dims).collect(),
+            name,
+            backward,
+            release: Mutex::new(Some(release)),
+        };
+        out.set_grad_fn(Some(Arc::new(node)));
+        Ok(())
     }
-    Ok(out)
+    /// Turn structure-only recording on or off (see `autograd::function::set_structure_only`);
+    /// returns the previous setting.
+    fn _set_structure_only["_set_structure_only"](on: bool) [on] -> bool {
+        Ok(crate::autograd::function::set_structure_only(on))
+    }
+    /// The leaf tensors that require grad and that `t`'s graph leads to, in discovery order.
+    fn _graph_leaves["_graph_leaves"](t as "t": &Obj<'_>) [t] -> Vec<Tensor> {
+        Ok(crate::autograd::node::graph_leaves(&t))
+    }
 }
 
-pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    add_functions!(m, _function_node, _set_structure_only, _graph_leaves);
-    Ok(())
-}
+pub use functions::register;

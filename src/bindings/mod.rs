@@ -1,6 +1,5 @@
 //! The Python surface of the extension, one file per part of the API.
 
-pub mod attention;
 pub mod autograd;
 pub mod budget;
 pub mod conv;
@@ -14,7 +13,6 @@ pub mod index;
 pub mod linalg;
 pub mod math;
 pub mod memory;
-pub mod nerf;
 pub mod nn;
 pub mod op;
 pub mod optim;
@@ -43,12 +41,15 @@ pub fn detached<T: Send>(
     Ok(py.detach(f)?)
 }
 
-/// `add_functions!(m, f, g)`: add the `#[pyfunction]`s `f`, `g` to module `m`.
+/// `add_functions!(m, f, g)`: add the `#[pyfunction]`s `f`, `g` to module `m` (for files
+/// not written as `functions!` rows).
+#[allow(unused_macros)]
 macro_rules! add_functions {
     ($m:ident, $($f:ident),* $(,)?) => {
         $($m.add_function(pyo3::wrap_pyfunction!(self::$f, $m)?)?;)*
     };
 }
+#[allow(unused_imports)]
 pub(crate) use add_functions;
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -58,7 +59,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     for dt in DType::ALL {
         m.add(dt.name(), convert::PyDType::object(m.py(), dt)?)?;
     }
-    attention::register(m)?;
     autograd::register(m)?;
     budget::register(m)?;
     conv::register(m)?;
@@ -70,7 +70,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     linalg::register(m)?;
     math::register(m)?;
     memory::register(m)?;
-    nerf::register(m)?;
     nn::register(m)?;
     op::register(m)?;
     optim::register(m)?;

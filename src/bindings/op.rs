@@ -6,7 +6,7 @@
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 
-use crate::bindings::convert::{extract_operand, type_name};
+use crate::bindings::convert::{extract_operand, extract_tensor, opt_tensor, type_name};
 use crate::bindings::tensor::PyTensor;
 use crate::bindings::Obj;
 use crate::ops::Operand;
@@ -145,7 +145,66 @@ pub fn guarded<R>(op: &str, f: impl FnOnce() -> PyResult<R>) -> PyResult<R> {
     })
 }
 
-pub(crate) use {op_fn, tensor_ops};
+/// `functions! { mod NAME; rows }` for the functions that take no `input` (the private
+/// `_core` helpers the Python layer wraps), a row being
+///
+/// ```text
+/// /// Docstring.
+/// fn name["op"](arg: T, tensor as "label": &Obj<'_>, ...) [signature] -> R { body }
+/// ```
+///
+/// An argument written `as "label"` is taken as an [`Arg`] (a tensor; absent or None for an
+/// `Option`), its TypeError naming the op and the label. The body runs under [`guarded`].
+macro_rules! functions {
+    (mod $m:ident; $(
+        $(#[$($attr:tt)*])*
+        fn $name:ident[$op:expr]($($arg:ident $(as $label:literal)?: $ty:ty),* $(,)?)
+            [$($sig:tt)*] -> $ret:ty $body:block
+    )*) => {
+        pub mod $m {
+            #[allow(unused_imports)]
+            use super::*;
+            $(
+                $(#[$($attr)*])*
+                #[pyfunction]
+                #[pyo3(signature = ($($sig)*))]
+                #[allow(unused_braces, clippy::too_many_arguments)]
+                pub fn $name($($arg: $ty),*) -> PyResult<$ret> {
+                    $crate::bindings::op::guarded($op, || {
+                        $($(let $arg = $crate::bindings::op::Arg::extract($arg, $op, $label)?;)?)*
+                        $body
+                    })
+                }
+            )*
+            pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+                $(m.add_function(wrap_pyfunction!(self::$name, m)?)?;)*
+                Ok(())
+            }
+        }
+    };
+}
+
+/// A tensor argument of a [`functions!`] row: required, or optional (absent or None).
+pub trait Arg {
+    type Out;
+    fn extract(self, op: &str, label: &str) -> PyResult<Self::Out>;
+}
+
+impl Arg for &Obj<'_> {
+    type Out = Tensor;
+    fn extract(self, op: &str, label: &str) -> PyResult<Tensor> {
+        extract_tensor(op, label, self)
+    }
+}
+
+impl Arg for Option<&Obj<'_>> {
+    type Out = Option<Tensor>;
+    fn extract(self, op: &str, label: &str) -> PyResult<Option<Tensor>> {
+        opt_tensor(op, label, self)
+    }
+}
+
+pub(crate) use {functions, op_fn, tensor_ops};
 
 tensor_ops! { mod guard_fns;
     /// Panics on purpose, to test that a panic reaches Python as a RuntimeError.

@@ -12,8 +12,8 @@ use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
-use crate::bindings::add_functions;
 use crate::bindings::convert::extract_tensor;
+use crate::bindings::op::functions;
 use crate::bindings::Obj;
 use crate::dtype::DType;
 use crate::optim::kernels;
@@ -248,82 +248,63 @@ fn tensors(name: &str, obj: &Obj<'_>) -> PyResult<Vec<Tensor>> {
         .collect()
 }
 
-/// `_optim_step(params, group, states)`: one fused in-place step per parameter that has a
-/// `.grad` (others are skipped, as PyTorch does).
-#[pyfunction]
-fn _optim_step(
-    py: Python<'_>,
-    params: &Obj<'_>,
-    group: &PyOptimGroup,
-    states: &Bound<'_, PyList>,
-) -> PyResult<()> {
-    let ps = tensors("params", params)?;
-    let ss: Vec<State> = states
-        .iter()
-        .map(|s| Ok(s.cast::<PyParamState>()?.get().s.clone()))
-        .collect::<PyResult<_>>()?;
-    if ps.len() != ss.len() {
-        return Err(PyValueError::new_err(format!(
-            "_optim_step: {} params but {} states",
-            ps.len(),
-            ss.len()
-        )));
+functions! { mod functions;
+    /// `_optim_step(params, group, states)`: one fused in-place step per parameter that has
+    /// a `.grad` (others are skipped, as PyTorch does).
+    fn _optim_step["optimizer"](py: Python<'_>, params: &Obj<'_>, group: &PyOptimGroup,
+        states: &Bound<'_, PyList>) [params, group, states] -> () {
+        let ps = tensors("params", params)?;
+        let ss: Vec<State> = states
+            .iter()
+            .map(|s| Ok(s.cast::<PyParamState>()?.get().s.clone()))
+            .collect::<PyResult<_>>()?;
+        if ps.len() != ss.len() {
+            return Err(PyValueError::new_err(format!(
+                "_optim_step: {} params but {} states",
+                ps.len(),
+                ss.len()
+            )));
+        }
+        let h = group.g.read().clone();
+        Ok(py.detach(|| optim::step_all(&ps, &ss, &h))?)
     }
-    let h = group.g.read().clone();
-    Ok(py.detach(|| optim::step_all(&ps, &ss, &h))?)
-}
-
-/// Install the in-backward step on `param`: a Rust post-accumulate hook (no Python call
-/// per parameter). Returns the hook id for `_optim_detach`.
-#[pyfunction]
-fn _optim_attach(
-    param: &Obj<'_>,
-    group: &PyOptimGroup,
-    state: &PyParamState,
-    control: &PyStreamControl,
-) -> PyResult<u64> {
-    let p = extract_tensor("optimizer", "param", param)?;
-    let (g, s, c) = (group.g.clone(), state.s.clone(), control.c.clone());
-    let hook = Arc::new(move |leaf: &Tensor| optim::stream_step(leaf, &g, &s, &c));
-    Ok(p.add_post_accumulate_hook(hook)?)
-}
-
-#[pyfunction]
-fn _optim_detach(param: &Obj<'_>, hook_id: u64) -> PyResult<()> {
-    let p = extract_tensor("optimizer", "param", param)?;
-    p.remove_post_accumulate_hook(hook_id);
-    Ok(())
-}
-
-/// `sum |g|^p` over tensors (`max |g|` for p = inf), in float64.
-#[pyfunction]
-fn _norm_pow(py: Python<'_>, ts: &Obj<'_>, norm_type: f64) -> PyResult<f64> {
-    let ts = tensors("tensors", ts)?;
-    Ok(py.detach(|| kernels::total_norm_pow(&ts, norm_type))?)
-}
-
-/// `t *= factor` in place, without autograd (gradient clipping).
-#[pyfunction]
-fn _scale_(t: &Obj<'_>, factor: f64) -> PyResult<()> {
-    let t = extract_tensor("clip_grad", "tensor", t)?;
-    kernels::scale_inplace(&t.data(), factor)?;
-    t.bump_version();
-    Ok(())
-}
-
-/// Clamp `t` into `[lo, hi]` in place, without autograd (`clip_grad_value_`).
-#[pyfunction]
-fn _clamp_(t: &Obj<'_>, lo: f64, hi: f64) -> PyResult<()> {
-    let t = extract_tensor("clip_grad", "tensor", t)?;
-    kernels::clamp_inplace(&t.data(), lo, hi)?;
-    t.bump_version();
-    Ok(())
+    /// Install the in-backward step on `param`: a Rust post-accumulate hook (no Python call
+    /// per parameter). Returns the hook id for `_optim_detach`.
+    fn _optim_attach["optimizer"](param as "param": &Obj<'_>, group: &PyOptimGroup,
+        state: &PyParamState, control: &PyStreamControl)
+        [param, group, state, control] -> u64 {
+        let (g, s, c) = (group.g.clone(), state.s.clone(), control.c.clone());
+        let hook = Arc::new(move |leaf: &Tensor| optim::stream_step(leaf, &g, &s, &c));
+        Ok(param.add_post_accumulate_hook(hook)?)
+    }
+    fn _optim_detach["optimizer"](param as "param": &Obj<'_>, hook_id: u64) [param, hook_id]
+        -> () {
+        param.remove_post_accumulate_hook(hook_id);
+        Ok(())
+    }
+    /// `sum |g|^p` over tensors (`max |g|` for p = inf), in float64.
+    fn _norm_pow["optimizer"](py: Python<'_>, ts: &Obj<'_>, norm_type: f64) [ts, norm_type]
+        -> f64 {
+        let ts = tensors("tensors", ts)?;
+        Ok(py.detach(|| kernels::total_norm_pow(&ts, norm_type))?)
+    }
+    /// `t *= factor` in place, without autograd (gradient clipping).
+    fn _scale_["clip_grad"](t as "tensor": &Obj<'_>, factor: f64) [t, factor] -> () {
+        kernels::scale_inplace(&t.data(), factor)?;
+        t.bump_version();
+        Ok(())
+    }
+    /// Clamp `t` into `[lo, hi]` in place, without autograd (`clip_grad_value_`).
+    fn _clamp_["clip_grad"](t as "tensor": &Obj<'_>, lo: f64, hi: f64) [t, lo, hi] -> () {
+        kernels::clamp_inplace(&t.data(), lo, hi)?;
+        t.bump_version();
+        Ok(())
+    }
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyOptimGroup>()?;
     m.add_class::<PyParamState>()?;
     m.add_class::<PyStreamControl>()?;
-    add_functions! { m, _optim_step, _optim_attach, _optim_detach, _norm_pow, _scale_, _clamp_ }
-    Ok(())
+    functions::register(m)
 }

@@ -5,21 +5,31 @@
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use crate::bindings::add_functions;
-use crate::bindings::convert::{extract_tensor, opt_tensor};
+use crate::bindings::op::functions;
 use crate::bindings::Obj;
 use crate::ops::batch_norm::{batch_norm, Running};
 use crate::ops::interpolate::{interpolate, Mode};
 use crate::ops::pool::{self, AvgArgs, PoolArgs};
 use crate::tensor::Tensor;
 
-fn pair(op: &str, what: &str, v: &[i64]) -> PyResult<[i64; 2]> {
+fn pair<T: Copy + std::fmt::Debug>(op: &str, what: &str, v: &[T]) -> PyResult<[T; 2]> {
     match v {
         &[a, b] => Ok([a, b]),
         _ => Err(PyValueError::new_err(format!(
             "{op}: expected {what} as two ints, got {v:?}"
         ))),
     }
+}
+
+/// An output size `[h, w]` (`what` in `op`'s errors), each non-negative.
+fn output_size(op: &str, what: &str, shown: &str, v: &[i64]) -> PyResult<[usize; 2]> {
+    let [h, w] = pair(op, what, v)?;
+    if h < 0 || w < 0 {
+        return Err(PyValueError::new_err(format!(
+            "{op}: {shown} must be non-negative, got {v:?}"
+        )));
+    }
+    Ok([h as usize, w as usize])
 }
 
 fn pool_name(kind: &str, spatial: usize) -> PyResult<&'static str> {
@@ -41,148 +51,75 @@ fn pool_name(kind: &str, spatial: usize) -> PyResult<&'static str> {
     })
 }
 
-/// `max_pool1d` (spatial=1) or `max_pool2d`: the maxima, and the flat int64 indices when
-/// `return_indices`.
-#[pyfunction]
-#[allow(clippy::too_many_arguments)]
-fn _nn_max_pool(
-    input: &Obj<'_>,
-    spatial: usize,
-    kernel_size: Vec<i64>,
-    stride: Vec<i64>,
-    padding: Vec<i64>,
-    dilation: Vec<i64>,
+/// The window of a max or average pooling.
+fn pool_args(
+    op: &str,
+    k: &[i64],
+    s: &[i64],
+    p: &[i64],
+    d: &[i64],
     ceil_mode: bool,
-    return_indices: bool,
-) -> PyResult<(Tensor, Option<Tensor>)> {
-    crate::bindings::op::guarded("max_pool", || {
+) -> PyResult<PoolArgs> {
+    Ok(PoolArgs {
+        kernel: pair(op, "kernel_size", k)?,
+        stride: pair(op, "stride", s)?,
+        padding: pair(op, "padding", p)?,
+        dilation: pair(op, "dilation", d)?,
+        ceil_mode,
+    })
+}
+
+type Indexed = (Tensor, Option<Tensor>);
+
+functions! { mod functions;
+    /// `max_pool1d` (spatial=1) or `max_pool2d`: the maxima, and the flat int64 indices when
+    /// `return_indices`.
+    fn _nn_max_pool[pool_name("max", spatial)?](input as "input": &Obj<'_>, spatial: usize,
+        kernel_size: Vec<i64>, stride: Vec<i64>, padding: Vec<i64>, dilation: Vec<i64>,
+        ceil_mode: bool, return_indices: bool)
+        [input, spatial, kernel_size, stride, padding, dilation, ceil_mode, return_indices]
+        -> Indexed {
         let op = pool_name("max", spatial)?;
-        let x = extract_tensor(op, "input", input)?;
-        let a = PoolArgs {
-            kernel: pair(op, "kernel_size", &kernel_size)?,
-            stride: pair(op, "stride", &stride)?,
-            padding: pair(op, "padding", &padding)?,
-            dilation: pair(op, "dilation", &dilation)?,
-            ceil_mode,
-        };
-        Ok(pool::max_pool(op, &x, spatial, &a, return_indices)?)
-    })
-}
-
-/// `avg_pool1d` (spatial=1) or `avg_pool2d`.
-#[pyfunction]
-#[allow(clippy::too_many_arguments)]
-#[pyo3(signature = (input, spatial, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override=None))]
-fn _nn_avg_pool(
-    input: &Obj<'_>,
-    spatial: usize,
-    kernel_size: Vec<i64>,
-    stride: Vec<i64>,
-    padding: Vec<i64>,
-    ceil_mode: bool,
-    count_include_pad: bool,
-    divisor_override: Option<i64>,
-) -> PyResult<Tensor> {
-    crate::bindings::op::guarded("avg_pool", || {
+        let a = pool_args(op, &kernel_size, &stride, &padding, &dilation, ceil_mode)?;
+        Ok(pool::max_pool(op, &input, spatial, &a, return_indices)?)
+    }
+    /// `avg_pool1d` (spatial=1) or `avg_pool2d`.
+    fn _nn_avg_pool[pool_name("avg", spatial)?](input as "input": &Obj<'_>, spatial: usize,
+        kernel_size: Vec<i64>, stride: Vec<i64>, padding: Vec<i64>, ceil_mode: bool,
+        count_include_pad: bool, divisor_override: Option<i64>)
+        [input, spatial, kernel_size, stride, padding, ceil_mode, count_include_pad,
+         divisor_override=None] -> Tensor {
         let op = pool_name("avg", spatial)?;
-        let x = extract_tensor(op, "input", input)?;
-        let a = PoolArgs {
-            kernel: pair(op, "kernel_size", &kernel_size)?,
-            stride: pair(op, "stride", &stride)?,
-            padding: pair(op, "padding", &padding)?,
-            dilation: [1, 1],
-            ceil_mode,
-        };
-        let avg = AvgArgs {
-            count_include_pad,
-            divisor_override,
-        };
-        Ok(pool::avg_pool(op, &x, spatial, &a, avg)?)
-    })
-}
-
-/// `adaptive_avg_pool1d` (spatial=1) or `adaptive_avg_pool2d` to `output_size` (H, W).
-#[pyfunction]
-fn _nn_adaptive_avg_pool(
-    input: &Obj<'_>,
-    spatial: usize,
-    output_size: Vec<i64>,
-) -> PyResult<Tensor> {
-    crate::bindings::op::guarded("adaptive_avg_pool", || {
+        let a = pool_args(op, &kernel_size, &stride, &padding, &[1, 1], ceil_mode)?;
+        let avg = AvgArgs { count_include_pad, divisor_override };
+        Ok(pool::avg_pool(op, &input, spatial, &a, avg)?)
+    }
+    /// `adaptive_avg_pool1d` (spatial=1) or `adaptive_avg_pool2d` to `output_size` (H, W).
+    fn _nn_adaptive_avg_pool[pool_name("adaptive_avg", spatial)?](input as "input": &Obj<'_>,
+        spatial: usize, output_size: Vec<i64>) [input, spatial, output_size] -> Tensor {
         let op = pool_name("adaptive_avg", spatial)?;
-        let x = extract_tensor(op, "input", input)?;
-        let [h, w] = pair(op, "output_size", &output_size)?;
-        if h < 0 || w < 0 {
-            return Err(PyValueError::new_err(format!(
-                "{op}: output_size must be non-negative, got {output_size:?}"
-            )));
-        }
-        Ok(pool::adaptive_avg_pool(
-            op,
-            &x,
-            spatial,
-            [h as usize, w as usize],
-        )?)
-    })
-}
-
-/// `adaptive_max_pool1d` (spatial=1) or `adaptive_max_pool2d` to `output_size` (H, W):
-/// the maxima, and the flat int64 indices when `return_indices`.
-#[pyfunction]
-fn _nn_adaptive_max_pool(
-    input: &Obj<'_>,
-    spatial: usize,
-    output_size: Vec<i64>,
-    return_indices: bool,
-) -> PyResult<(Tensor, Option<Tensor>)> {
-    crate::bindings::op::guarded("adaptive_max_pool", || {
+        let size = self::output_size(op, "output_size", "output_size", &output_size)?;
+        Ok(pool::adaptive_avg_pool(op, &input, spatial, size)?)
+    }
+    /// `adaptive_max_pool1d` (spatial=1) or `adaptive_max_pool2d` to `output_size` (H, W):
+    /// the maxima, and the flat int64 indices when `return_indices`.
+    fn _nn_adaptive_max_pool[pool_name("adaptive_max", spatial)?](input as "input": &Obj<'_>,
+        spatial: usize, output_size: Vec<i64>, return_indices: bool)
+        [input, spatial, output_size, return_indices] -> Indexed {
         let op = pool_name("adaptive_max", spatial)?;
-        let x = extract_tensor(op, "input", input)?;
-        let [h, w] = pair(op, "output_size", &output_size)?;
-        if h < 0 || w < 0 {
-            return Err(PyValueError::new_err(format!(
-                "{op}: output_size must be non-negative, got {output_size:?}"
-            )));
-        }
-        Ok(pool::adaptive_max_pool(
-            op,
-            &x,
-            spatial,
-            [h as usize, w as usize],
-            return_indices,
-        )?)
-    })
-}
-
-/// `interpolate` of (N, C, L) (spatial=1) or (N, C, H, W) input to `size` (H, W) with
-/// the scale factors the kernel uses (None: input / output), `mode` one of `nearest`,
-/// `nearest-exact`, `linear`.
-#[pyfunction]
-fn _nn_interpolate(
-    input: &Obj<'_>,
-    spatial: usize,
-    size: Vec<i64>,
-    scales: Vec<Option<f64>>,
-    mode: &str,
-    align_corners: bool,
-) -> PyResult<Tensor> {
-    crate::bindings::op::guarded("interpolate", || {
-        let op = pool_name("interpolate", spatial)?;
-        let x = extract_tensor(op, "input", input)?;
-        let [h, w] = pair(op, "size", &size)?;
-        if h < 0 || w < 0 {
-            return Err(PyValueError::new_err(format!(
-                "interpolate: output size must be non-negative, got {size:?}"
-            )));
-        }
-        let scales = match scales.as_slice() {
-            &[a, b] => [a, b],
-            _ => {
-                return Err(PyValueError::new_err(
-                    "interpolate: expected two scale factors",
-                ))
-            }
-        };
+        let size = self::output_size(op, "output_size", "output_size", &output_size)?;
+        Ok(pool::adaptive_max_pool(op, &input, spatial, size, return_indices)?)
+    }
+    /// `interpolate` of (N, C, L) (spatial=1) or (N, C, H, W) input to `size` (H, W) with
+    /// the scale factors the kernel uses (None: input / output), `mode` one of `nearest`,
+    /// `nearest-exact`, `linear`.
+    fn _nn_interpolate[pool_name("interpolate", spatial)?](input as "input": &Obj<'_>,
+        spatial: usize, size: Vec<i64>, scales: Vec<Option<f64>>, mode: &str,
+        align_corners: bool) [input, spatial, size, scales, mode, align_corners] -> Tensor {
+        let op = "interpolate";
+        let size = output_size(op, "size", "output size", &size)?;
+        let scales = pair(op, "scale factors", &scales)
+            .map_err(|_| PyValueError::new_err("interpolate: expected two scale factors"))?;
         let mode = match mode {
             "nearest" => Mode::Nearest,
             "nearest-exact" => Mode::NearestExact,
@@ -193,60 +130,19 @@ fn _nn_interpolate(
                 )))
             }
         };
-        Ok(interpolate(
-            op,
-            &x,
-            spatial,
-            [h as usize, w as usize],
-            scales,
-            mode,
-            align_corners,
-        )?)
-    })
-}
-
-/// `batch_norm`: batch statistics when `training` (updating the running buffers in place
-/// with `momentum`), else the running ones.
-#[pyfunction]
-#[allow(clippy::too_many_arguments)]
-#[pyo3(signature = (input, running_mean, running_var, weight=None, bias=None, training=false, momentum=0.1, eps=1e-5))]
-fn _nn_batch_norm(
-    input: &Obj<'_>,
-    running_mean: Option<&Obj<'_>>,
-    running_var: Option<&Obj<'_>>,
-    weight: Option<&Obj<'_>>,
-    bias: Option<&Obj<'_>>,
-    training: bool,
-    momentum: f64,
-    eps: f64,
-) -> PyResult<Tensor> {
-    crate::bindings::op::guarded("batch_norm", || {
-        let op = "batch_norm";
-        let x = extract_tensor(op, "input", input)?;
-        let rm = opt_tensor(op, "running_mean", running_mean)?;
-        let rv = opt_tensor(op, "running_var", running_var)?;
-        let w = opt_tensor(op, "weight", weight)?;
-        let b = opt_tensor(op, "bias", bias)?;
-        let running = Running {
-            mean: rm.as_ref(),
-            var: rv.as_ref(),
-            momentum,
-        };
-        Ok(batch_norm(
-            &x,
-            running,
-            w.as_ref(),
-            b.as_ref(),
-            training,
-            eps,
-        )?)
-    })
-}
-
-pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    add_functions! { m,
-        _nn_max_pool, _nn_avg_pool, _nn_adaptive_avg_pool, _nn_adaptive_max_pool, _nn_interpolate,
-        _nn_batch_norm
+        Ok(interpolate(op, &input, spatial, size, scales, mode, align_corners)?)
     }
-    Ok(())
+    /// `batch_norm`: batch statistics when `training` (updating the running buffers in place
+    /// with `momentum`), else the running ones.
+    fn _nn_batch_norm["batch_norm"](input as "input": &Obj<'_>,
+        running_mean as "running_mean": Option<&Obj<'_>>,
+        running_var as "running_var": Option<&Obj<'_>>, weight as "weight": Option<&Obj<'_>>,
+        bias as "bias": Option<&Obj<'_>>, training: bool, momentum: f64, eps: f64)
+        [input, running_mean, running_var, weight=None, bias=None, training=false,
+         momentum=0.1, eps=1e-5] -> Tensor {
+        let running = Running { mean: running_mean.as_ref(), var: running_var.as_ref(), momentum };
+        Ok(batch_norm(&input, running, weight.as_ref(), bias.as_ref(), training, eps)?)
+    }
 }
+
+pub use functions::register;

@@ -8,9 +8,8 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyFloat, PyInt};
 
-use crate::bindings::add_functions;
 use crate::bindings::convert::{check_device, extract_class, type_name, PyDevice};
-use crate::bindings::op::tensor_ops;
+use crate::bindings::op::{functions, tensor_ops};
 use crate::bindings::tensor::PyTensor;
 use crate::bindings::Obj;
 use crate::dtype::DType;
@@ -146,41 +145,28 @@ pub fn pick_generator(op: &str, obj: Option<&Obj<'_>>) -> PyResult<Arc<Generator
     }
 }
 
-/// Seed the global generator: the same seed gives the same `rand`, `randn`, dropout masks.
-/// Returns `default_generator`.
-#[pyfunction]
-fn manual_seed(py: Python<'_>, seed: &Obj<'_>) -> PyResult<Py<PyGenerator>> {
-    // `torch.manual_seed` takes anything `int()` takes.
-    let seed = match seed.is_instance_of::<PyFloat>() {
-        true => py.get_type::<PyInt>().call1((seed,))?,
-        false => seed.clone(),
-    };
-    random::manual_seed(seed_value("manual_seed", &seed)?);
-    default_object(py)
-}
-
-/// Seed the global generator from the operating system's entropy; returns the seed.
-#[pyfunction]
-fn seed() -> u64 {
-    default_generator().seed()
-}
-
-/// The seed the global generator was last seeded with.
-#[pyfunction]
-fn initial_seed() -> u64 {
-    default_generator().initial_seed()
-}
-
-/// The global generator's state (`default_generator.get_state()`).
-#[pyfunction]
-fn get_rng_state() -> PyResult<Tensor> {
-    state_tensor(default_generator())
-}
-
-/// Restore the global generator's state from `get_rng_state()`.
-#[pyfunction]
-fn set_rng_state(new_state: &Obj<'_>) -> PyResult<()> {
-    Ok(default_generator().set_state(&state_bytes("set_rng_state", new_state)?)?)
+functions! { mod seeding;
+    /// Seed the global generator: the same seed gives the same `rand`, `randn`, dropout
+    /// masks. Returns `default_generator`.
+    fn manual_seed["manual_seed"](py: Python<'_>, seed: &Obj<'_>) [seed] -> Py<PyGenerator> {
+        // `torch.manual_seed` takes anything `int()` takes.
+        let seed = match seed.is_instance_of::<PyFloat>() {
+            true => py.get_type::<PyInt>().call1((seed,))?,
+            false => seed.clone(),
+        };
+        random::manual_seed(seed_value("manual_seed", &seed)?);
+        default_object(py)
+    }
+    /// Seed the global generator from the operating system's entropy; returns the seed.
+    fn seed["seed"]() [] -> u64 { Ok(default_generator().seed()) }
+    /// The seed the global generator was last seeded with.
+    fn initial_seed["initial_seed"]() [] -> u64 { Ok(default_generator().initial_seed()) }
+    /// The global generator's state (`default_generator.get_state()`).
+    fn get_rng_state["get_rng_state"]() [] -> Tensor { state_tensor(default_generator()) }
+    /// Restore the global generator's state from `get_rng_state()`.
+    fn set_rng_state["set_rng_state"](new_state: &Obj<'_>) [new_state] -> () {
+        Ok(default_generator().set_state(&state_bytes("set_rng_state", new_state)?)?)
+    }
 }
 
 /// Write `new` (drawn values) into `x` as `copy_` does, handing `x` back.
@@ -246,8 +232,6 @@ tensor_ops! { mod ops_;
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyGenerator>()?;
     m.add("default_generator", default_object(m.py())?)?;
-    add_functions! { m,
-        manual_seed, seed, initial_seed, get_rng_state, set_rng_state
-    }
+    seeding::register(m)?;
     ops_::register(m)
 }

@@ -8,9 +8,9 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyDict};
 
 use crate::bindings::convert::{
-    dims_arg, extract_operand, extract_tensor, int_dim, opt_int_dim, type_name, with_dtype,
+    dims_arg, extract_operand, int_dim, opt_int_dim, type_name, with_dtype,
 };
-use crate::bindings::op::tensor_ops;
+use crate::bindings::op::{functions, tensor_ops};
 use crate::bindings::tensor::PyTensor;
 use crate::bindings::Obj;
 use crate::ops::binary::{binary, BinaryOp};
@@ -178,16 +178,6 @@ tensor_ops! { mod functions;
         [dim=None, keepdim=false] -> Py<PyAny> {
         max_or_min(&x, dim, keepdim, false)
     }
-    /// Largest value over `dim` (all dims when None); ties share the gradient.
-    both fn amax(x: Tensor, dim: Option<&Obj<'_>>, keepdim: bool)
-        [dim=None, keepdim=false] -> Tensor {
-        Ok(minmax::amax(&x, dims_arg("amax", &x, dim)?.as_deref(), keepdim, true)?)
-    }
-    /// Smallest value over `dim` (all dims when None); ties share the gradient.
-    both fn amin(x: Tensor, dim: Option<&Obj<'_>>, keepdim: bool)
-        [dim=None, keepdim=false] -> Tensor {
-        Ok(minmax::amax(&x, dims_arg("amin", &x, dim)?.as_deref(), keepdim, false)?)
-    }
     /// Index (int64) of the first largest value along `dim`, or in the flattened input.
     both fn argmax(x: Tensor, dim: Option<&Obj<'_>>, keepdim: bool)
         [dim=None, keepdim=false] -> Tensor {
@@ -218,16 +208,6 @@ tensor_ops! { mod functions;
         [dim=None, unbiased=None, keepdim=false, *, correction=None] -> Tensor {
         variance(&x, dim, unbiased, keepdim, correction, true)
     }
-    /// Whether every element over `dim` is non-zero (bool; uint8 for uint8 input).
-    both fn all(x: Tensor, dim: Option<&Obj<'_>>, keepdim: bool)
-        [dim=None, keepdim=false] -> Tensor {
-        Ok(reduce::any_all(&x, dims_arg("all", &x, dim)?.as_deref(), keepdim, true)?)
-    }
-    /// Whether some element over `dim` is non-zero (bool; uint8 for uint8 input).
-    both fn any(x: Tensor, dim: Option<&Obj<'_>>, keepdim: bool)
-        [dim=None, keepdim=false] -> Tensor {
-        Ok(reduce::any_all(&x, dims_arg("any", &x, dim)?.as_deref(), keepdim, false)?)
-    }
     /// `log(sum(exp(x)))` over `dim`, computed stably.
     both fn logsumexp(x: Tensor, dim: &Obj<'_>, keepdim: bool) [dim, keepdim=false] -> Tensor {
         Ok(reduce::logsumexp(&x, dims_arg("logsumexp", &x, Some(dim))?.as_deref(), keepdim)?)
@@ -246,6 +226,32 @@ tensor_ops! { mod functions;
     both fn count_nonzero(x: Tensor, dim: Option<&Obj<'_>>) [dim=None] -> Tensor {
         Ok(reduce::count_nonzero(&x, dims_arg("count_nonzero", &x, dim)?.as_deref())?)
     }
+}
+
+/// The reductions over `dim` (all dims when None) that differ by a flag, `name(input,
+/// dim=None, keepdim=False) => f(input, dims, keepdim, flag)`.
+macro_rules! flag_reductions {
+    ($($(#[$doc:meta])* $name:ident => $f:path, $flag:expr;)*) => {
+        tensor_ops! { mod flag_fns; $(
+            $(#[$doc])*
+            both fn $name(x: Tensor, dim: Option<&Obj<'_>>, keepdim: bool)
+                [dim=None, keepdim=false] -> Tensor {
+                let dims = dims_arg(stringify!($name), &x, dim)?;
+                Ok($f(&x, dims.as_deref(), keepdim, $flag)?)
+            }
+        )* }
+    };
+}
+
+flag_reductions! {
+    /// Largest value over `dim` (all dims when None); ties share the gradient.
+    amax => minmax::amax, true;
+    /// Smallest value over `dim` (all dims when None); ties share the gradient.
+    amin => minmax::amax, false;
+    /// Whether every element over `dim` is non-zero (bool; uint8 for uint8 input).
+    all => reduce::any_all, true;
+    /// Whether some element over `dim` is non-zero (bool; uint8 for uint8 input).
+    any => reduce::any_all, false;
 }
 
 /// `max()`, `max(dim, keepdim)` (values and indices) or `max(other)` (= maximum).
@@ -269,26 +275,22 @@ fn max_or_min(t: &Tensor, dim: Option<&Obj<'_>>, keepdim: bool, max: bool) -> Py
     })
 }
 
-/// `linalg.vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None)`.
-#[pyfunction]
-#[pyo3(name = "_vector_norm", signature = (x, ord=None, dim=None, keepdim=false, *, dtype=None))]
-fn vector_norm(
-    x: &Obj<'_>,
-    ord: Option<&Obj<'_>>,
-    dim: Option<&Obj<'_>>,
-    keepdim: bool,
-    dtype: Option<&Obj<'_>>,
-) -> PyResult<Tensor> {
-    let t = extract_tensor("linalg.vector_norm", "x", x)?;
-    if ord.is_some_and(|o| o.extract::<String>().is_ok()) {
-        return Err(PyTypeError::new_err(
-            "linalg.vector_norm(): argument 'ord' must be a number, not str",
-        ));
+functions! { mod norm_fns;
+    /// `linalg.vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None)`.
+    fn _vector_norm["linalg.vector_norm"](x as "x": &Obj<'_>, ord: Option<&Obj<'_>>,
+        dim: Option<&Obj<'_>>, keepdim: bool, dtype: Option<&Obj<'_>>)
+        [x, ord=None, dim=None, keepdim=false, *, dtype=None] -> Tensor {
+        if ord.is_some_and(|o| o.extract::<String>().is_ok()) {
+            return Err(PyTypeError::new_err(
+                "linalg.vector_norm(): argument 'ord' must be a number, not str",
+            ));
+        }
+        vector_norm_of(&x, ord, dim, keepdim, dtype)
     }
-    vector_norm_of(&t, ord, dim, keepdim, dtype)
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_function(wrap_pyfunction!(vector_norm, m)?)?;
+    norm_fns::register(m)?;
+    flag_fns::register(m)?;
     functions::register(m)
 }

@@ -10,8 +10,8 @@ use pyo3::prelude::*;
 
 use crate::autograd::saved::SavedTensor;
 use crate::autograd::saved_hooks::{self, Packed, SavedHooks};
-use crate::bindings::add_functions;
 use crate::bindings::convert::extract_tensor;
+use crate::bindings::op::functions;
 use crate::bindings::tensor::PyTensor;
 use crate::bindings::Obj;
 use crate::error::{Error, Result};
@@ -91,10 +91,10 @@ impl Drop for PyPacked {
     }
 }
 
-/// Push a (pack_hook, unpack_hook) policy for this thread (`saved_tensors_hooks.__enter__`).
-#[pyfunction]
-fn _push_saved_tensors_hooks(pack_hook: Py<PyAny>, unpack_hook: Py<PyAny>) -> PyResult<()> {
-    Python::attach(|py| {
+functions! { mod functions;
+    /// Push a (pack_hook, unpack_hook) policy for this thread (`saved_tensors_hooks.__enter__`).
+    fn _push_saved_tensors_hooks["saved_tensors_hooks"](py: Python<'_>, pack_hook: Py<PyAny>,
+        unpack_hook: Py<PyAny>) [pack_hook, unpack_hook] -> () {
         for (name, f) in [("pack_hook", &pack_hook), ("unpack_hook", &unpack_hook)] {
             if !f.bind(py).is_callable() {
                 return Err(PyTypeError::new_err(format!(
@@ -102,49 +102,44 @@ fn _push_saved_tensors_hooks(pack_hook: Py<PyAny>, unpack_hook: Py<PyAny>) -> Py
                 )));
             }
         }
+        let (pack, unpack) = (pack_hook, unpack_hook);
+        saved_hooks::push(Arc::new(PySavedHooks { pack, unpack }));
         Ok(())
-    })?;
-    saved_hooks::push(Arc::new(PySavedHooks {
-        pack: pack_hook,
-        unpack: unpack_hook,
-    }));
-    Ok(())
-}
-
-/// Pop the innermost policy (`saved_tensors_hooks.__exit__`).
-#[pyfunction]
-fn _pop_saved_tensors_hooks() -> PyResult<()> {
-    if !saved_hooks::pop() {
-        return Err(PyRuntimeError::new_err(
-            "saved_tensors_hooks: no hooks to pop (exited more often than entered)",
-        ));
     }
-    Ok(())
-}
-
-/// Push the built-in `save_in_bfloat16` policy (native: no Python call per tensor).
-#[pyfunction]
-fn _push_saved_tensors_bf16() {
-    saved_hooks::push(Arc::new(saved_hooks::SaveInBf16));
-}
-
-/// Whether the tensor's buffer is a parameter's (the built-in policies keep those as they are).
-#[pyfunction]
-fn _holds_parameter(t: &Obj<'_>) -> PyResult<bool> {
-    let t = extract_tensor("_holds_parameter", "t", t)?;
-    Ok(saved_hooks::holds_parameter(&t))
-}
-
-/// How many saved-tensor policies are active on this thread.
-#[pyfunction]
-fn _saved_tensors_hooks_depth() -> usize {
-    saved_hooks::depth()
-}
-
-/// Raise the exception a pack hook raised, if it has not been raised yet.
-#[pyfunction]
-fn _raise_saved_tensors_pack_error() -> PyResult<()> {
-    Ok(saved_hooks::check()?)
+    /// Pop the innermost policy (`saved_tensors_hooks.__exit__`).
+    fn _pop_saved_tensors_hooks["saved_tensors_hooks"]() [] -> () {
+        match saved_hooks::pop() {
+            true => Ok(()),
+            false => Err(PyRuntimeError::new_err(
+                "saved_tensors_hooks: no hooks to pop (exited more often than entered)",
+            )),
+        }
+    }
+    /// Push the built-in `save_in_bfloat16` policy (native: no Python call per tensor).
+    fn _push_saved_tensors_bf16["save_in_bfloat16"]() [] -> () {
+        saved_hooks::push(Arc::new(saved_hooks::SaveInBf16));
+        Ok(())
+    }
+    /// Whether the tensor's buffer is a parameter's (the built-in policies keep those as
+    /// they are).
+    fn _holds_parameter["_holds_parameter"](t as "t": &Obj<'_>) [t] -> bool {
+        Ok(saved_hooks::holds_parameter(&t))
+    }
+    /// How many saved-tensor policies are active on this thread.
+    fn _saved_tensors_hooks_depth["saved_tensors_hooks"]() [] -> usize {
+        Ok(saved_hooks::depth())
+    }
+    /// Raise the exception a pack hook raised, if it has not been raised yet.
+    fn _raise_saved_tensors_pack_error["saved_tensors_hooks"]() [] -> () {
+        Ok(saved_hooks::check()?)
+    }
+    /// Save 1-bit masks for relu/threshold backward (on by default); returns the previous
+    /// setting.
+    fn _set_relu_bitmask["relu"](enabled: bool) [enabled] -> bool {
+        Ok(threshold::set_bitmask(enabled))
+    }
+    /// Whether relu/threshold save 1-bit masks.
+    fn _relu_bitmask_enabled["relu"]() [] -> bool { Ok(threshold::bitmask_enabled()) }
 }
 
 /// A tensor saved by a Python `Function` (`ctx.save_for_backward`): version-checked, and
@@ -182,24 +177,7 @@ impl PySavedTensor {
     }
 }
 
-/// Save 1-bit masks for relu/threshold backward (on by default); returns the previous setting.
-#[pyfunction]
-fn _set_relu_bitmask(enabled: bool) -> bool {
-    threshold::set_bitmask(enabled)
-}
-
-/// Whether relu/threshold save 1-bit masks.
-#[pyfunction]
-fn _relu_bitmask_enabled() -> bool {
-    threshold::bitmask_enabled()
-}
-
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PySavedTensor>()?;
-    add_functions! { m,
-        _push_saved_tensors_hooks, _pop_saved_tensors_hooks, _push_saved_tensors_bf16,
-        _saved_tensors_hooks_depth, _holds_parameter, _raise_saved_tensors_pack_error,
-        _set_relu_bitmask, _relu_bitmask_enabled
-    }
-    Ok(())
+    functions::register(m)
 }

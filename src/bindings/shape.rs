@@ -7,9 +7,8 @@ use pyo3::exceptions::{PyIndexError, PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyInt, PyList, PyTuple};
 
-use crate::bindings::add_functions;
 use crate::bindings::convert::{extract_dims, extract_size, extract_tensor, type_name};
-use crate::bindings::op::{tensor_ops, Input};
+use crate::bindings::op::{functions, tensor_ops, Input};
 use crate::bindings::tensor::PyTensor;
 use crate::bindings::Obj;
 use crate::ops::{index, shape, wrap_dim, wrap_dims};
@@ -331,46 +330,29 @@ fn tensor_list(op: &str, obj: &Obj<'_>) -> PyResult<Vec<Tensor>> {
         .collect()
 }
 
-/// `cat(tensors, dim=0)`; also `concat` and `concatenate` (which also takes `axis=`).
-#[pyfunction]
-#[pyo3(signature = (tensors, dim=0))]
-fn cat(tensors: &Obj<'_>, dim: i64) -> PyResult<Tensor> {
-    Ok(shape::cat(&tensor_list("cat", tensors)?, dim)?)
-}
-
-#[pyfunction]
-#[pyo3(signature = (tensors, dim=0))]
-fn concat(tensors: &Obj<'_>, dim: i64) -> PyResult<Tensor> {
-    Ok(shape::cat(&tensor_list("concat", tensors)?, dim)?)
-}
-
-#[pyfunction]
-#[pyo3(signature = (tensors, axis=0, dim=None))]
-fn concatenate(tensors: &Obj<'_>, axis: i64, dim: Option<i64>) -> PyResult<Tensor> {
-    Ok(shape::cat(
-        &tensor_list("concatenate", tensors)?,
-        dim.unwrap_or(axis),
-    )?)
-}
-
-#[pyfunction]
-#[pyo3(signature = (tensors, dim=0))]
-fn stack(tensors: &Obj<'_>, dim: i64) -> PyResult<Tensor> {
-    Ok(shape::stack(&tensor_list("stack", tensors)?, dim)?)
-}
-
-/// `split(tensor, split_size_or_sections, dim=0)`: PyTorch names this input `tensor`.
-#[pyfunction]
-#[pyo3(signature = (tensor, split_size_or_sections, dim=0))]
-fn split(tensor: &Obj<'_>, split_size_or_sections: &Obj<'_>, dim: i64) -> PyResult<Py<PyTuple>> {
-    split_to(
-        &extract_tensor("split", "tensor", tensor)?,
-        split_size_or_sections,
-        dim,
-    )
+functions! { mod list_fns;
+    /// `cat(tensors, dim=0)`; also `concat` and `concatenate` (which also takes `axis=`).
+    fn cat["cat"](tensors: &Obj<'_>, dim: i64) [tensors, dim=0] -> Tensor {
+        Ok(shape::cat(&tensor_list("cat", tensors)?, dim)?)
+    }
+    fn concat["concat"](tensors: &Obj<'_>, dim: i64) [tensors, dim=0] -> Tensor {
+        Ok(shape::cat(&tensor_list("concat", tensors)?, dim)?)
+    }
+    fn concatenate["concatenate"](tensors: &Obj<'_>, axis: i64, dim: Option<i64>)
+        [tensors, axis=0, dim=None] -> Tensor {
+        Ok(shape::cat(&tensor_list("concatenate", tensors)?, dim.unwrap_or(axis))?)
+    }
+    fn stack["stack"](tensors: &Obj<'_>, dim: i64) [tensors, dim=0] -> Tensor {
+        Ok(shape::stack(&tensor_list("stack", tensors)?, dim)?)
+    }
+    /// `split(tensor, split_size_or_sections, dim=0)`: PyTorch names this input `tensor`.
+    fn split["split"](tensor as "tensor": &Obj<'_>, split_size_or_sections: &Obj<'_>, dim: i64)
+        [tensor, split_size_or_sections, dim=0] -> Py<PyTuple> {
+        split_to(&tensor, split_size_or_sections, dim)
+    }
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    add_functions!(m, cat, concat, concatenate, stack, split);
+    list_fns::register(m)?;
     functions::register(m)
 }

@@ -7,7 +7,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyInt, PyTuple};
 
 use crate::bindings::convert::{extract_operand, extract_tensor, int_dim, opt_tensor, type_name};
-use crate::bindings::op::tensor_ops;
+use crate::bindings::op::{functions, tensor_ops};
 use crate::bindings::reduce::values_indices;
 use crate::bindings::tensor::PyTensor;
 use crate::bindings::Obj;
@@ -154,50 +154,40 @@ tensor_ops! { mod functions;
     }
 }
 
-/// `searchsorted(sorted_sequence, input, *, out_int32=False, right=False, side=None,
-/// sorter=None)`: for each value of `input` (a tensor or a number), the index where it
-/// would be inserted into its line of `sorted_sequence` to keep it sorted: the first such
-/// index, or the last with `right=True` / `side="right"`.
-#[pyfunction]
-#[pyo3(signature = (sorted_sequence, input, *, out_int32=false, right=false, side=None, sorter=None))]
-fn searchsorted(
-    sorted_sequence: &Obj<'_>,
-    input: &Obj<'_>,
-    out_int32: bool,
-    right: bool,
-    side: Option<&str>,
-    sorter: Option<&Obj<'_>>,
-) -> PyResult<Tensor> {
-    let op = "searchsorted";
-    let seq = extract_tensor(op, "sorted_sequence", sorted_sequence)?;
-    let values = tensor_or_scalar(op, "input", input)?;
-    let right = match side {
-        None => right,
-        Some("right") => true,
-        Some("left") if right => {
-            return Err(PyRuntimeError::new_err(
-                "torch.searchsorted(): side and right can't be set to opposites, got side of \
-                 left while right was True",
-            ))
-        }
-        Some("left") => false,
-        Some(s) => {
-            return Err(PyRuntimeError::new_err(format!(
-                "torch.searchsorted(): side can only be 'left' or 'right' but got {s}"
-            )))
-        }
-    };
-    let sorter = opt_tensor(op, "sorter", sorter.filter(|s| !s.is_none()))?;
-    Ok(sorting::searchsorted(
-        &seq,
-        &values,
-        out_int32,
-        right,
-        sorter.as_ref(),
-    )?)
+functions! { mod search_fns;
+    /// `searchsorted(sorted_sequence, input, *, out_int32=False, right=False, side=None,
+    /// sorter=None)`: for each value of `input` (a tensor or a number), the index where it
+    /// would be inserted into its line of `sorted_sequence` to keep it sorted: the first
+    /// such index, or the last with `right=True` / `side="right"`.
+    fn searchsorted["searchsorted"](sorted_sequence as "sorted_sequence": &Obj<'_>,
+        input: &Obj<'_>, out_int32: bool, right: bool, side: Option<&str>,
+        sorter: Option<&Obj<'_>>)
+        [sorted_sequence, input, *, out_int32=false, right=false, side=None, sorter=None]
+        -> Tensor {
+        let op = "searchsorted";
+        let values = tensor_or_scalar(op, "input", input)?;
+        let right = match side {
+            None => right,
+            Some("right") => true,
+            Some("left") if right => {
+                return Err(PyRuntimeError::new_err(
+                    "torch.searchsorted(): side and right can't be set to opposites, got side \
+                     of left while right was True",
+                ))
+            }
+            Some("left") => false,
+            Some(s) => {
+                return Err(PyRuntimeError::new_err(format!(
+                    "torch.searchsorted(): side can only be 'left' or 'right' but got {s}"
+                )))
+            }
+        };
+        let sorter = opt_tensor(op, "sorter", sorter.filter(|s| !s.is_none()))?;
+        Ok(sorting::searchsorted(&sorted_sequence, &values, out_int32, right, sorter.as_ref())?)
+    }
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_function(wrap_pyfunction!(searchsorted, m)?)?;
+    search_fns::register(m)?;
     functions::register(m)
 }

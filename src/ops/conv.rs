@@ -400,89 +400,82 @@ fn data(op: &str, t: &Tensor) -> Result<candle_core::Tensor> {
 
 /// The recorded forward on 4-d operands whose shapes `geo` describes (already checked).
 pub fn conv2d(x: &Tensor, w: &Tensor, b: Option<&Tensor>, geo: ConvGeometry) -> Result<Tensor> {
-    let xd = data("conv2d", x)?;
-    let wd = data("conv2d", w)?;
-    let bd = b.map(|b| data("conv2d", b)).transpose()?;
-    let y = backend::on(&xd).conv2d("conv2d", &xd, &wd, bd.as_ref(), &geo)?;
-    let out = finish(y, x.dtype())?;
-    let mut inputs = vec![x, w];
-    inputs.extend(b);
-    // dx needs the weight, dw the input: each is saved only if the other needs a gradient.
-    let (nx, nw) = (x.requires_grad(), w.requires_grad());
-    record(
-        "ConvolutionBackward0",
-        &out,
-        &inputs,
-        || save_crossed(x, w, nx, nw),
-        move |ctx, g| {
-            let (x, w) = unpack_crossed(&ctx.saved, nx, nw);
-            let mut grads = vec![None, None];
-            if let (true, Some(w)) = (ctx.needs(0), w) {
-                grads[0] = Some(conv2d_input_grad(g, w, geo)?);
-            }
-            if let (true, Some(x)) = (ctx.needs(1), x) {
-                grads[1] = Some(conv2d_weight_grad(g, x, geo)?);
-            }
-            if ctx.needs.len() > 2 {
-                grads.push(if ctx.needs(2) {
-                    Some(sum(g, Some(&[0, 2, 3]), false)?)
-                } else {
-                    None
-                });
-            }
-            Ok(grads)
-        },
-    );
-    Ok(out)
+    product(Product::Forward, x, w, b, geo)
 }
 
 /// `dx = conv_transpose(g, w)` for `g` of shape `geo.output_dims()`, recorded.
 pub fn conv2d_input_grad(g: &Tensor, w: &Tensor, geo: ConvGeometry) -> Result<Tensor> {
-    let gd = data("conv_transpose2d", g)?;
-    let wd = data("conv_transpose2d", w)?;
-    let dx = backend::on(&gd).conv2d_input_grad("conv_transpose2d", &gd, &wd, &geo)?;
-    let out = finish(dx, g.dtype())?;
-    let (ng, nw) = (g.requires_grad(), w.requires_grad());
-    record(
-        "ConvolutionBackward0",
-        &out,
-        &[g, w],
-        || save_crossed(g, w, ng, nw),
-        move |ctx, u| {
-            let (g, w) = unpack_crossed(&ctx.saved, ng, nw);
-            let mut grads = vec![None, None];
-            if let (true, Some(w)) = (ctx.needs(0), w) {
-                grads[0] = Some(conv2d(u, w, None, geo)?);
-            }
-            if let (true, Some(g)) = (ctx.needs(1), g) {
-                grads[1] = Some(conv2d_weight_grad(g, u, geo)?);
-            }
-            Ok(grads)
-        },
-    );
-    Ok(out)
+    product(Product::InputGrad, g, w, None, geo)
 }
 
 /// `dw = sum_n g_n · im2col(x_n)^T`, of shape `geo.weight_dims()`, recorded.
 pub fn conv2d_weight_grad(g: &Tensor, x: &Tensor, geo: ConvGeometry) -> Result<Tensor> {
-    let gd = data("conv2d_weight_grad", g)?;
-    let xd = data("conv2d_weight_grad", x)?;
-    let dw = backend::on(&gd).conv2d_weight_grad("conv2d_weight_grad", &gd, &xd, &geo)?;
-    let out = finish(dw, g.dtype())?;
-    let (ng, nx) = (g.requires_grad(), x.requires_grad());
+    product(Product::WeightGrad, g, x, None, geo)
+}
+
+/// The three recorded products of the module comment.
+#[derive(Clone, Copy)]
+enum Product {
+    Forward,
+    InputGrad,
+    WeightGrad,
+}
+
+/// `p(a, b)` (+ `bias` for the forward), recorded. Each operand's gradient is another
+/// product of the upstream gradient and the other operand, so each operand is saved only
+/// if the other needs a gradient.
+fn product(
+    p: Product,
+    a: &Tensor,
+    b: &Tensor,
+    bias: Option<&Tensor>,
+    geo: ConvGeometry,
+) -> Result<Tensor> {
+    let (op, node) = match p {
+        Product::Forward => ("conv2d", "ConvolutionBackward0"),
+        Product::InputGrad => ("conv_transpose2d", "ConvolutionBackward0"),
+        Product::WeightGrad => ("conv2d_weight_grad", "ConvolutionWeightBackward0"),
+    };
+    let (ad, bd) = (data(op, a)?, data(op, b)?);
+    let y = match p {
+        Product::Forward => {
+            let biasd = bias.map(|t| data(op, t)).transpose()?;
+            backend::on(&ad).conv2d(op, &ad, &bd, biasd.as_ref(), &geo)?
+        }
+        Product::InputGrad => backend::on(&ad).conv2d_input_grad(op, &ad, &bd, &geo)?,
+        Product::WeightGrad => backend::on(&ad).conv2d_weight_grad(op, &ad, &bd, &geo)?,
+    };
+    let out = finish(y, a.dtype())?;
+    let mut inputs = vec![a, b];
+    inputs.extend(bias);
+    let (na, nb) = (a.requires_grad(), b.requires_grad());
     record(
-        "ConvolutionWeightBackward0",
+        node,
         &out,
-        &[g, x],
-        || save_crossed(g, x, ng, nx),
-        move |ctx, v| {
-            let (g, x) = unpack_crossed(&ctx.saved, ng, nx);
+        &inputs,
+        || save_crossed(a, b, na, nb),
+        move |ctx, g| {
+            let (a, b) = unpack_crossed(&ctx.saved, na, nb);
             let mut grads = vec![None, None];
-            if let (true, Some(x)) = (ctx.needs(0), x) {
-                grads[0] = Some(conv2d(x, v, None, geo)?);
+            if let (true, Some(b)) = (ctx.needs(0), b) {
+                grads[0] = Some(match p {
+                    Product::Forward => conv2d_input_grad(g, b, geo)?,
+                    Product::InputGrad => conv2d(g, b, None, geo)?,
+                    Product::WeightGrad => conv2d(b, g, None, geo)?,
+                });
             }
-            if let (true, Some(g)) = (ctx.needs(1), g) {
-                grads[1] = Some(conv2d_input_grad(g, v, geo)?);
+            if let (true, Some(a)) = (ctx.needs(1), a) {
+                grads[1] = Some(match p {
+                    Product::Forward => conv2d_weight_grad(g, a, geo)?,
+                    Product::InputGrad => conv2d_weight_grad(a, g, geo)?,
+                    Product::WeightGrad => conv2d_input_grad(a, g, geo)?,
+                });
+            }
+            if ctx.needs.len() > 2 {
+                grads.push(match ctx.needs(2) {
+                    true => Some(sum(g, Some(&[0, 2, 3]), false)?),
+                    false => None,
+                });
             }
             Ok(grads)
         },

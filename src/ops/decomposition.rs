@@ -190,14 +190,7 @@ fn solve_same_batch(a: &Tensor, b: &Tensor) -> Result<(Tensor, Vec<i32>)> {
 pub fn solve_ex(a: &Tensor, b: &Tensor, left: bool) -> Result<(Tensor, Tensor)> {
     let op = "linalg.solve";
     let n = check_square(op, "A", a)?;
-    if b.dtype() != a.dtype() {
-        return Err(Error::dtype(format!(
-            "{op}: Expected A and B to have the same dtype, but found A of type {} and B of \
-             type {} instead",
-            a.dtype().name(),
-            b.dtype().name()
-        )));
-    }
+    check_same_dtype(op, a, b)?;
     if b.rank() == 0 {
         return Err(Error::shape(format!(
             "{op}: The input tensor B must have at least 1 dimension, but got a 0-d tensor \
@@ -396,14 +389,7 @@ pub fn solve_triangular(
     let op = "linalg.solve_triangular";
     let n = check_square(op, "A", a)?;
     check_matrix(op, "B", b)?;
-    if b.dtype() != a.dtype() {
-        return Err(Error::dtype(format!(
-            "{op}: Expected A and B to have the same dtype, but found A of type {} and B of \
-             type {} instead",
-            a.dtype().name(),
-            b.dtype().name()
-        )));
-    }
+    check_same_dtype(op, a, b)?;
     let bd = b.dims();
     let (r, c) = (bd[bd.len() - 2], bd[bd.len() - 1]);
     if (left && r != n) || (!left && c != n) {
@@ -552,4 +538,17 @@ pub fn lu_solve(
     } else {
         mt(&x)
     }
+}
+
+/// `A` and `B` of one dtype, with PyTorch's message otherwise.
+fn check_same_dtype(op: &str, a: &Tensor, b: &Tensor) -> Result<()> {
+    if b.dtype() != a.dtype() {
+        return Err(Error::dtype(format!(
+            "{op}: Expected A and B to have the same dtype, but found A of type {} and B of \
+             type {} instead",
+            a.dtype().name(),
+            b.dtype().name()
+        )));
+    }
+    Ok(())
 }

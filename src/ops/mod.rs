@@ -44,6 +44,14 @@ impl Scalar {
             Scalar::Float(f) => f,
         }
     }
+    /// The dtype a Python number makes a tensor of: bool, int64, or the default float.
+    pub fn default_dtype(self) -> crate::dtype::DType {
+        match self {
+            Scalar::Bool(_) => crate::dtype::DType::Bool,
+            Scalar::Int(_) => crate::dtype::DType::Int64,
+            Scalar::Float(_) => crate::dtype::default_float(),
+        }
+    }
     pub fn category(self) -> Category {
         match self {
             Scalar::Bool(_) => Category::Bool,

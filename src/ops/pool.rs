@@ -115,33 +115,28 @@ fn output_size(input: i64, k: i64, pad: i64, stride: i64, dil: i64, ceil: bool) 
 /// Check the options as PyTorch does and give the window over `planes`.
 fn window(op: &str, x: &Tensor, p: &Planes, a: &PoolArgs) -> Result<Window> {
     let dims = || shape_str(&x.dims());
-    if a.kernel.iter().any(|&k| k <= 0) {
-        return Err(Error::runtime(format!(
-            "{op}: kernel_size must be greater than zero, but got {:?} (input shape {})",
-            &a.kernel[2 - p.spatial..],
-            dims()
-        )));
-    }
-    if a.stride.iter().any(|&s| s <= 0) {
-        return Err(Error::runtime(format!(
-            "{op}: stride should not be zero, but got {:?} (input shape {})",
-            &a.stride[2 - p.spatial..],
-            dims()
-        )));
-    }
-    if a.padding.iter().any(|&s| s < 0) {
-        return Err(Error::runtime(format!(
-            "{op}: pad must be non-negative, but got pad: {:?} (input shape {})",
-            &a.padding[2 - p.spatial..],
-            dims()
-        )));
-    }
-    if a.dilation.iter().any(|&s| s <= 0) {
-        return Err(Error::runtime(format!(
-            "{op}: dilation should be greater than zero, but got {:?} (input shape {})",
-            &a.dilation[2 - p.spatial..],
-            dims()
-        )));
+    let limits = [
+        (
+            &a.kernel,
+            1,
+            "kernel_size must be greater than zero, but got",
+        ),
+        (&a.stride, 1, "stride should not be zero, but got"),
+        (&a.padding, 0, "pad must be non-negative, but got pad:"),
+        (
+            &a.dilation,
+            1,
+            "dilation should be greater than zero, but got",
+        ),
+    ];
+    for (v, least, what) in limits {
+        if v.iter().any(|&x| x < least) {
+            return Err(Error::runtime(format!(
+                "{op}: {what} {:?} (input shape {})",
+                &v[2 - p.spatial..],
+                dims()
+            )));
+        }
     }
     for i in 0..2 {
         if a.padding[i] > a.kernel[i] / 2 {

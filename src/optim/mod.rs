@@ -285,6 +285,12 @@ impl ParamState {
             .map(|(_, v)| *v)
     }
 
+    /// Set `key` to `v` unless it is already set (a state's first step).
+    fn init_scalar(&mut self, key: &'static str, v: f64) {
+        if self.scalar(key).is_none() {
+            self.set_scalar(key, v);
+        }
+    }
     pub fn set_scalar(&mut self, key: &'static str, v: f64) {
         match self.scalars.iter_mut().find(|(k, _)| *k == key) {
             Some(e) => e.1 = v,
@@ -528,9 +534,7 @@ fn rule_for(
             (StepRule::Adamax(s), &["exp_avg", "exp_inf"])
         }
         Kind::NAdam => {
-            if st.scalar("mu_product").is_none() {
-                st.set_scalar("mu_product", 1.0);
-            }
+            st.init_scalar("mu_product", 1.0);
             st.ensure("exp_avg", p, 0.0)?;
             st.ensure("exp_avg_sq", p, 0.0)?;
             let step = next_step(st);
@@ -593,12 +597,8 @@ fn rule_for(
             (StepRule::Rprop(s), &["prev", "step_size"])
         }
         Kind::Asgd => {
-            if st.scalar("eta").is_none() {
-                st.set_scalar("eta", f32r(h.lr));
-            }
-            if st.scalar("mu").is_none() {
-                st.set_scalar("mu", 1.0);
-            }
+            st.init_scalar("eta", f32r(h.lr));
+            st.init_scalar("mu", 1.0);
             st.ensure("ax", p, 0.0)?;
             let step = next_step(st);
             let (eta, mu) = (
