@@ -82,6 +82,11 @@ class Node:
         The leaf tensor of an `AccumulateGrad` node.
         """
 
+class OutOfMemoryError(RuntimeError):
+    """
+    The memory budget cannot be met (like `torch.OutOfMemoryError`, a RuntimeError).
+    """
+
 @final
 class RemovableHandle:
     def __enter__(self) -> RemovableHandle: ...
@@ -106,6 +111,16 @@ class Tensor:
     def __delitem__(self, key: object, /) -> None:
         """
         Delete self[key].
+        """
+    def __dlpack__(self, *, stream: _int | None = ..., max_version: tuple[_int, _int] | None = ..., dl_device: tuple[_int, _int] | None = ..., copy: _bool | None = ...) -> object:
+        """
+        `__dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None)`: a DLPack
+        capsule over this tensor's memory, shared without a copy (strided views included).
+        Raises BufferError for a tensor that requires grad, as PyTorch does.
+        """
+    def __dlpack_device__(self) -> tuple[_int, _int]:
+        """
+        `__dlpack_device__()`: `(device_type, device_id)` as DLPack numbers them (CPU: `(1, 0)`).
         """
     def __eq__(self, value: _Operand, /) -> Tensor: ...  # type: ignore[override]
     def __float__(self) -> _float: ...
@@ -756,6 +771,11 @@ __all__ = [
     '_autocast_dtype',
     '_set_autocast_dtype',
     '_backward_calls',
+    '_set_memory_budget',
+    '_memory_budget',
+    '_memory_budget_stats',
+    '_reset_memory_budget_stats',
+    'OutOfMemoryError',
     '_conv',
     '_conv_transpose',
     'zeros',
@@ -799,6 +819,8 @@ __all__ = [
     '_linalg_svdvals',
     '_linalg_eigh',
     '_linalg_eigvalsh',
+    'from_dlpack',
+    'to_dlpack',
     '_function_node',
     '_set_structure_only',
     '_graph_leaves',
@@ -940,6 +962,9 @@ __all__ = [
     'addcmul',
     'addcdiv',
     'lerp',
+    '_block_cache_stats',
+    '_set_block_cache',
+    '_empty_cache',
     '_memory_allocated',
     '_max_memory_allocated',
     '_reset_peak_memory_stats',
@@ -971,6 +996,8 @@ __all__ = [
     '_norm_pow',
     '_scale_',
     '_clamp_',
+    '_backward_pass',
+    '_stepped_in_pass',
     '_nn_max_pool',
     '_nn_avg_pool',
     '_nn_adaptive_avg_pool',
@@ -1062,6 +1089,15 @@ def _backward_calls() -> _int:
     """
     How many backward rules have run in this process (tests of path pruning use it).
     """
+def _backward_pass() -> _int:
+    """
+    `_backward_pass()`: the number of the backward pass this thread runs or ran last (0
+    before any). A backward started inside another belongs to the outer pass.
+    """
+def _block_cache_stats() -> tuple[_int, _int, _int, _int, _bool]:
+    """
+    The cache of freed large blocks: `(cached_bytes, slack_bytes, hits, misses, enabled)`.
+    """
 def _clamp_(t: Tensor, lo: _float, hi: _float) -> None:
     """
     Clamp `t` into `[lo, hi]` in place, without autograd (`clip_grad_value_`).
@@ -1075,6 +1111,10 @@ def _conv_transpose(input: Tensor, weight: Tensor, bias: Tensor | None, spatial:
     """
     A `spatial`-d transposed convolution (1 or 2); `output_padding` adds to one side of
     each output dim.
+    """
+def _empty_cache() -> None:
+    """
+    Give every cached block back to the system.
     """
 def _function_node(output: Tensor, inputs: Sequence[Tensor], backward: Callable[[Tensor], Sequence[Tensor | None]], release: Callable[[], object] | None, name: str) -> None:
     """
@@ -1175,6 +1215,15 @@ def _memory_accounting_mode() -> str:
 def _memory_allocated() -> _int:
     """
     Bytes of tensor storage alive now.
+    """
+def _memory_budget() -> _int | None:
+    """
+    The memory budget in bytes, or None.
+    """
+def _memory_budget_stats() -> dict[str, _float]:
+    """
+    What the budget did since the last reset: evictions, evicted_bytes, recomputations,
+    recomputed_bytes, recompute_seconds.
     """
 def _memory_by_category() -> dict[str, _int]:
     """
@@ -1300,6 +1349,10 @@ def _relu_bitmask_enabled() -> _bool:
     """
     Whether relu/threshold save 1-bit masks.
     """
+def _reset_memory_budget_stats() -> None:
+    """
+    Reset the counters of `_memory_budget_stats`.
+    """
 def _reset_peak_memory_stats() -> None:
     """
     Reset every peak (total, by category, buffer count) to its current value.
@@ -1341,11 +1394,23 @@ def _set_autocast_dtype(dtype: dtype | None) -> dtype | None:
     """
     Enter an autocast region in `dtype` (None leaves it); returns the previous dtype.
     """
+def _set_block_cache(enabled: _bool) -> None:
+    """
+    Turn the cache of freed large blocks on or off (off gives its blocks back).
+    """
 def _set_grad_enabled(enabled: _bool) -> None: ...
 def _set_memory_accounting_mode(mode: str) -> None:
     """
     Switch the accounting mode ("on", "off", "locked") for an overhead measurement.
     Buffers allocated while "off" are never counted: the figures are wrong afterwards.
+    """
+def _set_memory_budget(bytes: _int | None) -> _int | None:
+    """
+    Set the memory budget in bytes (`None`: no budget); returns the previous one. Raises
+    the `OutOfMemoryError` of a buffer that did not fit the old budget and was not raised yet.
+
+    Args:
+        bytes: live tensor bytes to stay within, or None.
     """
 def _set_memory_context(label: str) -> None:
     """
@@ -1364,6 +1429,11 @@ def _set_structure_only(on: _bool) -> _bool:
     """
     Turn structure-only recording on or off (see `autograd::function::set_structure_only`);
     returns the previous setting.
+    """
+def _stepped_in_pass(state: _ParamState) -> _int | None:
+    """
+    `_stepped_in_pass(state)`: the backward pass of the parameter's last in-backward step,
+    or None when the in-backward mode never stepped it.
     """
 def _vector_norm(x: Tensor, ord: _float | None = ..., dim: _Dims | None = ..., keepdim: _bool = ..., *, dtype: _Dtype | None = ...) -> Tensor:
     """
@@ -1578,6 +1648,12 @@ def floor_(input: Tensor) -> Tensor: ...
 def floor_divide(input: _Operand, other: _Operand) -> Tensor: ...
 def fmod(input: Tensor, other: _Operand) -> Tensor: ...
 def frac(input: Tensor) -> Tensor: ...
+def from_dlpack(ext_tensor: object) -> Tensor:
+    """
+    `from_dlpack(ext_tensor)`: a tensor holding a copy of an object's data, taken through
+    DLPack (`__dlpack__`, or a DLPack capsule). The result is a leaf that does not
+    require grad, as in PyTorch; unlike PyTorch, it does not share the producer's memory.
+    """
 def from_numpy(array: np.ndarray) -> Tensor:
     """
     `from_numpy(array)`: a tensor of the same dtype and values. gradstream copies the
@@ -1826,6 +1902,11 @@ def threshold_(input: Tensor, threshold: _float, value: _float) -> Tensor:
     `threshold_(input, threshold, value)`: `threshold` in place, returning `input`.
     """
 def tile(input: Tensor, dims: _Dims) -> Tensor: ...
+def to_dlpack(tensor: Tensor) -> object:
+    """
+    `utils.dlpack.to_dlpack(tensor)`: the legacy capsule, as `torch.utils.dlpack.to_dlpack`
+    (which, unlike `__dlpack__`, exports a tensor that requires grad: its data only).
+    """
 def topk(input: Tensor, k: _int, dim: _int | None = ..., largest: _bool = ..., sorted: _bool = ...) -> _ValuesIndices:
     """
     The `k` largest (smallest) values along `dim` and their indices, as
