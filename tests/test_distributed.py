@@ -4,6 +4,9 @@ processes on localhost over gloo, against one process on the concatenated batch.
 The scenarios run in spawned ranks (tests/distributed_workers.py); every launch has a
 timeout, so a hang fails the test instead of stalling the suite."""
 
+import subprocess
+import sys
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -107,3 +110,28 @@ def test_collectives_check_their_arguments():
     with pytest.raises(TypeError, match="all_gather"):
         dist.all_gather([gs.zeros(2), "x"], gs.zeros(2))
     assert dist.is_available()
+
+
+def test_an_in_backward_optimizer_built_before_ddp_is_refused():
+    """Built first, it would step with the local gradient before the all-reduce: refused."""
+    code = """
+import socket
+import gradstream as gs
+import gradstream.distributed as dist
+from gradstream.nn.parallel import DistributedDataParallel
+s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+model = gs.nn.Linear(3, 2)
+opt = gs.optim.Adam(model.parameters(), in_backward=True)
+try:
+    DistributedDataParallel(model)
+except RuntimeError as e:
+    print("refused:", "after DistributedDataParallel" in str(e))
+opt.remove_hooks()
+DistributedDataParallel(model)
+print("built after remove_hooks")
+dist.destroy_process_group()
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:2] == ["refused: True", "built after remove_hooks"]

@@ -245,6 +245,8 @@ class Optimizer:
             # DistributedDataParallel steps p once its averaged gradient is back.
             self._hooks.append((p, None, reducer.attach_optimizer(p, self)))
             return
+        # Seen by DistributedDataParallel, which must come first (it would average too late).
+        p._in_backward_steps = getattr(p, "_in_backward_steps", 0) + 1
         if self._kind is not None:
             hook_id = _core._optim_attach(p, group._core, self._rust_states[_key(p)], self._control)
             self._hooks.append((p, hook_id, None))
@@ -316,6 +318,8 @@ class Optimizer:
                 _core._optim_detach(p, hook_id)
             else:
                 handle.remove()
+            if getattr(p, "_in_backward_steps", 0) > 0:
+                p._in_backward_steps -= 1
         self._hooks = []
         self._in_backward = False
 

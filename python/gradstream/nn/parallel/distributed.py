@@ -80,6 +80,14 @@ class DistributedDataParallel(Module):
                 "DistributedDataParallel is not needed when a module doesn't have any "
                 "parameter that requires a gradient."
             )
+        stepped = [p for p in params if getattr(p, "_in_backward_steps", 0) > 0]
+        if stepped:
+            raise RuntimeError(
+                "DistributedDataParallel: an in_backward=True optimizer is already attached to "
+                f"{len(stepped)} parameter(s) (first of shape {tuple(stepped[0].shape)}); it "
+                "would step with this rank's gradient before the all-reduce. Build the "
+                "optimizer after DistributedDataParallel, or call its remove_hooks() first"
+            )
         self.reducer = Reducer(
             params, int(bucket_cap_mb * 1024 * 1024), gradient_as_bucket_view, process_group
         )
