@@ -83,6 +83,14 @@ impl SavedTensor {
         let data = t.detach();
         let version = t.version();
         let wants_original = kind == Kind::Input && t.requires_grad();
+        // Packed and rematerialised inputs keep only the edge to their history.
+        let edge = || {
+            if wants_original {
+                t.gradient_edge()
+            } else {
+                None
+            }
+        };
         if let Some(packed) = saved_hooks::pack(&data) {
             if let Ok(witness) = empty_view(t) {
                 return SavedTensor {
@@ -91,11 +99,7 @@ impl SavedTensor {
                         witness,
                         dims: t.dims(),
                         dtype: t.dtype(),
-                        edge: if wants_original {
-                            t.gradient_edge()
-                        } else {
-                            None
-                        },
+                        edge: edge(),
                     },
                     kind,
                     version,
@@ -110,11 +114,7 @@ impl SavedTensor {
                         cell,
                         witness,
                         dims: t.dims(),
-                        edge: if wants_original {
-                            t.gradient_edge()
-                        } else {
-                            None
-                        },
+                        edge: edge(),
                     },
                     kind,
                     version,
