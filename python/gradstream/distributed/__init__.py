@@ -5,36 +5,5 @@ optional extra (``pip install ".[distributed]"``); gradstream tensors travel to 
 DLPack, without copies. Launch with ``torchrun --nproc_per_node N script.py``.
 """
 
-from .collectives import (
-    ReduceOp,
-    Work,
-    all_gather,
-    all_reduce,
-    barrier,
-    broadcast,
-    destroy_process_group,
-    get_backend,
-    get_rank,
-    get_world_size,
-    init_process_group,
-    is_available,
-    is_initialized,
-    reduce_scatter,
-)
-
-__all__ = [
-    "ReduceOp",
-    "Work",
-    "all_gather",
-    "all_reduce",
-    "barrier",
-    "broadcast",
-    "destroy_process_group",
-    "get_backend",
-    "get_rank",
-    "get_world_size",
-    "init_process_group",
-    "is_available",
-    "is_initialized",
-    "reduce_scatter",
-]
+from .collectives import *  # noqa: F403  (its __all__: the process group and collectives)
+from .collectives import __all__ as __all__
