@@ -13,7 +13,6 @@ use crate::bindings::op::{functions, tensor_ops};
 use crate::bindings::tensor::PyTensor;
 use crate::bindings::Obj;
 use crate::dtype::DType;
-use crate::error::CandleContext;
 use crate::ops;
 use crate::random::{self, default_generator, Generator, DEFAULT_SEED, STATE_BYTES};
 use crate::tensor::Tensor;
@@ -58,11 +57,7 @@ fn state_bytes(op: &str, state: &Obj<'_>) -> PyResult<Vec<u8>> {
             t.dtype().name()
         )));
     }
-    Ok(t.data()
-        .flatten_all()
-        .op("set_state")?
-        .to_vec1::<u8>()
-        .op("set_state")?)
+    Ok(t.to_vec::<u8>("set_state")?)
 }
 
 fn state_tensor(g: &Generator) -> PyResult<Tensor> {

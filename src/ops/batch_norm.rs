@@ -31,11 +31,7 @@ fn channel_values(what: &str, t: &Tensor, c: usize) -> Result<Vec<f64>> {
             shape_str(&t.dims())
         )));
     }
-    t.data()
-        .to_dtype(candle_core::DType::F64)
-        .and_then(|d| d.flatten_all())
-        .and_then(|d| d.to_vec1::<f64>())
-        .op("batch_norm")
+    t.to_vec::<f64>("batch_norm")
 }
 
 /// A C-vector as a tensor of `dtype`.
