@@ -13,7 +13,7 @@ use crate::autograd::grad_mode;
 use crate::autograd::node::Node;
 use crate::bindings::convert::{extract_tensor, PyDType};
 use crate::bindings::hook_refs::{self, HookFunction};
-use crate::bindings::op::functions;
+use crate::bindings::op::{attributes, functions};
 use crate::bindings::tensor::PyTensor;
 use crate::bindings::Obj;
 use crate::error::{Error, Result};
@@ -187,11 +187,6 @@ fn run(
 
 #[pymethods]
 impl PyTensor {
-    #[getter]
-    fn requires_grad(&self) -> bool {
-        self.t.requires_grad()
-    }
-
     #[setter(requires_grad)]
     fn set_requires_grad_attr(&self, value: bool) -> PyResult<()> {
         Ok(self.t.set_requires_grad(value)?)
@@ -206,21 +201,6 @@ impl PyTensor {
         Ok(slf.clone())
     }
 
-    #[getter]
-    fn is_leaf(&self) -> bool {
-        self.t.is_leaf()
-    }
-
-    #[getter]
-    fn grad_fn(&self) -> Option<PyNode> {
-        self.t.grad_fn().map(|node| PyNode { node })
-    }
-
-    #[getter]
-    fn grad(&self) -> Option<Tensor> {
-        self.t.grad()
-    }
-
     #[setter(grad)]
     fn set_grad_attr(&self, value: Option<&Obj<'_>>) -> PyResult<()> {
         let g = match value {
@@ -229,19 +209,6 @@ impl PyTensor {
             Some(v) => Some(extract_tensor("grad", "value", v)?),
         };
         Ok(self.t.set_grad(g)?)
-    }
-
-    #[getter]
-    fn retains_grad(&self) -> bool {
-        self.t.0.meta.lock().retains_grad
-    }
-
-    fn retain_grad(&self) -> PyResult<()> {
-        Ok(self.t.retain_grad()?)
-    }
-
-    fn detach(&self) -> Tensor {
-        self.t.detach()
     }
 
     fn detach_<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, Self>> {
@@ -307,6 +274,16 @@ impl PyTensor {
             kind: HookKind::PostAccumulate,
         })
     }
+}
+
+attributes! { PyTensor.t;
+    #[getter] fn requires_grad(t) -> bool = t.requires_grad();
+    #[getter] fn is_leaf(t) -> bool = t.is_leaf();
+    #[getter] fn grad_fn(t) -> Option<PyNode> = t.grad_fn().map(|node| PyNode { node });
+    #[getter] fn grad(t) -> Option<Tensor> = t.grad();
+    #[getter] fn retains_grad(t) -> bool = t.0.meta.lock().retains_grad;
+    fn retain_grad(t) -> PyResult<()> = Ok(t.retain_grad()?);
+    fn detach(t) -> Tensor = t.detach();
 }
 
 functions! { mod functions;

@@ -8,7 +8,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyInt, PyList, PyTuple};
 
 use crate::bindings::convert::{extract_dims, extract_size, extract_tensor, type_name};
-use crate::bindings::op::{functions, tensor_ops, Input};
+use crate::bindings::op::{attributes, functions, tensor_ops, Input};
 use crate::bindings::tensor::PyTensor;
 use crate::bindings::Obj;
 use crate::ops::{index, shape, wrap_dim, wrap_dims};
@@ -151,27 +151,24 @@ impl PyTensor {
         )?)
     }
 
-    #[getter(T)]
-    fn big_t(&self) -> PyResult<Tensor> {
-        let perm: Vec<usize> = (0..self.t.rank()).rev().collect();
-        Ok(shape::permute(&self.t, &perm)?)
-    }
-
-    #[getter(mT)]
-    fn m_t(&self) -> PyResult<Tensor> {
-        let r = self.t.rank();
-        if r < 2 {
-            return Err(PyRuntimeError::new_err(format!(
-                "tensor.mT is only supported on matrices or batches of matrices. Got {r}-D tensor."
-            )));
-        }
-        Ok(shape::transpose(&self.t, r - 2, r - 1)?)
-    }
-
     #[pyo3(signature = (split_size, dim=0))]
     fn split(&self, split_size: &Obj<'_>, dim: i64) -> PyResult<Py<PyTuple>> {
         split_to(&self.t, split_size, dim)
     }
+}
+
+attributes! { PyTensor.t;
+    /// `.T`: the dims reversed.
+    #[getter(T)] fn big_t(t) -> PyResult<Tensor> = {
+        Ok(shape::permute(t, &(0..t.rank()).rev().collect::<Vec<_>>())?)
+    };
+    /// `.mT`: the last two dims swapped.
+    #[getter(mT)] fn m_t(t) -> PyResult<Tensor> = match t.rank() {
+        r if r < 2 => Err(PyRuntimeError::new_err(format!(
+            "tensor.mT is only supported on matrices or batches of matrices. Got {r}-D tensor."
+        ))),
+        r => Ok(shape::transpose(t, r - 2, r - 1)?),
+    };
 }
 
 /// The methods that take their sizes as varargs (`t.permute(1, 0)`), where the function
