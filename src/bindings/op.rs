@@ -74,6 +74,7 @@ macro_rules! tensor_ops {
             $($crate::bindings::op::op_fn! {
                 $kind $(#[$($attr)*])* $name($x: $xty $(, $arg: $ty)*) [$($sig)*] -> $ret $body
             })*
+            #[allow(unused_variables)] // a module of `method` rows registers nothing
             pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
                 $($crate::bindings::op::op_fn!(@register $kind m $name);)*
                 Ok(())

@@ -10,7 +10,7 @@ use crate::bindings::convert::{
     check_device, extract_dtype, extract_operand, opt_dtype, tensor_from_data, tensor_to_numpy,
     PyDType, PyDevice,
 };
-use crate::bindings::op::attributes;
+use crate::bindings::op::{attributes, tensor_ops};
 use crate::bindings::Obj;
 use crate::dtype::DType;
 use crate::ops;
@@ -170,50 +170,44 @@ impl PyTensor {
         Ok(ops::convert::clone(&self.t)?)
     }
 
-    /// `copy_(src)`: in place, broadcasting `src`; differentiable like PyTorch's.
-    #[pyo3(signature = (src, non_blocking=false))]
-    fn copy_<'py>(
-        slf: &Bound<'py, Self>,
-        src: &Bound<'py, PyAny>,
-        non_blocking: bool,
-    ) -> PyResult<Bound<'py, Self>> {
-        let _ = non_blocking;
-        let s = match extract_operand("copy_", src)? {
-            ops::Operand::Tensor(t) => t,
-            ops::Operand::Scalar(s) => ops::creation::scalar_tensor(s, slf.get().t.dtype())?,
-        };
-        ops::index::assign(&slf.get().t, None, &s)?;
-        Ok(slf.clone())
-    }
-
-    fn fill_<'py>(slf: &Bound<'py, Self>, value: &Bound<'py, PyAny>) -> PyResult<Bound<'py, Self>> {
-        let v = match extract_operand("fill_", value)? {
-            ops::Operand::Tensor(t) => {
-                if t.rank() != 0 {
-                    return Err(PyRuntimeError::new_err(format!(
-                        "fill_ only supports 0-dimension value tensor but got tensor with {} dimensions.",
-                        t.rank()
-                    )));
-                }
-                t
-            }
-            ops::Operand::Scalar(s) => ops::creation::scalar_tensor(s, slf.get().t.dtype())?,
-        };
-        ops::index::assign(&slf.get().t, None, &v)?;
-        Ok(slf.clone())
-    }
-
-    fn zero_<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, Self>> {
-        let z = ops::creation::scalar_tensor(ops::Scalar::Int(0), slf.get().t.dtype())?;
-        ops::index::assign(&slf.get().t, None, &z)?;
-        Ok(slf.clone())
-    }
-
     #[setter]
     fn set_data(&self, value: &Obj<'_>) -> PyResult<()> {
         let v = crate::bindings::convert::extract_tensor("data", "value", value)?;
         self.t.set_data(v.data(), v.dtype());
         Ok(())
+    }
+}
+
+/// Write `v` (a tensor broadcast, or a number in `x`'s dtype) into all of `x`, handing `x`
+/// back; `fill_` takes a 0-d tensor only.
+fn assign_all(x: Py<PyTensor>, v: ops::Operand, fill: bool) -> PyResult<Py<PyTensor>> {
+    let t = &x.get().t;
+    let v = match v {
+        ops::Operand::Tensor(v) if fill && v.rank() != 0 => {
+            return Err(PyRuntimeError::new_err(format!(
+                "fill_ only supports 0-dimension value tensor but got tensor with {} dimensions.",
+                v.rank()
+            )))
+        }
+        ops::Operand::Tensor(v) => v,
+        ops::Operand::Scalar(s) => ops::creation::scalar_tensor(s, t.dtype())?,
+    };
+    ops::index::assign(t, None, &v)?;
+    Ok(x)
+}
+
+tensor_ops! { mod assign_fns;
+    /// `copy_(src)`: in place, broadcasting `src`; differentiable like PyTorch's.
+    method fn copy_(x: Py<PyTensor>, src: &Obj<'_>, non_blocking: bool)
+        [src, non_blocking=false] -> Py<PyTensor> {
+        let _ = non_blocking;
+        assign_all(x, extract_operand("copy_", src)?, false)
+    }
+    method fn fill_(x: Py<PyTensor>, value: &Obj<'_>) [value] -> Py<PyTensor> {
+        assign_all(x, extract_operand("fill_", value)?, true)
+    }
+    method fn zero_(x: Py<PyTensor>) [] -> Py<PyTensor> {
+        assign_all(x, ops::Operand::Scalar(ops::Scalar::Int(0)), false)
     }
 }
 
