@@ -50,7 +50,8 @@ impl PyNode {
 attributes! { PyNode.node;
     fn name(node) -> String = node.name().to_string();
     /// The leaf tensor of an `AccumulateGrad` node.
-    #[getter] fn variable(node) -> Option<Tensor> = node.leaf().and_then(|w| w.upgrade()).map(Tensor);
+    #[getter] fn variable(node) -> Option<Tensor> =
+        node.leaf().and_then(|w| w.upgrade()).map(Tensor);
     fn __repr__(node) -> String = format!("<{} object at {:#x}>", node.name(), node_key(node));
     fn __hash__(node) -> usize = node_key(node);
 }

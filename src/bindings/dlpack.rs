@@ -151,7 +151,9 @@ functions! { mod functions;
             kwargs.set_item("max_version", (1, 1))?;
             match ext_tensor.call_method("__dlpack__", (), Some(&kwargs)) {
                 Ok(c) => c,
-                Err(e) if e.is_instance_of::<PyTypeError>(py) => ext_tensor.call_method0("__dlpack__")?,
+                Err(e) if e.is_instance_of::<PyTypeError>(py) => {
+                    ext_tensor.call_method0("__dlpack__")?
+                }
                 Err(e) => return Err(e),
             }
         } else if ext_tensor.is_instance_of::<pyo3::types::PyCapsule>() {
