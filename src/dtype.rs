@@ -66,6 +66,14 @@ impl DType {
         })
     }
 
+    /// The dtype a float kernel computes in: float64 as it is, the half types in float32.
+    pub fn compute(self) -> DType {
+        match self {
+            DType::Float64 => DType::Float64,
+            _ => DType::Float32,
+        }
+    }
+
     /// The candle storage type; bool is stored as u8 holding 0 or 1.
     pub fn candle(self) -> CDType {
         match self {

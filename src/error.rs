@@ -1,8 +1,8 @@
 //! One error enum for the whole crate, and its one mapping to Python exceptions.
 
 use pyo3::exceptions::{
-    PyIndexError, PyKeyboardInterrupt, PyNotImplementedError, PyRuntimeError, PyTypeError,
-    PyValueError,
+    PyBufferError, PyIndexError, PyKeyboardInterrupt, PyNotImplementedError, PyRuntimeError,
+    PyTypeError, PyValueError,
 };
 use pyo3::PyErr;
 
@@ -48,6 +48,9 @@ pub enum Error {
     /// Any other bad argument where PyTorch raises RuntimeError.
     #[error("{0}")]
     Runtime(String),
+    /// Memory another library handed over that gradstream cannot read (DLPack: BufferError).
+    #[error("{0}")]
+    Buffer(String),
     /// A memory budget that cannot be met (`gradstream.OutOfMemoryError`).
     #[error("{0}")]
     OutOfMemory(String),
@@ -110,6 +113,7 @@ impl From<Error> for PyErr {
             Error::Value(m) => PyValueError::new_err(m),
             Error::NotImplemented(m) => PyNotImplementedError::new_err(m),
             Error::LinAlg(m) => LinAlgError::new_err(m),
+            Error::Buffer(m) => PyBufferError::new_err(m),
             Error::OutOfMemory(m) => OutOfMemoryError::new_err(m),
             Error::Interrupted => PyKeyboardInterrupt::new_err(()),
             Error::Python(e) => e,

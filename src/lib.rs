@@ -6,6 +6,7 @@ pub mod autograd;
 pub mod backend;
 pub mod bindings;
 pub mod block_cache;
+pub mod dlpack;
 pub mod dtype;
 pub mod error;
 pub mod memory;

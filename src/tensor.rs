@@ -478,6 +478,15 @@ impl Tensor {
     pub fn contiguous_data(&self) -> Result<candle_core::Tensor> {
         self.data().contiguous().op("contiguous")
     }
+
+    /// The elements, cast to `T`, as a host vector in row-major order.
+    pub fn to_vec<T: candle_core::WithDType>(&self, op: &'static str) -> Result<Vec<T>> {
+        self.data()
+            .to_dtype(T::DTYPE)
+            .and_then(|d| d.flatten_all())
+            .and_then(|d| d.to_vec1::<T>())
+            .op(op)
+    }
 }
 
 /// `got` must have `want`'s shape and dtype (a gradient and its tensor). On a mismatch the
@@ -497,12 +506,8 @@ pub fn check_like(
     Ok(())
 }
 
-pub fn shape_str(dims: &[usize]) -> String {
-    format!(
-        "[{}]",
-        dims.iter()
-            .map(|d| d.to_string())
-            .collect::<Vec<_>>()
-            .join(", ")
-    )
+/// A shape (or any list of numbers) as PyTorch prints it: `[2, 3]`.
+pub fn shape_str<T: std::fmt::Display>(dims: &[T]) -> String {
+    let items: Vec<String> = dims.iter().map(|d| d.to_string()).collect();
+    format!("[{}]", items.join(", "))
 }

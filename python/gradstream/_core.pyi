@@ -97,7 +97,10 @@ class RemovableHandle:
 class Tensor:
     def __new__(cls, *args: Any, requires_grad: _bool = ...) -> Tensor: ...
     @property
-    def T(self) -> Tensor: ...
+    def T(self) -> Tensor:
+        """
+        `.T`: the dims reversed.
+        """
     def __abs__(self) -> Tensor:
         """
         abs(self)
@@ -452,7 +455,10 @@ class Tensor:
     @property
     def mH(self) -> Tensor: ...
     @property
-    def mT(self) -> Tensor: ...
+    def mT(self) -> Tensor:
+        """
+        `.mT`: the last two dims swapped.
+        """
     def masked_fill(self, mask: Tensor, value: _Operand) -> Tensor: ...
     def masked_fill_(self, mask: Tensor, value: _Operand) -> Tensor: ...
     def masked_select(self, mask: Tensor) -> Tensor: ...

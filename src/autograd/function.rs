@@ -6,7 +6,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use crate::autograd::grad_mode;
-use crate::autograd::node::{Edge, Node, NodeBase};
+use crate::autograd::node::{Edge, EdgeGrads, Node, NodeBase};
 use crate::autograd::saved::SavedTensor;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
@@ -27,11 +27,10 @@ impl Ctx<'_> {
     }
 }
 
-pub type BackwardFn = Box<dyn Fn(&Ctx, &Tensor) -> Result<Vec<Option<Tensor>>> + Send + Sync>;
+pub type BackwardFn = Box<dyn Fn(&Ctx, &Tensor) -> EdgeGrads + Send + Sync>;
 /// The backward of an op with several outputs: `grads[i]` is output i's gradient, `None`
 /// where none came.
-pub type OutputsBackwardFn =
-    Box<dyn Fn(&Ctx, &[Option<Tensor>]) -> Result<Vec<Option<Tensor>>> + Send + Sync>;
+pub type OutputsBackwardFn = Box<dyn Fn(&Ctx, &[Option<Tensor>]) -> EdgeGrads + Send + Sync>;
 
 enum Rule {
     One(BackwardFn),
@@ -60,12 +59,7 @@ impl Node for FnNode {
     fn base(&self) -> &NodeBase {
         &self.base
     }
-    fn apply(
-        &self,
-        me: &Arc<dyn Node>,
-        grads: &[Option<Tensor>],
-        needs: &[bool],
-    ) -> Result<Vec<Option<Tensor>>> {
+    fn apply(&self, me: &Arc<dyn Node>, grads: &[Option<Tensor>], needs: &[bool]) -> EdgeGrads {
         match (&self.rule, grads) {
             (Rule::One(backward), [Some(grad)]) => self.run(me, needs, |ctx| backward(ctx, grad)),
             (Rule::Outputs(_, backward), _) => self.run(me, needs, |ctx| backward(ctx, grads)),
@@ -89,8 +83,8 @@ impl FnNode {
         &self,
         me: &Arc<dyn Node>,
         needs: &[bool],
-        rule: impl FnOnce(&Ctx) -> Result<Vec<Option<Tensor>>>,
-    ) -> Result<Vec<Option<Tensor>>> {
+        rule: impl FnOnce(&Ctx) -> EdgeGrads,
+    ) -> EdgeGrads {
         let saved = {
             let guard = self.saved.lock();
             match guard.as_ref() {
@@ -145,7 +139,7 @@ pub fn record(
     out: &Tensor,
     inputs: &[&Tensor],
     save: impl FnOnce() -> Vec<SavedTensor>,
-    backward: impl Fn(&Ctx, &Tensor) -> Result<Vec<Option<Tensor>>> + Send + Sync + 'static,
+    backward: impl Fn(&Ctx, &Tensor) -> EdgeGrads + Send + Sync + 'static,
 ) {
     if should_record(inputs) {
         let node = new_node(name, inputs, save, Rule::One(Box::new(backward)));
@@ -159,7 +153,7 @@ pub fn record_outputs(
     name: &'static str,
     outs: &[Tensor],
     inputs: &[&Tensor],
-    backward: impl Fn(&Ctx, &[Option<Tensor>]) -> Result<Vec<Option<Tensor>>> + Send + Sync + 'static,
+    backward: impl Fn(&Ctx, &[Option<Tensor>]) -> EdgeGrads + Send + Sync + 'static,
 ) {
     if should_record(inputs) {
         let rule = Rule::Outputs(outs.len(), Box::new(backward));

@@ -142,6 +142,9 @@ pub fn run_hooks(hooks: &[GradHook], mut grad: Tensor) -> Result<Tensor> {
     Ok(grad)
 }
 
+/// What a node's backward gives: a gradient per edge, `None` where none is computed.
+pub type EdgeGrads = Result<Vec<Option<Tensor>>>;
+
 pub trait Node: Send + Sync {
     /// PyTorch-style name, e.g. `MulBackward0`.
     fn name(&self) -> &str;
@@ -150,12 +153,7 @@ pub trait Node: Send + Sync {
     /// output i, `None` where none came (a node runs when at least one came). `needs[i]`:
     /// the engine will use edge i's gradient in this backward (it leads to a wanted
     /// input); the others are not computed.
-    fn apply(
-        &self,
-        me: &Arc<dyn Node>,
-        grads: &[Option<Tensor>],
-        needs: &[bool],
-    ) -> Result<Vec<Option<Tensor>>>;
+    fn apply(&self, me: &Arc<dyn Node>, grads: &[Option<Tensor>], needs: &[bool]) -> EdgeGrads;
     /// How many outputs the op has, each with its own gradient (`split`: one per piece).
     fn num_outputs(&self) -> usize {
         1

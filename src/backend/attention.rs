@@ -8,7 +8,7 @@
 
 use candle_core::Tensor;
 
-use super::not_implemented;
+use super::no_fallback;
 use crate::error::Result;
 
 /// Sizes of one attention problem: `n` output batch items of `l` queries over `s` keys,
@@ -80,34 +80,16 @@ pub fn dropout_threshold(p: f64) -> u64 {
 }
 
 pub trait AttentionOps {
-    /// The attention output (N, L, Ev) and the log-sum-exp of each query row's scores
-    /// (N, L); -inf (and a zero output row) where every key is masked.
-    fn flash_forward(
-        &self,
-        name: &'static str,
-        q: &Tensor,
-        _k: &Tensor,
-        _v: &Tensor,
-        _args: &AttnArgs<'_>,
-    ) -> Result<(Tensor, Tensor)> {
-        Err(not_implemented(name, q.device()))
-    }
-
-    /// The gradients of `flash_forward` for the incoming `dout` (N, L, Ev), from the
-    /// saved inputs, output and log-sum-exp.
-    #[allow(clippy::too_many_arguments)]
-    fn flash_backward(
-        &self,
-        name: &'static str,
-        q: &Tensor,
-        _k: &Tensor,
-        _v: &Tensor,
-        _out: &Tensor,
-        _lse: &Tensor,
-        _dout: &Tensor,
-        _args: &AttnArgs<'_>,
-        _needs: AttnNeeds,
-    ) -> Result<AttnGrads> {
-        Err(not_implemented(name, q.device()))
+    no_fallback! {
+        /// The attention output (N, L, Ev) and the log-sum-exp of each query row's scores
+        /// (N, L); -inf (and a zero output row) where every key is masked.
+        fn flash_forward(&self, name: &'static str, q: &Tensor, k: &Tensor, v: &Tensor,
+            args: &AttnArgs<'_>) -> Result<(Tensor, Tensor)> = name, q;
+        /// The gradients of `flash_forward` for the incoming `dout` (N, L, Ev), from the
+        /// saved inputs, output and log-sum-exp.
+        #[allow(clippy::too_many_arguments)]
+        fn flash_backward(&self, name: &'static str, q: &Tensor, k: &Tensor, v: &Tensor,
+            out: &Tensor, lse: &Tensor, dout: &Tensor, args: &AttnArgs<'_>, needs: AttnNeeds)
+            -> Result<AttnGrads> = name, q;
     }
 }

@@ -5,7 +5,7 @@
 
 use candle_core::Tensor;
 
-use super::not_implemented;
+use super::{no_fallback, not_implemented};
 use crate::error::{CandleContext, Result};
 
 /// The shapes of one convolution `y = conv(x, w)`: x (n, c_in, h, w), w (c_out,
@@ -117,14 +117,9 @@ pub trait ConvOps {
         }
     }
 
-    /// The weight gradient `dw = sum_n g_n · im2col(x_n)^T`, of shape `geo.weight_dims()`.
-    fn conv2d_weight_grad(
-        &self,
-        name: &'static str,
-        g: &Tensor,
-        _x: &Tensor,
-        _geo: &ConvGeometry,
-    ) -> Result<Tensor> {
-        Err(not_implemented(name, g.device()))
+    no_fallback! {
+        /// The weight gradient `dw = sum_n g_n · im2col(x_n)^T`, of shape `geo.weight_dims()`.
+        fn conv2d_weight_grad(&self, name: &'static str, g: &Tensor, x: &Tensor,
+            geo: &ConvGeometry) -> Result<Tensor> = name, g;
     }
 }

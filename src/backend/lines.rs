@@ -4,7 +4,7 @@
 
 use candle_core::Tensor;
 
-use super::not_implemented;
+use super::{no_fallback, not_implemented};
 use crate::error::{CandleContext, Result};
 
 /// `dims` seen as lines along `dim`: `outer × n × inner`.
@@ -101,9 +101,10 @@ pub trait ReduceOps {
         r.op(name)
     }
 
-    /// A two-input line kernel (`LinearScan`) on contiguous `a`, `b` of one shape.
-    fn lines2(&self, a: &Tensor, _b: &Tensor, _dim: usize, k: LineKernel) -> Result<Tensor> {
-        Err(not_implemented(k.name(), a.device()))
+    no_fallback! {
+        /// A two-input line kernel (`LinearScan`) on contiguous `a`, `b` of one shape.
+        fn lines2(&self, a: &Tensor, b: &Tensor, dim: usize, k: LineKernel)
+            -> Result<Tensor> = k.name(), a;
     }
 
     /// The sum of `x` over `reduced` (sorted dims), keepdim shape, when this backend has a

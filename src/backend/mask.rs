@@ -4,7 +4,7 @@
 
 use candle_core::Tensor;
 
-use super::not_implemented;
+use super::no_fallback;
 use crate::error::{CandleContext, Result};
 
 pub trait MaskOps {
@@ -26,13 +26,12 @@ pub trait MaskOps {
         Ok((out, None))
     }
 
-    /// `g` where the mask's bit is set, else 0; `g` dense, of the masked input's shape.
-    fn select_by_mask(&self, name: &'static str, g: &Tensor, _mask: &Tensor) -> Result<Tensor> {
-        Err(not_implemented(name, g.device()))
-    }
-
-    /// The mask as 0/1 bytes of shape `dims`.
-    fn unpack_mask(&self, name: &'static str, mask: &Tensor, _dims: &[usize]) -> Result<Tensor> {
-        Err(not_implemented(name, mask.device()))
+    no_fallback! {
+        /// `g` where the mask's bit is set, else 0; `g` dense, of the masked input's shape.
+        fn select_by_mask(&self, name: &'static str, g: &Tensor, mask: &Tensor)
+            -> Result<Tensor> = name, g;
+        /// The mask as 0/1 bytes of shape `dims`.
+        fn unpack_mask(&self, name: &'static str, mask: &Tensor, dims: &[usize])
+            -> Result<Tensor> = name, mask;
     }
 }

@@ -120,6 +120,21 @@ pub fn device_name(device: &Device) -> String {
     }
 }
 
+/// Family-trait methods with no fallback: each raises [`not_implemented`] for the op and
+/// the tensor named after `=`. A row: `/// Doc.` then `fn f(&self, name: &'static str,
+/// x: &Tensor, ...) -> Result<T> = name, x;`.
+macro_rules! no_fallback {
+    ($($(#[$attr:meta])* fn $f:ident(&self $(, $arg:ident: $ty:ty)* $(,)?) -> $ret:ty
+        = $op:expr, $on:expr;)*) => {
+        $($(#[$attr])*
+        #[allow(unused_variables)]
+        fn $f(&self $(, $arg: $ty)*) -> $ret {
+            Err($crate::backend::not_implemented($op, $on.device()))
+        })*
+    };
+}
+pub(crate) use no_fallback;
+
 /// The error of an op that has no kernel on a device.
 pub fn not_implemented(op: &str, device: &Device) -> Error {
     Error::NotImplemented(format!(

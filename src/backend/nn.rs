@@ -4,7 +4,7 @@
 
 use candle_core::Tensor;
 
-use super::not_implemented;
+use super::{no_fallback, not_implemented};
 use crate::error::{CandleContext, Result};
 
 /// The class of each row under nll_loss (already checked), and the ignored class.
@@ -40,20 +40,13 @@ pub trait NnOps {
         .op(name)
     }
 
-    /// `out[i] = x[i, t[i]]` for `x` (N, C), 0 where `t[i]` is the ignored class.
-    fn gather_rows(&self, name: &'static str, x: &Tensor, _t: Targets<'_>) -> Result<Tensor> {
-        Err(not_implemented(name, x.device()))
-    }
-
-    /// The adjoint of `gather_rows`: (N, C) zeros with `out[i, t[i]] = g[i]`.
-    fn scatter_rows(
-        &self,
-        name: &'static str,
-        g: &Tensor,
-        _t: Targets,
-        _c: usize,
-    ) -> Result<Tensor> {
-        Err(not_implemented(name, g.device()))
+    no_fallback! {
+        /// `out[i] = x[i, t[i]]` for `x` (N, C), 0 where `t[i]` is the ignored class.
+        fn gather_rows(&self, name: &'static str, x: &Tensor, t: Targets<'_>)
+            -> Result<Tensor> = name, x;
+        /// The adjoint of `gather_rows`: (N, C) zeros with `out[i, t[i]] = g[i]`.
+        fn scatter_rows(&self, name: &'static str, g: &Tensor, t: Targets, c: usize)
+            -> Result<Tensor> = name, g;
     }
 
     /// Rows `ids` of `w` (V, D), as (len, D); rows looked up at `zero_index` are zeros.

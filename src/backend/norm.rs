@@ -4,48 +4,24 @@
 
 use candle_core::Tensor;
 
-use super::not_implemented;
+use super::no_fallback;
 use crate::error::Result;
 
 pub trait NormOps {
-    /// Per channel of `x` (N, C, S): the mean and the biased variance.
-    fn channel_stats(&self, name: &'static str, x: &Tensor) -> Result<(Vec<f64>, Vec<f64>)> {
-        Err(not_implemented(name, x.device()))
-    }
-
-    /// `(x - centre[c]) * scale[c] + shift[c]` for `x` (N, C, S).
-    fn channel_affine(
-        &self,
-        name: &'static str,
-        x: &Tensor,
-        _centre: &[f64],
-        _scale: &[f64],
-        _shift: &[f64],
-    ) -> Result<Tensor> {
-        Err(not_implemented(name, x.device()))
-    }
-
-    /// Per channel of `g` and `x` (N, C, S): `sum g` and `sum g * (x - centre[c])`.
-    fn channel_grad_sums(
-        &self,
-        name: &'static str,
-        g: &Tensor,
-        _x: &Tensor,
-        _centre: &[f64],
-    ) -> Result<(Vec<f64>, Vec<f64>)> {
-        Err(not_implemented(name, g.device()))
-    }
-
-    /// `a[c] * g + b[c] * (x - centre[c]) + d[c]` for `g`, `x` (N, C, S): batch norm's
-    /// input gradient in one pass.
-    fn channel_combine(
-        &self,
-        name: &'static str,
-        g: &Tensor,
-        _x: &Tensor,
-        _coef: ChannelCoef<'_>,
-    ) -> Result<Tensor> {
-        Err(not_implemented(name, g.device()))
+    no_fallback! {
+        /// Per channel of `x` (N, C, S): the mean and the biased variance.
+        fn channel_stats(&self, name: &'static str, x: &Tensor)
+            -> Result<(Vec<f64>, Vec<f64>)> = name, x;
+        /// `(x - centre[c]) * scale[c] + shift[c]` for `x` (N, C, S).
+        fn channel_affine(&self, name: &'static str, x: &Tensor, centre: &[f64], scale: &[f64],
+            shift: &[f64]) -> Result<Tensor> = name, x;
+        /// Per channel of `g` and `x` (N, C, S): `sum g` and `sum g * (x - centre[c])`.
+        fn channel_grad_sums(&self, name: &'static str, g: &Tensor, x: &Tensor, centre: &[f64])
+            -> Result<(Vec<f64>, Vec<f64>)> = name, g;
+        /// `a[c] * g + b[c] * (x - centre[c]) + d[c]` for `g`, `x` (N, C, S): batch norm's
+        /// input gradient in one pass.
+        fn channel_combine(&self, name: &'static str, g: &Tensor, x: &Tensor,
+            coef: ChannelCoef<'_>) -> Result<Tensor> = name, g;
     }
 }
 

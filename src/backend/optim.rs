@@ -5,7 +5,7 @@
 use candle_core::Tensor;
 
 use super::inplace::write_all;
-use super::not_implemented;
+use super::no_fallback;
 use crate::error::{CandleContext, Result};
 
 /// How the raw gradient is turned into the one the update uses (in-stream clipping,
@@ -211,20 +211,11 @@ impl StepRule {
 }
 
 pub trait OptimOps {
-    /// One optimizer step, in place on the parameter and its state buffers (in the order
-    /// [`StepRule`] lists), reading the gradient through `prep`.
-    fn optim_step(
-        &self,
-        param: &Tensor,
-        _grad: &Tensor,
-        _state: &[&Tensor],
-        rule: &StepRule,
-        _prep: &GradPrep,
-    ) -> Result<()> {
-        Err(not_implemented(
-            &format!("{} step", rule.name()),
-            param.device(),
-        ))
+    no_fallback! {
+        /// One optimizer step, in place on the parameter and its state buffers (in the order
+        /// [`StepRule`] lists), reading the gradient through `prep`.
+        fn optim_step(&self, param: &Tensor, grad: &Tensor, state: &[&Tensor], rule: &StepRule,
+            prep: &GradPrep) -> Result<()> = &format!("{} step", rule.name()), param;
     }
 
     /// `sum(|g|^p)` (or `max |g|` for p = inf) of a gradient, in f64.

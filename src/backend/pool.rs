@@ -10,7 +10,7 @@
 
 use candle_core::Tensor;
 
-use super::not_implemented;
+use super::no_fallback;
 use crate::error::Result;
 
 /// One axis of a max-pooling window: output `o` reads input positions
@@ -121,62 +121,29 @@ impl Taps {
 }
 
 pub trait PoolOps {
-    /// Max pooling of planes `x` (P, H, W): the maxima (P, OH, OW), and per output the
-    /// position of its maximum within its window, row-major (`kh * kernel_w + kw`): U8
-    /// when a window has at most 256 positions, else I32.
-    fn max_pool(&self, name: &'static str, x: &Tensor, _w: Window) -> Result<(Tensor, Tensor)> {
-        Err(not_implemented(name, x.device()))
-    }
-
-    /// The adjoint of max pooling: `g` (P, OH, OW) added into zeros (P, H, W) at each
-    /// window's maximum.
-    fn max_pool_scatter(
-        &self,
-        name: &'static str,
-        g: &Tensor,
-        _argmax: &Tensor,
-        _w: Window,
-    ) -> Result<Tensor> {
-        Err(not_implemented(name, g.device()))
-    }
-
-    /// `x` (P, H, W) read at each window's maximum: (P, OH, OW) (max_pool's double
-    /// backward).
-    fn max_pool_gather(
-        &self,
-        name: &'static str,
-        x: &Tensor,
-        _argmax: &Tensor,
-        _w: Window,
-    ) -> Result<Tensor> {
-        Err(not_implemented(name, x.device()))
-    }
-
-    /// PyTorch's flat indices (into H * W) of each window's maximum, as I64 (P, OH, OW).
-    fn max_pool_indices(&self, name: &'static str, argmax: &Tensor, _w: Window) -> Result<Tensor> {
-        Err(not_implemented(name, argmax.device()))
-    }
-
-    /// The separable map `out[p, i, j] = sum R[i, a] C[j, b] x[p, a, b]`: (P, rows.output(),
-    /// cols.output()).
-    fn resample(
-        &self,
-        name: &'static str,
-        x: &Tensor,
-        _rows: &Taps,
-        _cols: &Taps,
-    ) -> Result<Tensor> {
-        Err(not_implemented(name, x.device()))
-    }
-
-    /// The adjoint of `resample`: `g` (P, OH, OW) to (P, rows.input, cols.input).
-    fn resample_adjoint(
-        &self,
-        name: &'static str,
-        g: &Tensor,
-        _rows: &Taps,
-        _cols: &Taps,
-    ) -> Result<Tensor> {
-        Err(not_implemented(name, g.device()))
+    no_fallback! {
+        /// Max pooling of planes `x` (P, H, W): the maxima (P, OH, OW), and per output the
+        /// position of its maximum within its window, row-major (`kh * kernel_w + kw`): U8
+        /// when a window has at most 256 positions, else I32.
+        fn max_pool(&self, name: &'static str, x: &Tensor, w: Window)
+            -> Result<(Tensor, Tensor)> = name, x;
+        /// The adjoint of max pooling: `g` (P, OH, OW) added into zeros (P, H, W) at each
+        /// window's maximum.
+        fn max_pool_scatter(&self, name: &'static str, g: &Tensor, argmax: &Tensor, w: Window)
+            -> Result<Tensor> = name, g;
+        /// `x` (P, H, W) read at each window's maximum: (P, OH, OW) (max_pool's double
+        /// backward).
+        fn max_pool_gather(&self, name: &'static str, x: &Tensor, argmax: &Tensor, w: Window)
+            -> Result<Tensor> = name, x;
+        /// PyTorch's flat indices (into H * W) of each window's maximum, as I64 (P, OH, OW).
+        fn max_pool_indices(&self, name: &'static str, argmax: &Tensor, w: Window)
+            -> Result<Tensor> = name, argmax;
+        /// The separable map `out[p, i, j] = sum R[i, a] C[j, b] x[p, a, b]`: (P, rows.output(),
+        /// cols.output()).
+        fn resample(&self, name: &'static str, x: &Tensor, rows: &Taps, cols: &Taps)
+            -> Result<Tensor> = name, x;
+        /// The adjoint of `resample`: `g` (P, OH, OW) to (P, rows.input, cols.input).
+        fn resample_adjoint(&self, name: &'static str, g: &Tensor, rows: &Taps, cols: &Taps)
+            -> Result<Tensor> = name, g;
     }
 }

@@ -3,7 +3,7 @@
 
 use candle_core::Tensor;
 
-use super::not_implemented;
+use super::no_fallback;
 use crate::error::Result;
 
 /// The channels of an output row before the weights: rgb (3), depth, acc.
@@ -31,25 +31,12 @@ pub struct RenderInputs<'a> {
 pub type RenderGrads = (Tensor, Option<Tensor>, Option<Tensor>);
 
 pub trait RenderOps {
-    /// One (R, 5 + S) row per ray: rgb, depth, acc, then the S weights.
-    fn volume_render(
-        &self,
-        name: &'static str,
-        ins: RenderInputs<'_>,
-        _s: RenderShape,
-    ) -> Result<Tensor> {
-        Err(not_implemented(name, ins.raw.device()))
-    }
-
-    /// The gradients of a render from `g` (R, 5 + S); `want` = (z's, rays_d's).
-    fn volume_render_backward(
-        &self,
-        name: &'static str,
-        ins: RenderInputs<'_>,
-        _g: &Tensor,
-        _s: RenderShape,
-        _want: (bool, bool),
-    ) -> Result<RenderGrads> {
-        Err(not_implemented(name, ins.raw.device()))
+    no_fallback! {
+        /// One (R, 5 + S) row per ray: rgb, depth, acc, then the S weights.
+        fn volume_render(&self, name: &'static str, ins: RenderInputs<'_>, s: RenderShape)
+            -> Result<Tensor> = name, ins.raw;
+        /// The gradients of a render from `g` (R, 5 + S); `want` = (z's, rays_d's).
+        fn volume_render_backward(&self, name: &'static str, ins: RenderInputs<'_>, g: &Tensor,
+            s: RenderShape, want: (bool, bool)) -> Result<RenderGrads> = name, ins.raw;
     }
 }

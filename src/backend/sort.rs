@@ -10,33 +10,25 @@
 
 use candle_core::Tensor;
 
-use super::not_implemented;
+use super::no_fallback;
 use crate::error::Result;
 
 pub trait SortOps {
-    /// The stable sorting permutation of each row of `x` (`rows × n`): int64 `rows × n`,
-    /// row `r`'s `j`-th entry the position in row `r` of its `j`-th smallest (largest with
-    /// `descending`) element.
-    fn argsort(&self, x: &Tensor, _descending: bool) -> Result<Tensor> {
-        Err(not_implemented("sort", x.device()))
-    }
-
-    /// The stable permutation (int64, `rows`) that orders the rows of `x` (`rows × m`)
-    /// lexicographically.
-    fn argsort_rows(&self, x: &Tensor) -> Result<Tensor> {
-        Err(not_implemented("unique", x.device()))
-    }
-
-    /// For each row of `x` (`rows × m`), the number (int64, from 0) of the run of equal
-    /// consecutive rows it belongs to.
-    fn run_ids(&self, x: &Tensor) -> Result<Tensor> {
-        Err(not_implemented("unique_consecutive", x.device()))
-    }
-
-    /// For each `values[r][j]` (`rows × n`), the insertion point (int64) in the sorted
-    /// line `seq[r]` (`rows × m`, or `1 × m` shared by every row): the first position
-    /// whose element is not less than the value (greater than it, with `right`).
-    fn search(&self, seq: &Tensor, _values: &Tensor, _right: bool) -> Result<Tensor> {
-        Err(not_implemented("searchsorted", seq.device()))
+    no_fallback! {
+        /// The stable sorting permutation of each row of `x` (`rows × n`): int64 `rows × n`,
+        /// row `r`'s `j`-th entry the position in row `r` of its `j`-th smallest (largest with
+        /// `descending`) element.
+        fn argsort(&self, x: &Tensor, descending: bool) -> Result<Tensor> = "sort", x;
+        /// The stable permutation (int64, `rows`) that orders the rows of `x` (`rows × m`)
+        /// lexicographically.
+        fn argsort_rows(&self, x: &Tensor) -> Result<Tensor> = "unique", x;
+        /// For each row of `x` (`rows × m`), the number (int64, from 0) of the run of equal
+        /// consecutive rows it belongs to.
+        fn run_ids(&self, x: &Tensor) -> Result<Tensor> = "unique_consecutive", x;
+        /// For each `values[r][j]` (`rows × n`), the insertion point (int64) in the sorted
+        /// line `seq[r]` (`rows × m`, or `1 × m` shared by every row): the first position
+        /// whose element is not less than the value (greater than it, with `right`).
+        fn search(&self, seq: &Tensor, values: &Tensor, right: bool)
+            -> Result<Tensor> = "searchsorted", seq;
     }
 }

@@ -10,10 +10,10 @@ use crate::autocast;
 use crate::autograd::engine::{run_backward, BackwardOptions};
 use crate::autograd::function::backward_calls;
 use crate::autograd::grad_mode;
-use crate::autograd::node::Node;
+use crate::autograd::node::{node_key, Node};
 use crate::bindings::convert::{extract_tensor, PyDType};
 use crate::bindings::hook_refs::{self, HookFunction};
-use crate::bindings::op::functions;
+use crate::bindings::op::{attributes, functions};
 use crate::bindings::tensor::PyTensor;
 use crate::bindings::Obj;
 use crate::error::{Error, Result};
@@ -27,47 +27,17 @@ pub struct PyNode {
 
 #[pymethods]
 impl PyNode {
-    fn name(&self) -> String {
-        self.node.name().to_string()
-    }
-
     /// `((next_node, 0), ...)` per input, `(None, 0)` for inputs without a gradient.
     #[getter]
     fn next_functions<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        let items = self
-            .node
-            .base()
-            .edges
-            .iter()
-            .map(|e| {
-                let n: Option<PyNode> = e.as_ref().map(|e| PyNode {
-                    node: e.node.clone(),
-                });
-                let input_nr = e.as_ref().map_or(0, |e| e.input_nr);
-                PyTuple::new(
-                    py,
-                    [
-                        n.into_pyobject(py)?.into_any(),
-                        input_nr.into_pyobject(py)?.into_any(),
-                    ],
-                )
-            })
-            .collect::<PyResult<Vec<_>>>()?;
+        let items = self.node.base().edges.iter().map(|e| {
+            let next = e.as_ref().map(|e| PyNode {
+                node: e.node.clone(),
+            });
+            (next, e.as_ref().map_or(0, |e| e.input_nr)).into_pyobject(py)
+        });
+        let items = items.collect::<PyResult<Vec<_>>>()?;
         PyTuple::new(py, items)
-    }
-
-    /// The leaf tensor of an `AccumulateGrad` node.
-    #[getter]
-    fn variable(&self) -> Option<Tensor> {
-        self.node.leaf().and_then(|w| w.upgrade()).map(Tensor)
-    }
-
-    fn __repr__(&self) -> String {
-        format!(
-            "<{} object at {:#x}>",
-            self.node.name(),
-            Arc::as_ptr(&self.node) as *const () as usize
-        )
     }
 
     fn __eq__(&self, other: &Obj<'_>) -> bool {
@@ -75,10 +45,15 @@ impl PyNode {
             .cast::<PyNode>()
             .is_ok_and(|o| Arc::ptr_eq(&self.node, &o.get().node))
     }
+}
 
-    fn __hash__(&self) -> usize {
-        Arc::as_ptr(&self.node) as *const () as usize
-    }
+attributes! { PyNode.node;
+    fn name(node) -> String = node.name().to_string();
+    /// The leaf tensor of an `AccumulateGrad` node.
+    #[getter] fn variable(node) -> Option<Tensor> =
+        node.leaf().and_then(|w| w.upgrade()).map(Tensor);
+    fn __repr__(node) -> String = format!("<{} object at {:#x}>", node.name(), node_key(node));
+    fn __hash__(node) -> usize = node_key(node);
 }
 
 #[derive(Clone, Copy)]
@@ -187,11 +162,6 @@ fn run(
 
 #[pymethods]
 impl PyTensor {
-    #[getter]
-    fn requires_grad(&self) -> bool {
-        self.t.requires_grad()
-    }
-
     #[setter(requires_grad)]
     fn set_requires_grad_attr(&self, value: bool) -> PyResult<()> {
         Ok(self.t.set_requires_grad(value)?)
@@ -206,21 +176,6 @@ impl PyTensor {
         Ok(slf.clone())
     }
 
-    #[getter]
-    fn is_leaf(&self) -> bool {
-        self.t.is_leaf()
-    }
-
-    #[getter]
-    fn grad_fn(&self) -> Option<PyNode> {
-        self.t.grad_fn().map(|node| PyNode { node })
-    }
-
-    #[getter]
-    fn grad(&self) -> Option<Tensor> {
-        self.t.grad()
-    }
-
     #[setter(grad)]
     fn set_grad_attr(&self, value: Option<&Obj<'_>>) -> PyResult<()> {
         let g = match value {
@@ -229,19 +184,6 @@ impl PyTensor {
             Some(v) => Some(extract_tensor("grad", "value", v)?),
         };
         Ok(self.t.set_grad(g)?)
-    }
-
-    #[getter]
-    fn retains_grad(&self) -> bool {
-        self.t.0.meta.lock().retains_grad
-    }
-
-    fn retain_grad(&self) -> PyResult<()> {
-        Ok(self.t.retain_grad()?)
-    }
-
-    fn detach(&self) -> Tensor {
-        self.t.detach()
     }
 
     fn detach_<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, Self>> {
@@ -307,6 +249,16 @@ impl PyTensor {
             kind: HookKind::PostAccumulate,
         })
     }
+}
+
+attributes! { PyTensor.t;
+    #[getter] fn requires_grad(t) -> bool = t.requires_grad();
+    #[getter] fn is_leaf(t) -> bool = t.is_leaf();
+    #[getter] fn grad_fn(t) -> Option<PyNode> = t.grad_fn().map(|node| PyNode { node });
+    #[getter] fn grad(t) -> Option<Tensor> = t.grad();
+    #[getter] fn retains_grad(t) -> bool = t.0.meta.lock().retains_grad;
+    fn retain_grad(t) -> PyResult<()> = Ok(t.retain_grad()?);
+    fn detach(t) -> Tensor = t.detach();
 }
 
 functions! { mod functions;

@@ -5,56 +5,43 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::autograd::budget;
-use crate::bindings::add_functions;
+use crate::bindings::op::functions;
 use crate::error::OutOfMemoryError;
 use crate::memory;
 
-/// Set the memory budget in bytes (`None`: no budget); returns the previous one. Raises
-/// the `OutOfMemoryError` of a buffer that did not fit the old budget and was not raised yet.
-///
-/// Args:
-///     bytes: live tensor bytes to stay within, or None.
-#[pyfunction]
-#[pyo3(name = "_set_memory_budget", signature = (bytes))]
-fn set_memory_budget(bytes: Option<u64>) -> PyResult<Option<u64>> {
-    let prev = memory::set_budget(bytes);
-    budget::check()?;
-    Ok(prev)
-}
-
-/// The memory budget in bytes, or None.
-#[pyfunction]
-#[pyo3(name = "_memory_budget")]
-fn memory_budget() -> Option<u64> {
-    memory::budget()
-}
-
-/// What the budget did since the last reset: evictions, evicted_bytes, recomputations,
-/// recomputed_bytes, recompute_seconds.
-#[pyfunction]
-#[pyo3(name = "_memory_budget_stats")]
-fn memory_budget_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
-    let s = budget::stats();
-    let d = PyDict::new(py);
-    d.set_item("evictions", s.evictions)?;
-    d.set_item("evicted_bytes", s.evicted_bytes)?;
-    d.set_item("recomputations", s.recomputations)?;
-    d.set_item("recomputed_bytes", s.recomputed_bytes)?;
-    d.set_item("recompute_seconds", s.recompute_seconds)?;
-    Ok(d)
-}
-
-/// Reset the counters of `_memory_budget_stats`.
-#[pyfunction]
-#[pyo3(name = "_reset_memory_budget_stats")]
-fn reset_memory_budget_stats() {
-    budget::reset_stats()
+functions! { mod functions;
+    /// Set the memory budget in bytes (`None`: no budget); returns the previous one. Raises
+    /// the `OutOfMemoryError` of a buffer that did not fit the old budget and was not raised yet.
+    ///
+    /// Args:
+    ///     bytes: live tensor bytes to stay within, or None.
+    fn _set_memory_budget["_set_memory_budget"](bytes: Option<u64>) [bytes] -> Option<u64> {
+        let prev = memory::set_budget(bytes);
+        budget::check()?;
+        Ok(prev)
+    }
+    /// The memory budget in bytes, or None.
+    fn _memory_budget["_memory_budget"]() [] -> Option<u64> { Ok(memory::budget()) }
+    /// What the budget did since the last reset: evictions, evicted_bytes, recomputations,
+    /// recomputed_bytes, recompute_seconds.
+    fn _memory_budget_stats["_memory_budget_stats"](py: Python<'_>) [] -> Bound<'_, PyDict> {
+        let s = budget::stats();
+        let d = PyDict::new(py);
+        d.set_item("evictions", s.evictions)?;
+        d.set_item("evicted_bytes", s.evicted_bytes)?;
+        d.set_item("recomputations", s.recomputations)?;
+        d.set_item("recomputed_bytes", s.recomputed_bytes)?;
+        d.set_item("recompute_seconds", s.recompute_seconds)?;
+        Ok(d)
+    }
+    /// Reset the counters of `_memory_budget_stats`.
+    fn _reset_memory_budget_stats["_reset_memory_budget_stats"]() [] -> () {
+        budget::reset_stats();
+        Ok(())
+    }
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    add_functions! { m,
-        set_memory_budget, memory_budget, memory_budget_stats, reset_memory_budget_stats
-    }
-    m.add("OutOfMemoryError", m.py().get_type::<OutOfMemoryError>())?;
-    Ok(())
+    functions::register(m)?;
+    m.add("OutOfMemoryError", m.py().get_type::<OutOfMemoryError>())
 }

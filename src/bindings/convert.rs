@@ -5,6 +5,7 @@ use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyFloat, PyInt, PyList, PyString, PyTuple};
 
+use crate::bindings::op::attributes;
 use crate::bindings::tensor::PyTensor;
 use crate::bindings::Obj;
 use crate::dtype::{default_float, DType};
@@ -26,27 +27,13 @@ pub struct PyDType {
     pub dt: DType,
 }
 
-#[pymethods]
-impl PyDType {
-    #[getter]
-    fn is_floating_point(&self) -> bool {
-        self.dt.is_floating_point()
-    }
-    #[getter]
-    fn is_signed(&self) -> bool {
-        !matches!(self.dt, DType::Bool | DType::UInt8)
-    }
-    #[getter]
-    fn itemsize(&self) -> usize {
-        self.dt.size_in_bytes()
-    }
-    fn __repr__(&self) -> String {
-        format!("gradstream.{}", self.dt.name())
-    }
+attributes! { PyDType.dt;
+    #[getter] fn is_floating_point(dt) -> bool = dt.is_floating_point();
+    #[getter] fn is_signed(dt) -> bool = !matches!(dt, DType::Bool | DType::UInt8);
+    #[getter] fn itemsize(dt) -> usize = dt.size_in_bytes();
+    fn __repr__(dt) -> String = format!("gradstream.{}", dt.name());
     /// Pickles as the module attribute `gradstream.<name>`.
-    fn __reduce__(&self) -> &'static str {
-        self.dt.name()
-    }
+    fn __reduce__(dt) -> &'static str = dt.name();
 }
 
 static DTYPE_OBJECTS: pyo3::sync::PyOnceLock<Vec<Py<PyDType>>> = pyo3::sync::PyOnceLock::new();

@@ -7,11 +7,11 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 
-use crate::autograd::node::{Node, NodeBase};
+use crate::autograd::node::{EdgeGrads, Node, NodeBase};
 use crate::bindings::convert::extract_tensor;
 use crate::bindings::op::functions;
 use crate::bindings::Obj;
-use crate::error::{Error, Result};
+use crate::error::Error;
 use crate::tensor::{shape_str, Tensor};
 
 /// Runs a Python `backward(grad) -> [grad per input]`; `release()` frees what the
@@ -33,12 +33,7 @@ impl Node for PyFunctionNode {
         &self.base
     }
 
-    fn apply(
-        &self,
-        _me: &Arc<dyn Node>,
-        grads: &[Option<Tensor>],
-        needs: &[bool],
-    ) -> Result<Vec<Option<Tensor>>> {
+    fn apply(&self, _me: &Arc<dyn Node>, grads: &[Option<Tensor>], needs: &[bool]) -> EdgeGrads {
         let [Some(grad)] = grads else {
             return Ok(vec![None; self.base.edges.len()]);
         };

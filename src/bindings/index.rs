@@ -178,29 +178,16 @@ fn index_tensors(obj: &Obj<'_>) -> PyResult<Vec<Tensor>> {
         .collect()
 }
 
-/// `index` of `dim` and `src` (or `value`) for the scatters.
+/// `dim` wrapped, `index`, and the source `src(index)` of the scatters.
 fn scatter_args(
     op: &str,
     t: &Tensor,
     dim: i64,
     index: &Obj<'_>,
-    src: Option<&Obj<'_>>,
-    value: Option<&Obj<'_>>,
+    src: impl FnOnce(&Tensor) -> PyResult<Tensor>,
 ) -> PyResult<(usize, Tensor, Tensor)> {
     let i = extract_tensor(op, "index", index)?;
-    let s = scatter_src(t, src, value, &i)?;
-    Ok((wrap_dim(op, dim, t.rank())?, i, s))
-}
-
-fn scatter_add_args(
-    op: &str,
-    t: &Tensor,
-    dim: i64,
-    index: &Obj<'_>,
-    src: &Obj<'_>,
-) -> PyResult<(usize, Tensor, Tensor)> {
-    let i = extract_tensor(op, "index", index)?;
-    let s = extract_tensor(op, "src", src)?;
+    let s = src(&i)?;
     Ok((wrap_dim(op, dim, t.rank())?, i, s))
 }
 
@@ -235,13 +222,15 @@ tensor_ops! { mod functions;
     }
     both fn scatter_add(x: Tensor, dim: i64, index: &Obj<'_>, src: &Obj<'_>)
         [dim, index, src] -> Tensor {
-        let (d, i, s) = scatter_add_args("scatter_add", &x, dim, index, src)?;
+        let src = |_: &Tensor| extract_tensor("scatter_add", "src", src);
+        let (d, i, s) = scatter_args("scatter_add", &x, dim, index, src)?;
         Ok(index::out_of_place(&x, |o| index::scatter_add_(o, d, &i, &s))?)
     }
     method fn scatter_add_(x: Py<PyTensor>, dim: i64, index: &Obj<'_>, src: &Obj<'_>)
         [dim, index, src] -> Py<PyTensor> {
         let t = &x.get().t;
-        let (d, i, s) = scatter_add_args("scatter_add_", t, dim, index, src)?;
+        let src = |_: &Tensor| extract_tensor("scatter_add_", "src", src);
+        let (d, i, s) = scatter_args("scatter_add_", t, dim, index, src)?;
         index::scatter_add_(t, d, &i, &s)?;
         Ok(x)
     }
@@ -249,7 +238,8 @@ tensor_ops! { mod functions;
         value: Option<&Obj<'_>>, reduce: Option<&str>)
         [dim, index, src=None, value=None, *, reduce=None] -> Tensor {
         no_reduce(reduce)?;
-        let (d, i, s) = scatter_args("scatter", &x, dim, index, src, value)?;
+        let src = |i: &Tensor| scatter_src(&x, src, value, i);
+        let (d, i, s) = scatter_args("scatter", &x, dim, index, src)?;
         Ok(index::out_of_place(&x, |o| index::scatter_(o, d, &i, &s))?)
     }
     method fn scatter_(x: Py<PyTensor>, dim: i64, index: &Obj<'_>, src: Option<&Obj<'_>>,
@@ -257,7 +247,7 @@ tensor_ops! { mod functions;
         [dim, index, src=None, value=None, *, reduce=None] -> Py<PyTensor> {
         no_reduce(reduce)?;
         let t = &x.get().t;
-        let (d, i, s) = scatter_args("scatter_", t, dim, index, src, value)?;
+        let (d, i, s) = scatter_args("scatter_", t, dim, index, |i| scatter_src(t, src, value, i))?;
         index::scatter_(t, d, &i, &s)?;
         Ok(x)
     }

@@ -41,17 +41,6 @@ pub fn detached<T: Send>(
     Ok(py.detach(f)?)
 }
 
-/// `add_functions!(m, f, g)`: add the `#[pyfunction]`s `f`, `g` to module `m` (for files
-/// not written as `functions!` rows).
-#[allow(unused_macros)]
-macro_rules! add_functions {
-    ($m:ident, $($f:ident),* $(,)?) => {
-        $($m.add_function(pyo3::wrap_pyfunction!(self::$f, $m)?)?;)*
-    };
-}
-#[allow(unused_imports)]
-pub(crate) use add_functions;
-
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<tensor::PyTensor>()?;
     m.add_class::<convert::PyDType>()?;

@@ -74,6 +74,7 @@ macro_rules! tensor_ops {
             $($crate::bindings::op::op_fn! {
                 $kind $(#[$($attr)*])* $name($x: $xty $(, $arg: $ty)*) [$($sig)*] -> $ret $body
             })*
+            #[allow(unused_variables)] // a module of `method` rows registers nothing
             pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
                 $($crate::bindings::op::op_fn!(@register $kind m $name);)*
                 Ok(())
@@ -204,7 +205,27 @@ impl Arg for Option<&Obj<'_>> {
     }
 }
 
-pub(crate) use {functions, op_fn, tensor_ops};
+/// `attributes! { Class.field; rows }`: getters and argument-free methods of a pyclass that
+/// read one field, a row being `/// Doc.` then `[#[getter]] fn name(f[, py]) -> R = expr;`,
+/// with `f` the field (`&self.field`) and `py` the interpreter. No extraction and no panic
+/// guard: each is as cheap as an attribute read.
+macro_rules! attributes {
+    ($class:ident.$field:ident;
+     $($(#[$attr:meta])* fn $name:ident($f:ident $(, $py:ident)?) -> $ret:ty = $body:expr;)*) => {
+        #[pymethods]
+        impl $class {
+            $($(#[$attr])*
+            #[allow(clippy::extra_unused_lifetimes)]
+            fn $name<'py>(&self $(, $py: Python<'py>)?) -> $ret {
+                #[allow(unused_variables)]
+                let $f = &self.$field;
+                $body
+            })*
+        }
+    };
+}
+
+pub(crate) use {attributes, functions, op_fn, tensor_ops};
 
 tensor_ops! { mod guard_fns;
     /// Panics on purpose, to test that a panic reaches Python as a RuntimeError.

@@ -13,9 +13,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
 use crate::bindings::convert::extract_tensor;
-use crate::bindings::op::functions;
+use crate::bindings::op::{attributes, functions};
 use crate::bindings::Obj;
-use crate::dtype::DType;
 use crate::optim::kernels;
 use crate::optim::{self, Control, Field, Group, Hyper, Kind, ParamState, Phase, State};
 use crate::tensor::Tensor;
@@ -122,10 +121,7 @@ impl PyParamState {
         let s = self.s.lock();
         let d = PyDict::new(py);
         // PyTorch's `_get_scalar_dtype()`: float64 under a float64 default, else float32.
-        let dt = match crate::dtype::default_float() {
-            DType::Float64 => DType::Float64,
-            _ => DType::Float32,
-        };
+        let dt = crate::dtype::default_float().compute();
         let scalar = |v: f64| crate::ops::creation::scalar_tensor(crate::ops::Scalar::Float(v), dt);
         if let Some(step) = s.step {
             d.set_item("step", scalar(step)?)?;
@@ -161,24 +157,14 @@ impl PyParamState {
         *self.s.lock() = s;
         Ok(())
     }
+}
 
-    fn clear(&self) {
-        *self.s.lock() = ParamState::default();
-    }
-
-    fn is_empty(&self) -> bool {
-        self.s.lock().is_empty()
-    }
-
+attributes! { PyParamState.s;
+    fn clear(s) -> () = *s.lock() = ParamState::default();
+    fn is_empty(s) -> bool = s.lock().is_empty();
     /// Restart gradient accumulation (`Optimizer.accumulate(n)`).
-    fn reset_micro_batches(&self) {
-        self.s.lock().micro_batches = 0;
-    }
-
-    #[getter]
-    fn micro_batches(&self) -> u64 {
-        self.s.lock().micro_batches
-    }
+    fn reset_micro_batches(s) -> () = s.lock().micro_batches = 0;
+    #[getter] fn micro_batches(s) -> u64 = s.lock().micro_batches;
 }
 
 /// What one optimizer's in-backward hooks share: accumulation, clipping, the two-pass mode.
@@ -194,11 +180,6 @@ impl PyStreamControl {
         PyStreamControl {
             c: Control::default(),
         }
-    }
-
-    #[getter]
-    fn accumulate(&self) -> u64 {
-        self.c.lock().accumulate
     }
 
     #[setter]
@@ -236,10 +217,11 @@ impl PyStreamControl {
     fn set_scale(&self, scale: f64) {
         self.c.lock().phase = Phase::Scaled(scale);
     }
+}
 
-    fn reset_phase(&self) {
-        self.c.lock().phase = Phase::Step;
-    }
+attributes! { PyStreamControl.c;
+    #[getter] fn accumulate(c) -> u64 = c.lock().accumulate;
+    fn reset_phase(c) -> () = c.lock().phase = Phase::Step;
 }
 
 fn tensors(name: &str, obj: &Obj<'_>) -> PyResult<Vec<Tensor>> {

@@ -3,24 +3,18 @@
 use pyo3::prelude::*;
 
 use crate::autograd::pass;
-use crate::bindings::add_functions;
+use crate::bindings::op::functions;
 use crate::bindings::optim::PyParamState;
 
-/// `_backward_pass()`: the number of the backward pass this thread runs or ran last (0
-/// before any). A backward started inside another belongs to the outer pass.
-#[pyfunction]
-fn _backward_pass() -> u64 {
-    pass::latest()
+functions! { mod functions;
+    /// `_backward_pass()`: the number of the backward pass this thread runs or ran last (0
+    /// before any). A backward started inside another belongs to the outer pass.
+    fn _backward_pass["_backward_pass"]() [] -> u64 { Ok(pass::latest()) }
+    /// `_stepped_in_pass(state)`: the backward pass of the parameter's last in-backward step,
+    /// or None when the in-backward mode never stepped it.
+    fn _stepped_in_pass["_stepped_in_pass"](state: &PyParamState) [state] -> Option<u64> {
+        Ok(state.s.lock().stepped_in_pass)
+    }
 }
 
-/// `_stepped_in_pass(state)`: the backward pass of the parameter's last in-backward step,
-/// or None when the in-backward mode never stepped it.
-#[pyfunction]
-fn _stepped_in_pass(state: &PyParamState) -> Option<u64> {
-    state.s.lock().stepped_in_pass
-}
-
-pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    add_functions! { m, _backward_pass, _stepped_in_pass }
-    Ok(())
-}
+pub use functions::register;

@@ -9,11 +9,10 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyFloat, PyInt};
 
 use crate::bindings::convert::{check_device, extract_class, type_name, PyDevice};
-use crate::bindings::op::{functions, tensor_ops};
+use crate::bindings::op::{attributes, functions, tensor_ops};
 use crate::bindings::tensor::PyTensor;
 use crate::bindings::Obj;
 use crate::dtype::DType;
-use crate::error::CandleContext;
 use crate::ops;
 use crate::random::{self, default_generator, Generator, DEFAULT_SEED, STATE_BYTES};
 use crate::tensor::Tensor;
@@ -58,11 +57,7 @@ fn state_bytes(op: &str, state: &Obj<'_>) -> PyResult<Vec<u8>> {
             t.dtype().name()
         )));
     }
-    Ok(t.data()
-        .flatten_all()
-        .op("set_state")?
-        .to_vec1::<u8>()
-        .op("set_state")?)
+    Ok(t.to_vec::<u8>("set_state")?)
 }
 
 fn state_tensor(g: &Generator) -> PyResult<Tensor> {
@@ -90,33 +85,12 @@ impl PyGenerator {
         Ok(slf.clone())
     }
 
-    /// Seed from the operating system's entropy; returns the seed.
-    fn seed(&self) -> u64 {
-        self.g.seed()
-    }
-
-    /// The seed the generator was last seeded with.
-    fn initial_seed(&self) -> u64 {
-        self.g.initial_seed()
-    }
-
-    /// The state as a uint8 tensor (ChaCha12 key, stream, word position and initial seed);
-    /// `set_state` of it replays the same draws.
-    fn get_state(&self) -> PyResult<Tensor> {
-        state_tensor(&self.g)
-    }
-
     /// Restore a state from `get_state()`; returns the generator.
     fn set_state<'py>(slf: &Bound<'py, Self>, new_state: &Obj<'py>) -> PyResult<Bound<'py, Self>> {
         slf.get()
             .g
             .set_state(&state_bytes("set_state", new_state)?)?;
         Ok(slf.clone())
-    }
-
-    #[getter]
-    fn device(&self) -> PyDevice {
-        PyDevice::cpu()
     }
 }
 
@@ -132,6 +106,17 @@ fn default_object(py: Python<'_>) -> PyResult<Py<PyGenerator>> {
         )
     })
     .map(|g| g.clone_ref(py))
+}
+
+attributes! { PyGenerator.g;
+    /// Seed from the operating system's entropy; returns the seed.
+    fn seed(g) -> u64 = g.seed();
+    /// The seed the generator was last seeded with.
+    fn initial_seed(g) -> u64 = g.initial_seed();
+    /// The state as a uint8 tensor (ChaCha12 key, stream, word position and initial seed);
+    /// `set_state` of it replays the same draws.
+    fn get_state(g) -> PyResult<Tensor> = state_tensor(g);
+    #[getter] fn device(g) -> PyDevice = PyDevice::cpu();
 }
 
 /// The generator a `generator=` argument names: the global one for None.

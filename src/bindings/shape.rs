@@ -8,7 +8,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyInt, PyList, PyTuple};
 
 use crate::bindings::convert::{extract_dims, extract_size, extract_tensor, type_name};
-use crate::bindings::op::{functions, tensor_ops, Input};
+use crate::bindings::op::{attributes, functions, tensor_ops, Input};
 use crate::bindings::tensor::PyTensor;
 use crate::bindings::Obj;
 use crate::ops::{index, shape, wrap_dim, wrap_dims};
@@ -21,10 +21,14 @@ fn one_sequence<'py>(seq: &Obj<'py>) -> PyResult<Sizes<'py>> {
     PyTuple::new(seq.py(), [seq])
 }
 
-fn reshape_to(op: &str, t: &Tensor, size: &Sizes<'_>) -> PyResult<Tensor> {
-    let req = extract_size(op, size)?;
-    let dims = shape::infer_shape(op, &req, t.numel(), &t.dims())?;
+fn reshape_to(t: &Tensor, size: &Sizes<'_>) -> PyResult<Tensor> {
+    let req = extract_size("reshape", size)?;
+    let dims = shape::infer_shape("reshape", &req, t.numel(), &t.dims())?;
     Ok(shape::reshape(t, &dims)?)
+}
+
+fn view_to(t: &Tensor, size: &Sizes<'_>) -> PyResult<Tensor> {
+    Ok(shape::view(t, &extract_size("view", size)?)?)
 }
 
 fn permute_to(t: &Tensor, dims: &Sizes<'_>) -> PyResult<Tensor> {
@@ -122,19 +126,9 @@ fn split_to(t: &Tensor, split_size_or_sections: &Obj<'_>, dim: i64) -> PyResult<
 
 #[pymethods]
 impl PyTensor {
-    #[pyo3(signature = (*shape))]
-    fn reshape(&self, shape: &Sizes<'_>) -> PyResult<Tensor> {
-        reshape_to("reshape", &self.t, shape)
-    }
-
-    #[pyo3(signature = (*shape))]
-    fn view(&self, shape: &Sizes<'_>) -> PyResult<Tensor> {
-        Ok(shape::view(&self.t, &extract_size("view", shape)?)?)
-    }
-
     fn view_as(&self, other: &Obj<'_>) -> PyResult<Tensor> {
         let o = extract_tensor("view_as", "other", other)?;
-        self.view(&PyTuple::new(other.py(), [o.dims()])?)
+        view_to(&self.t, &PyTuple::new(other.py(), [o.dims()])?)
     }
 
     fn reshape_as(&self, other: &Obj<'_>) -> PyResult<Tensor> {
@@ -151,64 +145,54 @@ impl PyTensor {
         )?)
     }
 
-    #[getter(T)]
-    fn big_t(&self) -> PyResult<Tensor> {
-        let perm: Vec<usize> = (0..self.t.rank()).rev().collect();
-        Ok(shape::permute(&self.t, &perm)?)
-    }
-
-    #[getter(mT)]
-    fn m_t(&self) -> PyResult<Tensor> {
-        let r = self.t.rank();
-        if r < 2 {
-            return Err(PyRuntimeError::new_err(format!(
-                "tensor.mT is only supported on matrices or batches of matrices. Got {r}-D tensor."
-            )));
-        }
-        Ok(shape::transpose(&self.t, r - 2, r - 1)?)
-    }
-
     #[pyo3(signature = (split_size, dim=0))]
     fn split(&self, split_size: &Obj<'_>, dim: i64) -> PyResult<Py<PyTuple>> {
         split_to(&self.t, split_size, dim)
     }
 }
 
-/// The methods that take their sizes as varargs (`t.permute(1, 0)`), where the function
-/// takes one sequence (`gradstream.permute(t, (1, 0))`).
-macro_rules! varargs_methods {
-    ($($name:ident($arg:ident) => $f:expr),* $(,)?) => {
-        #[pymethods]
-        impl PyTensor {
-            $(#[pyo3(signature = (*$arg))]
-            fn $name(&self, $arg: &Sizes<'_>) -> PyResult<Tensor> {
-                $f(&self.t, $arg)
-            })*
-        }
+attributes! { PyTensor.t;
+    /// `.T`: the dims reversed.
+    #[getter(T)] fn big_t(t) -> PyResult<Tensor> = {
+        Ok(shape::permute(t, &(0..t.rank()).rev().collect::<Vec<_>>())?)
+    };
+    /// `.mT`: the last two dims swapped.
+    #[getter(mT)] fn m_t(t) -> PyResult<Tensor> = match t.rank() {
+        r if r < 2 => Err(PyRuntimeError::new_err(format!(
+            "tensor.mT is only supported on matrices or batches of matrices. Got {r}-D tensor."
+        ))),
+        r => Ok(shape::transpose(t, r - 2, r - 1)?),
     };
 }
 
-varargs_methods! {
-    permute(dims) => permute_to,
-    expand(sizes) => expand_to,
-    tile(dims) => tile_to,
-    flip(dims) => flip_to,
-    repeat(sizes) => repeat_to,
+/// The ops whose `Tensor.X` takes its sizes as varargs (`t.permute(1, 0)`) and whose
+/// `gradstream.X` takes one sequence (`gradstream.permute(t, (1, 0))`), both calling
+/// `f(tensor, sizes)`; `view`, `expand` and `repeat` are methods only.
+macro_rules! sizes_ops {
+    (both: $($name:ident($arg:ident) => $f:path),*;
+     method: $($mname:ident($marg:ident) => $mf:path),*;) => {
+        #[pymethods]
+        impl PyTensor {
+            $(#[pyo3(signature = (*$arg))]
+            fn $name(&self, $arg: &Sizes<'_>) -> PyResult<Tensor> { $f(&self.t, $arg) })*
+            $(#[pyo3(signature = (*$marg))]
+            fn $mname(&self, $marg: &Sizes<'_>) -> PyResult<Tensor> { $mf(&self.t, $marg) })*
+        }
+        tensor_ops! { mod sizes_fns; $(
+            function fn $name(x: Tensor, $arg: &Obj<'_>) [$arg] -> Tensor {
+                $f(&x, &one_sequence($arg)?)
+            }
+        )* }
+    };
+}
+
+sizes_ops! {
+    both: reshape(shape) => reshape_to, permute(dims) => permute_to, tile(dims) => tile_to,
+        flip(dims) => flip_to;
+    method: view(shape) => view_to, expand(sizes) => expand_to, repeat(sizes) => repeat_to;
 }
 
 tensor_ops! { mod functions;
-    function fn reshape(x: Tensor, shape: &Obj<'_>) [shape] -> Tensor {
-        reshape_to("reshape", &x, &one_sequence(shape)?)
-    }
-    function fn permute(x: Tensor, dims: &Obj<'_>) [dims] -> Tensor {
-        permute_to(&x, &one_sequence(dims)?)
-    }
-    function fn tile(x: Tensor, dims: &Obj<'_>) [dims] -> Tensor {
-        tile_to(&x, &one_sequence(dims)?)
-    }
-    function fn flip(x: Tensor, dims: &Obj<'_>) [dims] -> Tensor {
-        flip_to(&x, &one_sequence(dims)?)
-    }
     both fn broadcast_to(x: Tensor, size: &Obj<'_>) [size] -> Tensor {
         expand_to(&x, &one_sequence(size)?)
     }
@@ -354,5 +338,6 @@ functions! { mod list_fns;
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     list_fns::register(m)?;
+    sizes_fns::register(m)?;
     functions::register(m)
 }

@@ -10,6 +10,7 @@ use crate::bindings::convert::{
     check_device, extract_dtype, extract_operand, opt_dtype, tensor_from_data, tensor_to_numpy,
     PyDType, PyDevice,
 };
+use crate::bindings::op::{attributes, tensor_ops};
 use crate::bindings::Obj;
 use crate::dtype::DType;
 use crate::ops;
@@ -95,16 +96,6 @@ impl PyTensor {
         Ok(PyTensor { t })
     }
 
-    /// Mark this tensor's buffer as a parameter in memory accounting (`nn.Parameter`).
-    fn _mark_parameter(&self) {
-        self.t.mark_parameter()
-    }
-
-    #[getter]
-    fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        make_size(py, &self.t.dims())
-    }
-
     #[pyo3(signature = (dim=None))]
     fn size<'py>(&self, py: Python<'py>, dim: Option<i64>) -> PyResult<Bound<'py, PyAny>> {
         let dims = self.t.dims();
@@ -117,40 +108,6 @@ impl PyTensor {
         }
     }
 
-    #[getter]
-    fn dtype(&self, py: Python<'_>) -> PyResult<Py<PyDType>> {
-        PyDType::object(py, self.t.dtype())
-    }
-
-    #[getter]
-    fn device(&self) -> PyDevice {
-        PyDevice::cpu()
-    }
-
-    fn dim(&self) -> usize {
-        self.t.rank()
-    }
-
-    fn numel(&self) -> usize {
-        self.t.numel()
-    }
-
-    fn stride<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        PyTuple::new(py, self.t.data().stride())
-    }
-
-    fn is_contiguous(&self) -> bool {
-        self.t.data().is_contiguous()
-    }
-
-    fn is_floating_point(&self) -> bool {
-        self.t.dtype().is_floating_point()
-    }
-
-    fn item<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        scalar_to_py(py, &self.t)
-    }
-
     /// A NumPy copy of the data (gradstream buffers are not shared with NumPy).
     #[pyo3(signature = (*, force=false))]
     fn numpy<'py>(&self, py: Python<'py>, force: bool) -> PyResult<Bound<'py, PyAny>> {
@@ -160,10 +117,6 @@ impl PyTensor {
             ));
         }
         tensor_to_numpy(py, &self.t)
-    }
-
-    fn __hash__(&self) -> usize {
-        self.t.id()
     }
 
     // ---- conversions ----
@@ -217,63 +170,64 @@ impl PyTensor {
         Ok(ops::convert::clone(&self.t)?)
     }
 
-    /// `copy_(src)`: in place, broadcasting `src`; differentiable like PyTorch's.
-    #[pyo3(signature = (src, non_blocking=false))]
-    fn copy_<'py>(
-        slf: &Bound<'py, Self>,
-        src: &Bound<'py, PyAny>,
-        non_blocking: bool,
-    ) -> PyResult<Bound<'py, Self>> {
-        let _ = non_blocking;
-        let s = match extract_operand("copy_", src)? {
-            ops::Operand::Tensor(t) => t,
-            ops::Operand::Scalar(s) => ops::creation::scalar_tensor(s, slf.get().t.dtype())?,
-        };
-        ops::index::assign(&slf.get().t, None, &s)?;
-        Ok(slf.clone())
-    }
-
-    fn fill_<'py>(slf: &Bound<'py, Self>, value: &Bound<'py, PyAny>) -> PyResult<Bound<'py, Self>> {
-        let v = match extract_operand("fill_", value)? {
-            ops::Operand::Tensor(t) => {
-                if t.rank() != 0 {
-                    return Err(PyRuntimeError::new_err(format!(
-                        "fill_ only supports 0-dimension value tensor but got tensor with {} dimensions.",
-                        t.rank()
-                    )));
-                }
-                t
-            }
-            ops::Operand::Scalar(s) => ops::creation::scalar_tensor(s, slf.get().t.dtype())?,
-        };
-        ops::index::assign(&slf.get().t, None, &v)?;
-        Ok(slf.clone())
-    }
-
-    fn zero_<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, Self>> {
-        let z = ops::creation::scalar_tensor(ops::Scalar::Int(0), slf.get().t.dtype())?;
-        ops::index::assign(&slf.get().t, None, &z)?;
-        Ok(slf.clone())
-    }
-
-    /// `.data`: the same buffer without history; assigning replaces the buffer.
-    #[getter]
-    fn get_data(&self) -> Tensor {
-        self.t.detach()
-    }
-
     #[setter]
     fn set_data(&self, value: &Obj<'_>) -> PyResult<()> {
         let v = crate::bindings::convert::extract_tensor("data", "value", value)?;
         self.t.set_data(v.data(), v.dtype());
         Ok(())
     }
+}
 
-    /// The in-place version counter (bumped by every in-place change of the buffer).
-    #[getter]
-    fn _version(&self) -> u64 {
-        self.t.version()
+/// Write `v` (a tensor broadcast, or a number in `x`'s dtype) into all of `x`, handing `x`
+/// back; `fill_` takes a 0-d tensor only.
+fn assign_all(x: Py<PyTensor>, v: ops::Operand, fill: bool) -> PyResult<Py<PyTensor>> {
+    let t = &x.get().t;
+    let v = match v {
+        ops::Operand::Tensor(v) if fill && v.rank() != 0 => {
+            return Err(PyRuntimeError::new_err(format!(
+                "fill_ only supports 0-dimension value tensor but got tensor with {} dimensions.",
+                v.rank()
+            )))
+        }
+        ops::Operand::Tensor(v) => v,
+        ops::Operand::Scalar(s) => ops::creation::scalar_tensor(s, t.dtype())?,
+    };
+    ops::index::assign(t, None, &v)?;
+    Ok(x)
+}
+
+tensor_ops! { mod assign_fns;
+    /// `copy_(src)`: in place, broadcasting `src`; differentiable like PyTorch's.
+    method fn copy_(x: Py<PyTensor>, src: &Obj<'_>, non_blocking: bool)
+        [src, non_blocking=false] -> Py<PyTensor> {
+        let _ = non_blocking;
+        assign_all(x, extract_operand("copy_", src)?, false)
     }
+    method fn fill_(x: Py<PyTensor>, value: &Obj<'_>) [value] -> Py<PyTensor> {
+        assign_all(x, extract_operand("fill_", value)?, true)
+    }
+    method fn zero_(x: Py<PyTensor>) [] -> Py<PyTensor> {
+        assign_all(x, ops::Operand::Scalar(ops::Scalar::Int(0)), false)
+    }
+}
+
+attributes! { PyTensor.t;
+    /// Mark this tensor's buffer as a parameter in memory accounting (`nn.Parameter`).
+    fn _mark_parameter(t) -> () = t.mark_parameter();
+    #[getter] fn shape(t, py) -> PyResult<Bound<'py, PyAny>> = make_size(py, &t.dims());
+    #[getter] fn dtype(t, py) -> PyResult<Py<PyDType>> = PyDType::object(py, t.dtype());
+    #[getter] fn device(t) -> PyDevice = PyDevice::cpu();
+    fn dim(t) -> usize = t.rank();
+    fn numel(t) -> usize = t.numel();
+    fn stride(t, py) -> PyResult<Bound<'py, PyTuple>> = PyTuple::new(py, t.data().stride());
+    fn is_contiguous(t) -> bool = t.data().is_contiguous();
+    fn is_floating_point(t) -> bool = t.dtype().is_floating_point();
+    fn item(t, py) -> PyResult<Bound<'py, PyAny>> = scalar_to_py(py, t);
+    fn __hash__(t) -> usize = t.id();
+    /// `.data`: the same buffer without history; assigning replaces the buffer.
+    #[getter] fn get_data(t) -> Tensor = t.detach();
+    /// The in-place version counter (bumped by every in-place change of the buffer).
+    #[getter] fn _version(t) -> u64 = t.version();
 }
 
 pub fn value_error(msg: impl Into<String>) -> PyErr {

@@ -62,15 +62,6 @@ impl Call {
     }
 }
 
-/// The dtype the kernels compute in: f32 for the half types.
-fn compute_dtype(dt: DType) -> DType {
-    if dt == DType::Float64 {
-        DType::Float64
-    } else {
-        DType::Float32
-    }
-}
-
 /// Dense data of `t` in dtype `dt`, shaped (items, rows, cols).
 fn dense(t: &Tensor, dt: DType) -> Result<candle_core::Tensor> {
     let d = t.dims();
@@ -159,7 +150,7 @@ pub fn scaled_dot_product_attention(
         }),
         plan,
     });
-    let cdt = compute_dtype(q.dtype());
+    let cdt = q.dtype().compute();
     let (qd, kd, vd) = (dense(q, cdt)?, dense(k, cdt)?, dense(v, cdt)?);
     let md = mask.map(|m| additive_mask(m, cdt)).transpose()?;
     let (out_d, lse_d) =
@@ -208,7 +199,7 @@ pub fn scaled_dot_product_attention(
                 grads.truncate(ctx.needs.len());
                 return Ok(grads);
             }
-            let cdt = compute_dtype(q.dtype());
+            let cdt = q.dtype().compute();
             let (qd, kd, vd) = (dense(q, cdt)?, dense(k, cdt)?, dense(v, cdt)?);
             let (od, gd) = (dense(out, cdt)?, dense(g, cdt)?);
             let md = mask.map(|m| additive_mask(m, cdt)).transpose()?;

@@ -31,11 +31,7 @@ fn channel_values(what: &str, t: &Tensor, c: usize) -> Result<Vec<f64>> {
             shape_str(&t.dims())
         )));
     }
-    t.data()
-        .to_dtype(candle_core::DType::F64)
-        .and_then(|d| d.flatten_all())
-        .and_then(|d| d.to_vec1::<f64>())
-        .op("batch_norm")
+    t.to_vec::<f64>("batch_norm")
 }
 
 /// A C-vector as a tensor of `dtype`.
@@ -147,17 +143,22 @@ pub fn batch_norm(
             v
         },
         move |ctx, g| {
-            let (x, mu, invstd) = (&ctx.saved[0], &ctx.saved[1], &ctx.saved[2]);
-            let w = ctx.saved.get(3);
+            let saved = Saved {
+                x: &ctx.saved[0],
+                mu: &ctx.saved[1],
+                invstd: &ctx.saved[2],
+                w: ctx.saved.get(3),
+                training,
+            };
             let needs = Needs {
                 x: ctx.needs(0),
                 w: has_w && ctx.needs(1),
                 b: has_b && ctx.needs(1 + usize::from(has_w)),
             };
             let (gx, gw, gb) = if grad_mode::is_enabled() {
-                backward_recorded(g, x, mu, invstd, w, training, eps)?
+                backward_recorded(g, saved, eps)?
             } else {
-                backward_fused(g, x, mu, invstd, w, training, needs)?
+                backward_fused(g, saved, needs)?
             };
             let mut grads = vec![gx.filter(|_| needs.x)];
             if has_w {
@@ -181,16 +182,19 @@ struct Needs {
 
 type Grads = (Option<Tensor>, Option<Tensor>, Option<Tensor>);
 
-/// The backward in one kernel pass for the sums and one for the input's gradient.
-fn backward_fused(
-    g: &Tensor,
-    x: &Tensor,
-    mu: &Tensor,
-    invstd: &Tensor,
-    w: Option<&Tensor>,
+/// What the backward reads: the input, the batch statistics used, the weight, the mode.
+#[derive(Clone, Copy)]
+struct Saved<'a> {
+    x: &'a Tensor,
+    mu: &'a Tensor,
+    invstd: &'a Tensor,
+    w: Option<&'a Tensor>,
     training: bool,
-    needs: Needs,
-) -> Result<Grads> {
+}
+
+/// The backward in one kernel pass for the sums and one for the input's gradient.
+fn backward_fused(g: &Tensor, saved: Saved<'_>, needs: Needs) -> Result<Grads> {
+    let (x, mu, invstd, w, training) = (saved.x, saved.mu, saved.invstd, saved.w, saved.training);
     let dims = x.dims();
     let (n, c) = (dims[0], dims[1]);
     let s: usize = dims[2..].iter().product();
@@ -247,15 +251,8 @@ fn backward_fused(
 
 /// The backward with recorded ops (`create_graph=True`), the statistics recomputed from
 /// `x` in training so that they carry their own gradient.
-fn backward_recorded(
-    g: &Tensor,
-    x: &Tensor,
-    mu: &Tensor,
-    invstd: &Tensor,
-    w: Option<&Tensor>,
-    training: bool,
-    eps: f64,
-) -> Result<Grads> {
+fn backward_recorded(g: &Tensor, saved: Saved<'_>, eps: f64) -> Result<Grads> {
+    let (x, mu, invstd, w, training) = (saved.x, saved.mu, saved.invstd, saved.w, saved.training);
     let dims = x.dims();
     let c = dims[1];
     let red: Vec<usize> = std::iter::once(0).chain(2..dims.len()).collect();

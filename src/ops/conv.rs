@@ -48,16 +48,6 @@ fn scalar_name(d: DType) -> &'static str {
     }
 }
 
-fn list(v: &[i64]) -> String {
-    format!(
-        "[{}]",
-        v.iter()
-            .map(|e| e.to_string())
-            .collect::<Vec<_>>()
-            .join(", ")
-    )
-}
-
 /// `(a x b)` or `(a)`: PyTorch's way of printing a per-channel size.
 fn per_channel(v: &[i64]) -> String {
     let s: Vec<String> = v.iter().map(|e| e.to_string()).collect();
@@ -102,7 +92,7 @@ fn check_common(
             return Err(rt(format!(
                 "expected {name} to be a single integer value or a list of {spatial} values to \
                  match the convolution dimensions, but got {name}={}",
-                list(v)
+                shape_str(v)
             )));
         }
     }
@@ -115,7 +105,7 @@ fn check_common(
     if a.dilation.iter().any(|&d| d <= 0) {
         return Err(rt(format!(
             "dilation should be greater than zero, but got {}",
-            list(&a.dilation)
+            shape_str(&a.dilation)
         )));
     }
     if a.groups <= 0 {
@@ -178,6 +168,41 @@ fn as_2d(t: &Tensor) -> Result<Tensor> {
     let last = d.pop().unwrap_or(1);
     d.extend([1, last]);
     reshape(t, &d)
+}
+
+/// `x` and `w` as 4-d (a 1-d convolution's with a height of 1), and the output's spatial
+/// sizes `out` as (height, width).
+fn as_4d(x: Tensor, w: &Tensor, out: &[usize]) -> Result<(Tensor, Tensor, (usize, usize))> {
+    Ok(match out {
+        [ow] => (as_2d(&x)?, as_2d(w)?, (1, *ow)),
+        _ => (x, w.clone(), (out[0], out[1])),
+    })
+}
+
+/// The kernels' geometry of a convolution by the 4-d weight `w4` from an input
+/// `[n, c_in, h, w]` to an output of `(oh, ow)`.
+fn geometry(
+    a: &ConvArgs,
+    w4: &Tensor,
+    input: [usize; 4],
+    (oh, ow): (usize, usize),
+) -> ConvGeometry {
+    let wd = w4.dims();
+    ConvGeometry {
+        n: input[0],
+        c_in: input[1],
+        h: input[2],
+        w: input[3],
+        c_out: wd[0],
+        kh: wd[2],
+        kw: wd[3],
+        stride: pair(&a.stride, 1),
+        padding: pair(&a.padding, 0),
+        dilation: pair(&a.dilation, 1),
+        groups: a.groups as usize,
+        oh,
+        ow,
+    }
 }
 
 /// Two values per spatial dim for the kernels: 1-d gets `fill` for H.
@@ -249,33 +274,9 @@ pub fn conv(
     let out: Vec<usize> = (0..spatial)
         .map(|i| ((padded[i] - kernel[i]) / a.stride[i] + 1) as usize)
         .collect();
-    let (x4, w4) = if spatial == 1 {
-        (as_2d(&xb)?, as_2d(w)?)
-    } else {
-        (xb, w.clone())
-    };
+    let (x4, w4, (oh, ow)) = as_4d(xb, w, &out)?;
     let d4 = x4.dims();
-    let wd4 = w4.dims();
-    let (oh, ow) = if spatial == 1 {
-        (1, out[0])
-    } else {
-        (out[0], out[1])
-    };
-    let geo = ConvGeometry {
-        n: d4[0],
-        c_in: d4[1],
-        h: d4[2],
-        w: d4[3],
-        c_out: wd4[0],
-        kh: wd4[2],
-        kw: wd4[3],
-        stride: pair(&a.stride, 1),
-        padding: pair(&a.padding, 0),
-        dilation: pair(&a.dilation, 1),
-        groups,
-        oh,
-        ow,
-    };
+    let geo = geometry(a, &w4, [d4[0], d4[1], d4[2], d4[3]], (oh, ow));
     restore(conv2d(&x4, &w4, b, geo)?, spatial, unbatched)
 }
 
@@ -302,7 +303,7 @@ pub fn conv_transpose(
         return Err(rt(format!(
             "expected output_padding to be a single integer value or a list of {spatial} values \
              to match the convolution dimensions, but got output_padding={}",
-            list(output_padding)
+            shape_str(output_padding)
         )));
     }
     let (xd, wd) = (xb.dims(), w.dims());
@@ -359,33 +360,15 @@ pub fn conv_transpose(
             per_channel(&out)
         )));
     }
-    let (x4, w4) = if spatial == 1 {
-        (as_2d(&xb)?, as_2d(w)?)
-    } else {
-        (xb, w.clone())
-    };
+    let out: Vec<usize> = out.iter().map(|&o| o as usize).collect();
+    let (x4, w4, (h, wo)) = as_4d(xb, w, &out)?;
     let d4 = x4.dims();
-    let wd4 = w4.dims();
-    let (h, wo) = if spatial == 1 {
-        (1, out[0] as usize)
-    } else {
-        (out[0] as usize, out[1] as usize)
-    };
-    let geo = ConvGeometry {
-        n: d4[0],
-        c_in: wd4[1] * groups,
-        h,
-        w: wo,
-        c_out: wd4[0],
-        kh: wd4[2],
-        kw: wd4[3],
-        stride: pair(&a.stride, 1),
-        padding: pair(&a.padding, 0),
-        dilation: pair(&a.dilation, 1),
-        groups,
-        oh: d4[2],
-        ow: d4[3],
-    };
+    let geo = geometry(
+        a,
+        &w4,
+        [d4[0], w4.dims()[1] * groups, h, wo],
+        (d4[2], d4[3]),
+    );
     let mut y = conv2d_input_grad(&x4, &w4, geo)?;
     if let Some(b) = b {
         y = add(&y, &reshape(b, &[geo.c_in, 1, 1])?)?;

@@ -148,11 +148,7 @@ pub fn inv(a: &Tensor) -> Result<Tensor> {
 }
 
 fn check_info(op: &str, info: &Tensor, batched: bool, what: fn(i32) -> String) -> Result<()> {
-    let v = info
-        .data()
-        .flatten_all()
-        .and_then(|t| t.to_vec1::<i32>())
-        .op("linalg")?;
+    let v = info.to_vec::<i32>("linalg")?;
     raise(op, &v, batched, what)
 }
 
@@ -238,11 +234,7 @@ pub fn solve_ex(a: &Tensor, b: &Tensor, left: bool) -> Result<(Tensor, Tensor)> 
 /// `solve`: `solve_ex` that raises LinAlgError for a singular matrix.
 pub fn solve(a: &Tensor, b: &Tensor, left: bool) -> Result<Tensor> {
     let (x, info) = solve_ex(a, b, left)?;
-    let v = info
-        .data()
-        .flatten_all()
-        .and_then(|t| t.to_vec1::<i32>())
-        .op("linalg")?;
+    let v = info.to_vec::<i32>("linalg")?;
     if v.iter().any(|&i| i != 0) {
         return Err(Error::linalg(
             "torch.linalg.solve: The solver failed because the input matrix is singular.",
@@ -439,11 +431,7 @@ pub fn lu_factor_ex(a: &Tensor) -> Result<(Tensor, Tensor, Tensor)> {
 /// `lu_factor`: `lu_factor_ex` that raises for an exactly singular U, as PyTorch does.
 pub fn lu_factor(a: &Tensor) -> Result<(Tensor, Tensor)> {
     let (lu, piv, info) = lu_factor_ex(a)?;
-    let v = info
-        .data()
-        .flatten_all()
-        .and_then(|t| t.to_vec1::<i32>())
-        .op("linalg")?;
+    let v = info.to_vec::<i32>("linalg")?;
     if let Some(b) = v.iter().position(|&i| i != 0) {
         let i = v[b] - 1;
         let at = if a.rank() > 2 {

@@ -152,11 +152,7 @@ fn index_data(op: &'static str, idx: &Tensor) -> Result<Vec<i64>> {
             )))
         }
     }
-    idx.data()
-        .to_dtype(candle_core::DType::I64)
-        .and_then(|d| d.flatten_all())
-        .and_then(|d| d.to_vec1::<i64>())
-        .op(op)
+    idx.to_vec::<i64>(op)
 }
 
 fn targets(classes: &[i64], ignore: i64) -> Targets<'_> {

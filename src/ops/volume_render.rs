@@ -129,15 +129,6 @@ fn check(
     })
 }
 
-/// The dtype the kernel computes in: f32 and f64 as they are, half types in f32.
-fn compute_dtype(dt: DType) -> DType {
-    if dt == DType::Float64 {
-        DType::Float64
-    } else {
-        DType::Float32
-    }
-}
-
 /// `t`'s data, dense, in the compute dtype.
 fn dense(t: &Tensor, cdt: DType) -> Result<candle_core::Tensor> {
     let d = t.data();
@@ -207,7 +198,7 @@ pub fn volume_render(
 ) -> Result<Tensor> {
     let s = check(raw, z, rays_d, noise)?;
     let dt = raw.dtype();
-    let cdt = compute_dtype(dt);
+    let cdt = dt.compute();
     let shape = s.render_shape(white);
     let ins = Dense::new(&s, cdt, (raw, z), (rays_d, noise))?;
     let out_dims: Vec<usize> = s.lead.iter().copied().chain([HEAD + s.samples]).collect();

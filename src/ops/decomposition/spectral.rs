@@ -49,6 +49,12 @@ fn gaps(s: &Tensor) -> Result<Tensor> {
     add(&e, &id)
 }
 
+/// The first `n` entries of `t` along its `back`-th dim from the end (a factor's leading
+/// columns or rows).
+fn leading(t: &Tensor, back: usize, n: usize) -> Result<Tensor> {
+    narrow(t, t.rank() - back, 0, n)
+}
+
 /// `(Q, R)` in PyTorch's modes `reduced`, `complete`, `r`.
 pub fn qr(a: &Tensor, mode: &str) -> Result<(Tensor, Tensor)> {
     let op = "linalg.qr";
@@ -86,16 +92,9 @@ pub fn qr(a: &Tensor, mode: &str) -> Result<(Tensor, Tensor)> {
                  implemented in gradstream"
             )));
         }
-        let (q, r) = (narrow(&qs, qs.rank() - 1, 0, n)?, &rs);
-        let r = narrow(r, r.rank() - 2, 0, n)?;
-        let gq = grads[0]
-            .as_ref()
-            .map(|g| narrow(g, g.rank() - 1, 0, n))
-            .transpose()?;
-        let gr = grads[1]
-            .as_ref()
-            .map(|g| narrow(g, g.rank() - 2, 0, n))
-            .transpose()?;
+        let (q, r) = (leading(&qs, 1, n)?, leading(&rs, 2, n)?);
+        let gq = grads[0].as_ref().map(|g| leading(g, 1, n)).transpose()?;
+        let gr = grads[1].as_ref().map(|g| leading(g, 2, n)).transpose()?;
         // M = R gRᵀ - gQᵀ Q; gA = (gQ + Q copyltu(M)) R⁻ᵀ.
         let mut mm: Option<Tensor> = None;
         if let Some(gr) = &gr {
@@ -188,16 +187,9 @@ pub fn svd(a: &Tensor, full_matrices: bool) -> Result<(Tensor, Tensor, Tensor)> 
     record_outputs("LinalgSvdBackward0", &outs, &[a], move |_, grads| {
         no_double_backward(op)?;
         // With full_matrices the extra columns of U and rows of Vh do not enter the rule.
-        let u = narrow(&us, us.rank() - 1, 0, k)?;
-        let vh = narrow(&vhs, vhs.rank() - 2, 0, k)?;
-        let gu = grads[0]
-            .as_ref()
-            .map(|g| narrow(g, g.rank() - 1, 0, k))
-            .transpose()?;
-        let gvh = grads[2]
-            .as_ref()
-            .map(|g| narrow(g, g.rank() - 2, 0, k))
-            .transpose()?;
+        let (u, vh) = (leading(&us, 1, k)?, leading(&vhs, 2, k)?);
+        let gu = grads[0].as_ref().map(|g| leading(g, 1, k)).transpose()?;
+        let gvh = grads[2].as_ref().map(|g| leading(g, 2, k)).transpose()?;
         Ok(vec![svd_backward(
             &u,
             &ss,

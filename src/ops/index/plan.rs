@@ -6,7 +6,7 @@
 //! which is what makes each the other's backward.
 
 use crate::dtype::DType;
-use crate::error::{CandleContext, Error, Result};
+use crate::error::{Error, Result};
 use crate::tensor::{shape_str, Tensor};
 
 #[derive(Debug)]
@@ -39,14 +39,7 @@ impl IndexArray {
                 t.dtype().name()
             )));
         }
-        let values = t
-            .data()
-            .to_dtype(candle_core::DType::I64)
-            .op("index")?
-            .flatten_all()
-            .op("index")?
-            .to_vec1::<i64>()
-            .op("index")?;
+        let values = t.to_vec::<i64>("index")?;
         Ok(IndexArray {
             dims: t.dims(),
             values,
