@@ -21,7 +21,9 @@ Each system runs in its own process (the bench's models, weights and optimizer, 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -37,6 +39,7 @@ SYSTEMS = {
     "gradstream-in-backward": ("gradstream_impl", "in_backward"),
 }
 PHASES = ["forward", "backward", "optimizer", "item"]
+PERF_CTL = "PROFILE_STEP_PERF_CTL"
 
 # perf symbol groups, first match wins: (group, substrings of the symbol or its object).
 GROUPS = [
@@ -54,6 +57,8 @@ GROUPS = [
         (
             "backend::cpu", "candle_core::cpu_backend", "candle_core::cpu", "optim::",
             "elementwise", "unary_map", "binary_map", "pulp", "at::native", "at::vec",
+            # A kernel's rayon body (the optimizer walk, an element-wise map) is a closure.
+            "FnMut<A> for &F>::call_mut",
         ),
     ),
     (
@@ -102,6 +107,29 @@ def phase_times(loss_fn, opt, in_backward: bool, steps: int) -> dict[str, list[f
     return times
 
 
+@contextlib.contextmanager
+def perf_enabled():
+    """Under `--perf`, perf records only while this is open (its control fifos): the measured
+    steps, not the imports and the model's construction."""
+    fifos = os.environ.get(PERF_CTL)
+    if not fifos:
+        yield
+        return
+    ctl_path, ack_path = fifos.split(",")
+    with open(ctl_path, "w") as ctl, open(ack_path) as ack:
+
+        def command(c: str) -> None:
+            ctl.write(c + "\n")
+            ctl.flush()
+            ack.readline()
+
+        command("enable")
+        try:
+            yield
+        finally:
+            command("disable")
+
+
 def child(args: argparse.Namespace) -> None:
     """One system in this process: phases, or the steps under pyinstrument, as JSON."""
     sizes = json.loads(args.sizes)
@@ -119,7 +147,8 @@ def child(args: argparse.Namespace) -> None:
         (out / f"pyinstrument-{args.system}.html").write_text(profiler.output_html())
         print(profiler.output_text(unicode=False, color=False, show_all=False))
         return
-    times = phase_times(loss_fn, opt, in_backward, args.steps)
+    with perf_enabled():
+        times = phase_times(loss_fn, opt, in_backward, args.steps)
     steps = [sum(ts) for ts in zip(*times.values(), strict=True)]
     result = {p: statistics.median(ts) for p, ts in times.items()}
     result["step"] = statistics.median(steps)
@@ -178,8 +207,23 @@ def perf_profile(args: argparse.Namespace, env: dict[str, str], system: str) -> 
         print("perf is not installed (apt-get install linux-perf)", file=sys.stderr)
         return {}
     data = args.out / f"perf-{system}.data"
-    record = ["perf", "record", "-q", "-e", "cpu-clock", "-F", "4000", "-o", str(data), "--"]
-    subprocess.run(record + child_cmd(args, system, "phases"), env=env, capture_output=True)
+    ctl, ack = args.out / f"perf-{system}.ctl", args.out / f"perf-{system}.ack"
+    for fifo in (ctl, ack):
+        fifo.unlink(missing_ok=True)
+        os.mkfifo(fifo)
+    record = [
+        "perf", "record", "-q", "-e", "cpu-clock", "-F", "4000", "-o", str(data),
+        "-D", "-1", "--control", f"fifo:{ctl},{ack}", "--",
+    ]  # fmt: skip
+    env = {**env, PERF_CTL: f"{ctl},{ack}"}
+    proc = subprocess.run(
+        record + child_cmd(args, system, "phases"), env=env, capture_output=True, text=True
+    )
+    for fifo in (ctl, ack):
+        fifo.unlink()
+    if proc.returncode != 0:
+        print(f"perf record failed: {proc.stderr[-1000:]}", file=sys.stderr)
+        return {}
     report = subprocess.run(
         ["perf", "report", "-i", str(data), "--stdio", "--no-children", "-q",
          "--sort", "dso,symbol", "--percent-limit", "0.01"],
