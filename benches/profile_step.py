@@ -57,8 +57,9 @@ GROUPS = [
         (
             "backend::cpu", "candle_core::cpu_backend", "candle_core::cpu", "optim::",
             "elementwise", "unary_map", "binary_map", "pulp", "at::native", "at::vec",
-            # A kernel's rayon body (the optimizer walk, an element-wise map) is a closure.
-            "FnMut<A> for &F>::call_mut",
+            # A kernel's rayon body (the optimizer walk, an element-wise map) is a closure, or
+            # inlined into rayon's fold.
+            "FnMut<A> for &F>::call_mut", "Producer::fold_with",
         ),
     ),
     (
