@@ -1,6 +1,7 @@
 //! Each of gradstream's own CPU kernels against candle's equivalent, on the sizes the
 //! workloads use: the CPU backend against the candle backend (candle's ops), on the same
-//! CPU tensors. Prints a Markdown table (median of 7 runs after a warm-up).
+//! CPU tensors. Prints a Markdown table (median of 7 runs after a warm-up; at the small sizes
+//! each run repeats the op enough times to outlast the timer's noise).
 //!
 //! cargo run --profile dev-release --example kernels
 
@@ -14,13 +15,16 @@ use _core::backend::{
 };
 use candle_core::{Device, Tensor};
 
-fn median_ms(mut f: impl FnMut()) -> f64 {
+/// Milliseconds per call: the median of 7 runs of `reps` calls each.
+fn median_ms(reps: usize, mut f: impl FnMut()) -> f64 {
     f();
     let mut t: Vec<f64> = (0..7)
         .map(|_| {
             let s = Instant::now();
-            f();
-            s.elapsed().as_secs_f64() * 1e3
+            for _ in 0..reps {
+                f();
+            }
+            s.elapsed().as_secs_f64() * 1e3 / reps as f64
         })
         .collect();
     t.sort_by(|a, b| a.total_cmp(b));
@@ -28,8 +32,16 @@ fn median_ms(mut f: impl FnMut()) -> f64 {
 }
 
 fn row(op: &str, size: &str, ours: impl FnMut(), candle: impl FnMut()) {
-    let (a, b) = (median_ms(ours), median_ms(candle));
-    println!("| {op} | {size} | {a:.2} | {b:.2} | {:.1}x |", b / a);
+    row_reps(op, size, 1, ours, candle)
+}
+
+fn row_reps(op: &str, size: &str, reps: usize, ours: impl FnMut(), candle: impl FnMut()) {
+    let (a, b) = (median_ms(reps, ours), median_ms(reps, candle));
+    let digits = if a < 0.1 { 4 } else { 2 };
+    println!(
+        "| {op} | {size} | {a:.digits$} | {b:.digits$} | {:.1}x |",
+        b / a
+    );
 }
 
 fn randn(dims: &[usize]) -> Tensor {
@@ -48,17 +60,97 @@ fn adam_candle(p: &Tensor, g: &Tensor, m: &Tensor, v: &Tensor) -> candle_core::R
     Ok(())
 }
 
+type Kernel<'a> = Box<dyn Fn() + Sync + 'a>;
+
+/// Where rayon starts to pay: each kernel in a one-thread pool against the global pool, by
+/// size. Below the crossing a kernel should stay on the calling thread.
+fn parallel_threshold(cpu: &Cpu) {
+    let one = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .unwrap();
+    let threads = rayon::current_num_threads();
+    println!();
+    println!("| op | size | 1 thread ms | {threads} threads ms | 1 thread / {threads} threads |");
+    println!("|---|---|---:|---:|---:|");
+    let s = StepRule::Adam(AdamStep {
+        base: AdamBase {
+            lr: 1e-3,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay: 0.0,
+            decoupled: false,
+        },
+        step_size: 1e-3,
+        bias_correction2_sqrt: 1.0,
+        amsgrad: false,
+    });
+    let prep = GradPrep {
+        scale: 1.0,
+        clip_value: None,
+        maximize: false,
+    };
+    for n in [
+        1usize << 15,
+        1 << 16,
+        1 << 17,
+        1 << 18,
+        1 << 19,
+        1 << 20,
+        1 << 21,
+    ] {
+        let size = format!("{}K", n >> 10);
+        let reps = ((1 << 21) / n).max(1);
+        let (x, y) = (randn(&[n]), randn(&[n]));
+        let (m, v) = (randn(&[n]).abs().unwrap(), randn(&[n]).abs().unwrap());
+        let kernels: [(&str, Kernel); 4] = [
+            (
+                "add",
+                Box::new(|| drop(cpu.binary("op", Bin::Add, &x, &y).unwrap())),
+            ),
+            (
+                "exp",
+                Box::new(|| drop(cpu.unary("op", UnaryOp::Exp, &x).unwrap())),
+            ),
+            (
+                "add_ (in place)",
+                Box::new(|| cpu.update("add_", &m, &y, Update::Add).unwrap()),
+            ),
+            (
+                "Adam step (in place)",
+                Box::new(|| cpu.optim_step(&x, &y, &[&m, &v], &s, &prep).unwrap()),
+            ),
+        ];
+        for (name, k) in &kernels {
+            let serial = median_ms(reps, || one.install(k));
+            let pool = median_ms(reps, k);
+            println!(
+                "| {name} | {size} | {serial:.4} | {pool:.4} | {:.2}x |",
+                serial / pool
+            );
+        }
+    }
+}
+
 fn main() {
     let (cpu, cdl) = (Cpu, Candle);
     println!("| op | size | ours ms | candle ms | candle / ours |");
     println!("|---|---|---:|---:|---:|");
-    for n in [1usize << 20, 1 << 24] {
-        let size = format!("{}M", n >> 20);
+    // 8K: an activation of the small workload (batch 32 × 256); 64K: one of its weights.
+    for n in [1usize << 13, 1 << 16, 1 << 20, 1 << 24] {
+        let size = if n >= 1 << 20 {
+            format!("{}M", n >> 20)
+        } else {
+            format!("{}K", n >> 10)
+        };
+        let reps = ((1 << 20) / n).max(1);
         let x = randn(&[n]);
         let y = randn(&[n]);
-        row(
+        row_reps(
             "relu (+1-bit mask)",
             &size,
+            reps,
             || drop(cpu.threshold("relu", &x, 0.0, 0.0, true).unwrap()),
             || drop(cdl.threshold("relu", &x, 0.0, 0.0, true).unwrap()),
         );
@@ -74,9 +166,10 @@ fn main() {
             ("softplus", softplus),
             ("exp", UnaryOp::Exp),
         ] {
-            row(
+            row_reps(
                 name,
                 &size,
+                reps,
                 || drop(cpu.unary("op", op, &x).unwrap()),
                 || drop(cdl.unary("op", op, &x).unwrap()),
             );
@@ -87,17 +180,19 @@ fn main() {
             ("add", Bin::Add),
             ("mul", Bin::Mul),
         ] {
-            row(
+            row_reps(
                 name,
                 &size,
+                reps,
                 || drop(cpu.binary("op", op, &y, &x).unwrap()),
                 || drop(cdl.binary("op", op, &y, &x).unwrap()),
             );
         }
         let acc = randn(&[n]);
-        row(
+        row_reps(
             "add_ (in place)",
             &size,
+            reps,
             || cpu.update("add_", &acc, &x, Update::Add).unwrap(),
             || cdl.update("add_", &acc, &x, Update::Add).unwrap(),
         );
@@ -125,13 +220,15 @@ fn main() {
             clip_value: None,
             maximize: false,
         };
-        row(
+        row_reps(
             "Adam step (in place)",
             &size,
+            reps,
             || cpu.optim_step(&p, &y, &[&m, &v], &rule, &prep).unwrap(),
             || adam_candle(&p, &y, &m, &v).unwrap(),
         );
     }
+    parallel_threshold(&cpu);
     let rows = randn(&[65536, 256]);
     let size = "65536x256";
     for (name, k) in [

@@ -292,6 +292,7 @@ def test_smoke_end_to_end(tmp_path, torch_ref):
             assert r["reason"] and not r["system"].startswith("torch"), (key, r)
             continue
         assert r["peak_bytes"] > 0 and r["step_seconds"] > 0, (key, r)
+        assert r["step_min_seconds"] <= r["step_seconds"] <= r["step_max_seconds"], (key, r)
         assert r["lower_bound_bytes"] == result["lower_bounds"][key[0]]["total"]
         assert r["peak_vs_bound"] == pytest.approx(r["peak_bytes"] / r["lower_bound_bytes"])
         assert len(r["losses"]) == 3 and all(math.isfinite(x) for x in r["losses"])
@@ -310,6 +311,7 @@ def test_smoke_end_to_end(tmp_path, torch_ref):
 
     md = (out / "results.md").read_text()
     assert "| workload | system | peak MiB |" in md and "## Lower bounds" in md
+    assert "| step s | min s | max s |" in md
     try:
         import matplotlib  # noqa: F401
 
@@ -323,3 +325,68 @@ def test_tensorfile_load_gives_writable_arrays(tmp_path):
     w = tensorfile.load(tmp_path / "t.safetensors")["w"]
     assert w.flags.writeable and w.flags.owndata
     w[0, 0] = 5.0
+
+
+def test_small_is_the_mlp_model_at_overhead_sizes():
+    wl = workloads.make("small")
+    assert (wl.depth, wl.width, wl.batch, wl.model) == (4, 256, 32, "mlp")
+    assert runner.steps_for(runner.Config(["small"], ["torch"]), wl) == 300
+    b = wl.lower_bound()
+    params = 4 * 256 * 257 * 4
+    assert b["parameters"] == params and b["optimizer_state"] == 2 * params
+    assert b["saved_activations"] == 6 * 32 * 256 * 4
+    assert b["largest_gradient"] == 256 * 256 * 4
+    t = wl.tensors(0)
+    assert sum(v.size for k, v in t.items() if "." in k) == wl.num_params()
+    assert t["x"].shape == t["target"].shape == (32, 256)
+    # The candle program runs it as its mlp, the depth from the workload.
+    cmd = candle.command(Path("cb"), wl, Path("d"), 2, 2)
+    assert cmd[cmd.index("--workload") + 1] == "mlp" and cmd[-2:] == ["--depth", "4"]
+
+
+def test_step_spread_min_and_max_from_every_step():
+    rec = _rec("torch", 1.0, 0.5, seconds=0.2)
+    rec["step_times"] = [0.3, 0.1, 0.2, 0.25, 0.15]
+    runner._complete(rec, 10, 5)
+    assert (rec["step_min_seconds"], rec["step_max_seconds"]) == (0.1, 0.3)
+    cnd = _rec("candle", 1.0, 0.5, seconds=0.004)  # no step_times: the median is all there is
+    runner._complete(cnd, 10, 1)
+    assert cnd["step_min_seconds"] == cnd["step_max_seconds"] == 0.004
+
+
+def test_repeats_merge_into_the_median_of_process_medians():
+    recs = [_rec("gradstream", 1.0, 0.5, peak=p * MIB, seconds=s) for p, s in ((3, 2.0), (5, 1.0))]
+    recs.append(_rec("gradstream", 1.0, 0.5, peak=4 * MIB, seconds=4.0))
+    for r, times in zip(recs, ([2.0, 2.5], [1.0, 0.9], [4.0, 6.0]), strict=True):
+        r["step_times"] = times
+    merged = runner.merge_repeats(recs)
+    assert merged["process_step_seconds"] == [2.0, 1.0, 4.0]
+    assert merged["step_seconds"] == 2.0
+    assert merged["peak_bytes"] == 5 * MIB
+    assert sorted(merged["step_times"]) == [0.9, 1.0, 2.0, 2.5, 4.0, 6.0]
+    runner._complete(merged, 10, 2)
+    assert (merged["step_min_seconds"], merged["step_max_seconds"]) == (0.9, 6.0)
+    result = {"records": [merged]}
+    assert report.process_spread(result) == [
+        "mlp / gradstream: 3 processes, median step 1.000 / 2.000 / 4.000 s (min / median / max)"
+    ]
+    failed = {"workload": "mlp", "system": "gradstream", "status": "error", "reason": "boom"}
+    assert runner.merge_repeats([recs[0], failed]) is failed
+    assert runner.merge_repeats([recs[1]]) is recs[1]
+
+
+def test_table_shows_small_step_times_with_their_digits():
+    rec = _rec("torch", 1.0, 0.5, seconds=0.0004321)
+    rec["step_times"] = [0.0004321, 0.0003999, 0.0012]
+    runner._complete(rec, 10, 3)
+    row = dict(zip([c for c, _ in report.COLUMNS], report.rows({"records": [rec]})[0], strict=True))
+    assert (row["step s"], row["min s"], row["max s"]) == ("0.00043", "0.00040", "0.00120")
+
+
+def test_cli_repeat():
+    from gradstream.bench.__main__ import config, parse_args
+
+    assert config(parse_args(["--workload", "small", "--repeat", "3"])).repeat == 3
+    assert config(parse_args(["--workload", "small"])).repeat == 1
+    with pytest.raises(SystemExit, match="--repeat 0: expected at least 1"):
+        config(parse_args(["--repeat", "0"]))

@@ -33,7 +33,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--steps",
         type=int,
         help="measured steps after one warm-up step (default: 5; 3 for lora, whose default "
-        "sizes take seconds a step)",
+        "sizes take seconds a step; 300 for small, whose steps take a millisecond)",
+    )
+    p.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="processes per configuration, run round by round: the step time is the median of "
+        "their medians, and the table's min/max span every step of every process",
     )
     p.add_argument(
         "--threads", type=int, default=os.cpu_count() or 1, help="threads for every system"
@@ -81,6 +88,8 @@ def config(args: argparse.Namespace) -> runner.Config:
     systems = [s for s in args.systems.split(",") if s]
     if args.autocast:
         systems += [s for s in AUTOCAST if s not in systems]
+    if args.repeat < 1:
+        raise SystemExit(f"--repeat {args.repeat}: expected at least 1")
     for w in wls:
         if w not in workloads.WORKLOADS:
             raise SystemExit(f"unknown workload {w!r}; known: {', '.join(workloads.WORKLOADS)}")
@@ -110,6 +119,7 @@ def config(args: argparse.Namespace) -> runner.Config:
         timeout=args.timeout,
         build_candle=not args.no_build_candle,
         plain_progress=args.plain_progress,
+        repeat=args.repeat,
     )
 
 
@@ -127,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     result = runner.run(cfg)
     files = report.write(result, args.out)
     print(report.text_table(result))
+    for line in report.process_spread(result):
+        print(line)
     for note in result.get("notes", []):
         print(note)
     print(f"wrote {', '.join(files)} to {args.out}")

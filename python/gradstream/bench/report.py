@@ -17,6 +17,8 @@ COLUMNS = [
     ("× torch", "peak relative to `torch` on the same workload"),
     ("× torch-hook", "peak relative to `torch-hook` on the same workload"),
     ("step s", "median wall time of one training step (forward, backward, optimizer)"),
+    ("min s", "the fastest measured step"),
+    ("max s", "the slowest measured step"),
     ("× torch time", "step time relative to `torch`"),
     ("exact MiB", "gradstream's own exact peak of tensor bytes (`memory.max_memory_allocated`)"),
     ("loss", "loss of the first step, on the shared initial weights and inputs"),
@@ -26,6 +28,11 @@ COLUMNS = [
 
 def _fmt(x, spec: str) -> str:
     return "" if x is None else format(x, spec)
+
+
+def _time_spec(seconds: float) -> str:
+    """Three significant digits down to a step of about a millisecond, more below it."""
+    return ".3f" if seconds >= 0.1 else ".4f" if seconds >= 0.01 else ".5f"
 
 
 def rows(result: dict) -> list[list[str]]:
@@ -44,12 +51,31 @@ def rows(result: dict) -> list[list[str]]:
                 _fmt(r.get("peak_vs_bound"), ".2f"),
                 _fmt(r.get("ratio_to_torch", {}).get("peak"), ".2f"),
                 _fmt(r.get("ratio_to_torch_hook", {}).get("peak"), ".2f"),
-                _fmt(r["step_seconds"], ".3f"),
+                _fmt(r["step_seconds"], _time_spec(r["step_seconds"])),
+                _fmt(r.get("step_min_seconds"), _time_spec(r["step_seconds"])),
+                _fmt(r.get("step_max_seconds"), _time_spec(r["step_seconds"])),
                 _fmt(r.get("ratio_to_torch", {}).get("time"), ".2f"),
                 _fmt(r["exact_peak_bytes"] / MIB, ".1f") if "exact_peak_bytes" in r else "",
                 _fmt(r.get("loss"), ".6g") + loss_mark,
                 _fmt(r.get("final_loss"), ".6g") + loss_mark,
             ]
+        )
+    return out
+
+
+def process_spread(result: dict) -> list[str]:
+    """With --repeat: per configuration, the min/median/max of its processes' median step
+    times, the spread a ratio between systems has to clear."""
+    out = []
+    for r in result["records"]:
+        medians = r.get("process_step_seconds")
+        if r.get("status") != "ok" or not medians:
+            continue
+        spec = _time_spec(r["step_seconds"])
+        lo, mid, hi = min(medians), r["step_seconds"], max(medians)
+        out.append(
+            f"{r['workload']} / {r['system']}: {len(medians)} processes, median step "
+            f"{lo:{spec}} / {mid:{spec}} / {hi:{spec}} s (min / median / max)"
         )
     return out
 
@@ -82,17 +108,23 @@ def markdown(result: dict) -> str:
     if isinstance(steps, dict):  # each workload's default
         steps = ", ".join(f"{n} {k}" for k, n in steps.items())
     head = [c for c, _ in COLUMNS]
+    repeat = meta.get("repeat", 1)
+    processes = f", each configuration in {repeat} processes" if repeat > 1 else ""
     lines = [
         "# gradstream benchmark",
         "",
         f"`{meta['command']}` — {meta['date']}, {meta['threads']} threads, "
-        f"{steps} measured steps after one warm-up step, preset `{meta['preset']}`.",
+        f"{steps} measured steps after one warm-up step, preset `{meta['preset']}`{processes}.",
         "",
         "| " + " | ".join(head) + " |",
         "|" + "|".join("---" if i < 2 else "---:" for i in range(len(head))) + "|",
     ]
     for row in rows(result):
         lines.append("| " + " | ".join(row) + " |")
+    spread = process_spread(result)
+    if spread:
+        lines += ["", "## Step time over processes", ""]
+        lines += [f"- {line}" for line in spread]
     lines += ["", "## Systems", ""]
     for name in dict.fromkeys(r["system"] for r in result["records"]):
         lines.append(f"- **{name}**: {BY_NAME[name].note}.")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -32,6 +33,7 @@ class Config:
     timeout: float = 1800.0
     build_candle: bool = True
     plain_progress: bool = False
+    repeat: int = 1  # processes per configuration, run in turn with the other configurations
 
 
 def child_env(threads: int) -> dict[str, str]:
@@ -94,41 +96,44 @@ def run(cfg: Config, log=lambda s: print(s, file=sys.stderr)) -> dict:
             reasons["candle"] = f"not built ({candle.binary()} missing) and --no-build-candle"
 
     env = child_env(cfg.threads)
-    records = []
+    runs: dict[tuple[str, str], list[dict]] = {}
     with tempfile.TemporaryDirectory(prefix="gradstream-bench-") as tmp:
         data: dict[str, Path] = {}
-        bar = progress.bar(len(matrix), plain=cfg.plain_progress)
+        bar = progress.bar(len(matrix) * cfg.repeat, plain=cfg.plain_progress)
         try:
-            for wl, system in matrix:
-                bar.set_description(f"{wl.name} / {system.name}")
-                rec = {"workload": wl.name, "system": system.name}
-                reason = reasons.get(system.name) or unavailable_reason(system, wl.name)
-                steps = steps_for(cfg, wl)
-                if reason:
-                    rec.update(status="skipped", reason=reason)
-                else:
-                    if wl.name not in data:
-                        data[wl.name] = Path(tmp) / f"{wl.name}.safetensors"
-                        tensorfile.save(data[wl.name], wl.tensors(SEED))
-                    if system.kind == "candle":
-                        cmd = candle.command(exe, wl, data[wl.name], steps, cfg.threads)
+            # Round by round: a load on the machine that comes and goes falls on every system.
+            for _ in range(cfg.repeat):
+                for wl, system in matrix:
+                    bar.set_description(f"{wl.name} / {system.name}")
+                    rec = {"workload": wl.name, "system": system.name}
+                    reason = reasons.get(system.name) or unavailable_reason(system, wl.name)
+                    steps = steps_for(cfg, wl)
+                    if reason:
+                        rec.update(status="skipped", reason=reason)
                     else:
-                        spec = {
-                            "impl": system.impl,
-                            "variant": system.variant,
-                            "workload": wl.name,
-                            "sizes": workloads.sizes(wl),
-                            "data": str(data[wl.name]),
-                            "steps": steps,
-                            "threads": cfg.threads,
-                        }
-                        cmd = [sys.executable, "-m", "gradstream.bench.child", json.dumps(spec)]
-                    rec.update(run_one(cmd, env, cfg.timeout))
-                records.append(rec)
-                bar.write(_summary(rec))
-                bar.update()
+                        if wl.name not in data:
+                            data[wl.name] = Path(tmp) / f"{wl.name}.safetensors"
+                            tensorfile.save(data[wl.name], wl.tensors(SEED))
+                        if system.kind == "candle":
+                            cmd = candle.command(exe, wl, data[wl.name], steps, cfg.threads)
+                        else:
+                            spec = {
+                                "impl": system.impl,
+                                "variant": system.variant,
+                                "workload": wl.name,
+                                "sizes": workloads.sizes(wl),
+                                "data": str(data[wl.name]),
+                                "steps": steps,
+                                "threads": cfg.threads,
+                            }
+                            cmd = [sys.executable, "-m", "gradstream.bench.child", json.dumps(spec)]
+                        rec.update(run_one(cmd, env, cfg.timeout))
+                    runs.setdefault((wl.name, system.name), []).append(rec)
+                    bar.write(_summary(rec))
+                    bar.update()
         finally:
             bar.close()
+    records = [merge_repeats(recs) for recs in runs.values()]
 
     bounds = {name: wl.lower_bound() for name, wl in wls.items()}
     for rec in records:
@@ -141,6 +146,22 @@ def run(cfg: Config, log=lambda s: print(s, file=sys.stderr)) -> dict:
         },
         "records": records,
     }
+
+
+def merge_repeats(recs: list[dict]) -> dict:
+    """One record from the processes of one configuration: the first process's figures, with
+    the step time the median of the processes' medians; `process_step_seconds` lists those
+    medians and `step_times` holds every measured step of every process. A failed process
+    makes the record that failure."""
+    failed = [r for r in recs if r.get("status") != "ok"]
+    if failed or len(recs) == 1:
+        return failed[0] if failed else recs[0]
+    rec = dict(recs[0])
+    rec["process_step_seconds"] = [r["step_seconds"] for r in recs]
+    rec["step_seconds"] = statistics.median(rec["process_step_seconds"])
+    rec["step_times"] = [t for r in recs for t in r.get("step_times", [])]
+    rec["peak_bytes"] = max(r["peak_bytes"] for r in recs)
+    return rec
 
 
 def _summary(rec: dict) -> str:
@@ -164,6 +185,8 @@ def _complete(rec: dict, bound: int, steps: int) -> None:
     rec["loss"] = losses[0] if losses else None
     rec["final_loss"] = losses[-1] if losses else None
     rec["peak_vs_bound"] = rec["peak_bytes"] / bound
+    times = rec.get("step_times") or [rec["step_seconds"]]
+    rec["step_min_seconds"], rec["step_max_seconds"] = min(times), max(times)
     if "exact_peak_bytes" in rec:
         rec["exact_peak_vs_bound"] = rec["exact_peak_bytes"] / bound
 
@@ -224,6 +247,7 @@ def _meta(cfg: Config, wls: dict) -> dict:
         if cfg.steps is not None
         else {name: wl.default_steps for name, wl in wls.items()},
         "threads": cfg.threads,
+        "repeat": cfg.repeat,
         "seed": SEED,
         "sizes": {name: workloads.sizes(wl) for name, wl in wls.items()},
         "python": platform.python_version(),

@@ -34,6 +34,7 @@ class MLP:
     lr: float = 1e-3
 
     name = "mlp"
+    model = "mlp"  # the model the systems build (and the candle program's --workload)
     optimizer = "adam"
     weight_decay = 0.0
     default_steps = 5
@@ -75,6 +76,20 @@ class MLP:
 
 
 @dataclass(frozen=True)
+class Small(MLP):
+    """The mlp model at a size where a step is a few hundred microseconds: the time is the
+    per-op overhead (Python, bindings, engine, allocation), not the arithmetic. Many measured
+    steps make the median steady against the load of the machine."""
+
+    depth: int = 4
+    width: int = 256
+    batch: int = 32
+
+    name = "small"
+    default_steps = 300
+
+
+@dataclass(frozen=True)
 class NeRF:
     """The tiny NeRF: `depth` × `width` MLP with a skip, positional encoding, volume rendering.
 
@@ -95,6 +110,7 @@ class NeRF:
     lr: float = 5e-4
 
     name = "nerf"
+    model = "nerf"
     optimizer = "adam"
     weight_decay = 0.0
     default_steps = 5
@@ -192,6 +208,7 @@ class CNN:
     weight_decay: float = 1e-2
 
     name = "cnn"
+    model = "cnn"
     optimizer = "adamw"
     default_steps = 5
 
@@ -313,6 +330,7 @@ class LoRA:
     weight_decay: float = 1e-2
 
     name = "lora"
+    model = "lora"
     optimizer = "adamw"
     # A step of the default size takes seconds on two cores for every system: three measured
     # steps keep the whole lora matrix within about ten minutes.
@@ -421,13 +439,14 @@ def _bound(params: int, state: int, saved: int, grad: int) -> dict[str, int]:
     }
 
 
-WORKLOADS = {"mlp": MLP, "nerf": NeRF, "cnn": CNN, "lora": LoRA}
+WORKLOADS = {"mlp": MLP, "small": Small, "nerf": NeRF, "cnn": CNN, "lora": LoRA}
 
 PRESETS: dict[str, dict[str, dict]] = {
-    "default": {"mlp": {}, "nerf": {}, "cnn": {}, "lora": {}},
+    "default": {"mlp": {}, "small": {}, "nerf": {}, "cnn": {}, "lora": {}},
     # Small sizes: the whole matrix in well under two minutes.
     "quick": {
         "mlp": {"depth": 6, "width": 1024, "batch": 64},
+        "small": {},
         "nerf": {"width": 128, "rays": 256, "samples": 32},
         "cnn": {"batch": 4, "size": 64},
         "lora": {"layers": 4, "seq": 256},
@@ -435,6 +454,7 @@ PRESETS: dict[str, dict[str, dict]] = {
     # For the tests: seconds.
     "tiny": {
         "mlp": {"depth": 2, "width": 256, "batch": 16},
+        "small": {"depth": 2, "width": 32, "batch": 8},
         "nerf": {"depth": 6, "width": 32, "skip": 2, "freqs": 2, "rays": 32, "samples": 16},
         # 8 channels at 8×8: the shape where the candle program works around candle's conv2d.
         "cnn": {"batch": 2, "size": 16, "width": 4, "stages": 2, "classes": 3},

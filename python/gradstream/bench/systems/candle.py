@@ -64,7 +64,7 @@ def build(manifest: Path | None = None, log=print) -> tuple[Path | None, str | N
 def command(exe: Path, workload, data: Path, steps: int, threads: int) -> list[str]:
     return [
         str(exe),
-        "--workload", workload.name,
+        "--workload", workload.model,
         "--data", str(data),
         "--steps", str(steps),
         "--threads", str(threads),

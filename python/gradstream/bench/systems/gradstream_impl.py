@@ -154,8 +154,10 @@ def build(workload, tensors: dict, variant: str) -> RunState:
         raise Unsupported(f"gradstream lacks an op this step uses: {e}") from e
 
 
-def _build(workload, tensors: dict, variant: str) -> RunState:
-    if workload.name == "mlp":
+def loss_and_params(workload, tensors: dict, variant: str = "standard") -> tuple:
+    """`(loss_fn, params)`: the workload's model on the shared weights; `loss_fn()` runs the
+    forward pass and the loss (also what benches/profile_step.py times phase by phase)."""
+    if workload.model == "mlp":
         layers = [_linear(tensors, n) for n, _, _ in workload.layer_shapes()]
         x = _tensor(tensors["x"])
         target = _tensor(tensors["target"])
@@ -166,7 +168,7 @@ def _build(workload, tensors: dict, variant: str) -> RunState:
                 h = torch.relu(layer(h))
             return _mse(h, target)
 
-    elif workload.name == "nerf":
+    elif workload.model == "nerf":
         shapes = workload.layer_shapes()
         layers = [_linear(tensors, n) for n, _, _ in shapes[:-2]]
         layers += [_linear(tensors, "sigma"), _linear(tensors, "rgb")]
@@ -197,8 +199,13 @@ def _build(workload, tensors: dict, variant: str) -> RunState:
     else:
         raise Unsupported(f"gradstream has no {workload.name} model")
 
-    if workload.name in ("mlp", "nerf"):
+    if workload.model in ("mlp", "nerf"):
         params = [p for layer in layers for p in layer.parameters()]
+    return loss_fn, params
+
+
+def _build(workload, tensors: dict, variant: str) -> RunState:
+    loss_fn, params = loss_and_params(workload, tensors, variant)
 
     if variant == "autocast":
         full_precision_loss = loss_fn

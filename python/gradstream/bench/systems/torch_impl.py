@@ -128,8 +128,10 @@ def optimizer(workload, params):
     return torch.optim.Adam(params, lr=workload.lr)
 
 
-def build(workload, tensors: dict, variant: str) -> RunState:
-    if workload.name == "mlp":
+def loss_and_params(workload, tensors: dict, variant: str = "standard") -> tuple:
+    """`(loss_fn, params)`: the workload's model on the shared weights; `loss_fn()` runs the
+    forward pass and the loss (also what benches/profile_step.py times phase by phase)."""
+    if workload.model == "mlp":
         model = MLP(workload, tensors)
         params = list(model.parameters())
         x = torch.from_numpy(tensors["x"])
@@ -141,7 +143,7 @@ def build(workload, tensors: dict, variant: str) -> RunState:
                 return torch.nn.functional.mse_loss(out, target)
             return torch.nn.functional.mse_loss(model(x), target)
 
-    elif workload.name == "nerf":
+    elif workload.model == "nerf":
         model = NeRFMLP(workload, tensors)
         params = list(model.parameters())
         enc = encode(torch.from_numpy(tensors["pts"]), workload.freqs)
@@ -169,7 +171,11 @@ def build(workload, tensors: dict, variant: str) -> RunState:
 
     else:
         raise Unsupported(f"torch has no {workload.name} model")
+    return loss_fn, params
 
+
+def build(workload, tensors: dict, variant: str) -> RunState:
+    loss_fn, params = loss_and_params(workload, tensors, variant)
     if variant == "autocast":
         full_precision_loss = loss_fn
 
