@@ -3,8 +3,8 @@
 //! NotImplementedError naming the op and the device.
 
 use super::{
-    AttentionOps, ConvOps, ElementwiseOps, IndexOps, InplaceOps, LinalgOps, MaskOps, NnOps,
-    NormOps, OptimOps, PoolOps, ReduceOps, RenderOps, SortOps,
+    AttentionOps, ConvOps, ElementwiseOps, IndexOps, InplaceOps, LinalgOps, MaskOps, MatmulOps,
+    NnOps, NormOps, OptimOps, PoolOps, ReduceOps, RenderOps, SortOps,
 };
 
 /// candle's ops on any device.
@@ -24,6 +24,7 @@ impl ConvOps for Candle {}
 impl PoolOps for Candle {}
 impl NormOps for Candle {}
 impl LinalgOps for Candle {}
+impl MatmulOps for Candle {}
 
 #[cfg(test)]
 mod tests {

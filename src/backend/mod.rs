@@ -27,8 +27,9 @@
 //! | `AttentionOps`                | FlashAttention-2 forward and backward              | NotImplementedError                      |
 //! | `ConvOps`                     | conv2d forward, input and weight grads (im2col + GEMM, groups) | candle's conv2d / conv_transpose2d (square args, groups=1) |
 //! | `LinalgOps`                   | LU, Cholesky, QR, SVD, eigh, triangular solves (faer) | NotImplementedError                   |
+//! | `MatmulOps`                   | f16/f32/f64 products on any strides (`gemm`, no copies) | candle's matmul (dense operands)       |
 //!
-//! Everything else is candle's on every device: matmul (`gemm`, rayon), casts, `cat`,
+//! Everything else is candle's on every device: casts, `cat`,
 //! `where_cond`, comparisons, `sum_keepdim`, `index_select`, views.
 //!
 //! Adding a device: a unit struct, an empty `impl XOps for It {}` per family (the
@@ -44,6 +45,7 @@ pub mod inplace;
 pub mod linalg;
 pub mod lines;
 pub mod mask;
+pub mod matmul;
 pub mod nn;
 pub mod norm;
 pub mod optim;
@@ -63,6 +65,7 @@ pub use inplace::{InplaceOps, Update};
 pub use linalg::LinalgOps;
 pub use lines::{LineKernel, Lines, ReduceOps};
 pub use mask::MaskOps;
+pub use matmul::MatmulOps;
 pub use nn::NnOps;
 pub use norm::NormOps;
 pub use optim::{
@@ -95,7 +98,8 @@ backend!(
     ConvOps,
     PoolOps,
     NormOps,
-    LinalgOps
+    LinalgOps,
+    MatmulOps
 );
 
 /// The backend of a device: one match, no allocation.

@@ -8,10 +8,11 @@ use crate::autocast;
 use crate::autograd::function::record;
 use crate::autograd::remat;
 use crate::autograd::saved::{save_crossed, unpack_crossed};
+use crate::backend;
 use crate::dtype::DType;
 use crate::error::{CandleContext, Error, Result};
 use crate::ops::binary::{add, mul, mul_scalar};
-use crate::ops::convert::{cast_data, dense_copy};
+use crate::ops::convert::cast_data;
 use crate::ops::shape::{expand, reshape, transpose, unsqueeze};
 use crate::ops::{broadcast_shape, broadcasts_to, promote, result_dtype};
 use crate::tensor::{shape_str, Tensor};
@@ -46,61 +47,33 @@ fn refuse_bool(op: &str, a: &Tensor, b: &Tensor) -> Result<()> {
     Ok(())
 }
 
-/// The candle product of two same-batch operands, any dtype but bool.
+/// The product of two same-batch operands, any dtype but bool, through the device's GEMM.
 fn product_data(
     a: &candle_core::Tensor,
     b: &candle_core::Tensor,
     dtype: DType,
 ) -> Result<candle_core::Tensor> {
-    // gemm takes row- or column-major operands; other layouts are made dense first.
-    let dense = |t: &candle_core::Tensor| -> Result<candle_core::Tensor> {
-        let l = t.layout();
-        let r = l.dims().len();
-        let s = l.stride();
-        let inner_ok = s[r - 1] == 1 || s[r - 2] == 1;
-        let batch_ok = (0..r - 2).all(|i| l.dims()[i] <= 1 || s[i] != 0);
-        if inner_ok && batch_ok {
-            Ok(t.clone())
-        } else {
-            dense_copy(t)
-        }
-    };
     let r = a.rank();
-    let k = a.dims()[r - 1];
-    if k == 0 {
+    if a.dims()[r - 1] == 0 {
         // An empty sum: zeros (gemm would leave the output uninitialised).
         let mut dims = a.dims().to_vec();
         dims[r - 1] = b.dims()[r - 1];
         return candle_core::Tensor::zeros(dims, dtype.candle(), a.device()).op("matmul");
     }
-    if r > 3 {
-        // candle's gemm takes at most one batch dim with one stride (two when they
-        // collapse): flatten the batch dims (a view when they collapse, else a copy).
-        let batch: usize = a.dims()[..r - 2].iter().product();
-        let flat = |t: &candle_core::Tensor| {
-            let d = t.dims();
-            t.reshape((batch, d[r - 2], d[r - 1])).op("matmul")
-        };
-        let out = product_data(&flat(a)?, &flat(b)?, dtype)?;
-        let mut dims = a.dims()[..r - 1].to_vec();
-        dims.push(b.dims()[r - 1]);
-        return out.reshape(dims).op("matmul");
-    }
+    let gemm = backend::on(a);
     if dtype == DType::BFloat16 && a.device().is_cpu() {
-        // candle's CPU gemm has no bfloat16 kernel: multiply in float32, round once.
+        // The CPU gemm has no bfloat16 kernel: multiply in float32, round once.
         let fa = cast_data(a, dtype, DType::Float32)?;
         let fb = cast_data(b, dtype, DType::Float32)?;
-        let out = dense(&fa)?.matmul(&dense(&fb)?).op("matmul")?;
-        return cast_data(&out, DType::Float32, dtype);
+        return cast_data(&gemm.matmul(&fa, &fb)?, DType::Float32, dtype);
     }
     if dtype.is_floating_point() {
-        return dense(a)?.matmul(&dense(b)?).op("matmul");
+        return gemm.matmul(a, b);
     }
     // gemm has no integer kernels: multiply in float64 (exact below 2^53) and cast back.
     let fa = cast_data(a, dtype, DType::Float64)?;
     let fb = cast_data(b, dtype, DType::Float64)?;
-    let out = dense(&fa)?.matmul(&dense(&fb)?).op("matmul")?;
-    cast_data(&out, DType::Float64, dtype)
+    cast_data(&gemm.matmul(&fa, &fb)?, DType::Float64, dtype)
 }
 
 /// A matrix (or batch of them) stored column-major: a transposed view of a dense one.

@@ -13,6 +13,7 @@ pub mod inplace;
 pub mod linalg;
 pub mod lines;
 pub mod mask;
+pub mod matmul;
 pub mod nn;
 pub mod norm;
 pub mod optim;
