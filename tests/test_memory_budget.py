@@ -257,6 +257,84 @@ def test_in_backward_optimizer_matches_unconstrained():
         np.testing.assert_array_equal(g, w)
 
 
+def _state(m, opt):
+    """Parameters, their `.grad` and the optimizer's state dict, copied."""
+
+    def copy(v):
+        return v.detach().clone() if isinstance(v, gs.Tensor) else v
+
+    sd = opt.state_dict()
+    return (
+        [p.detach().clone() for p in m.params],
+        [None if p.grad is None else p.grad.detach().clone() for p in m.params],
+        {i: {k: copy(v) for k, v in st.items()} for i, st in sd["state"].items()},
+        sd["param_groups"],
+    )
+
+
+def _assert_same_state(got, want):
+    for a, b in zip(got[0] + got[1], want[0] + want[1], strict=True):
+        assert (a is None) == (b is None)
+        if a is not None:
+            np.testing.assert_array_equal(a.numpy(), b.numpy())
+    assert got[2].keys() == want[2].keys()
+    for i, entry in want[2].items():
+        assert got[2][i].keys() == entry.keys()
+        for k, v in entry.items():
+            if isinstance(v, gs.Tensor):
+                np.testing.assert_array_equal(got[2][i][k].numpy(), v.numpy())
+            else:
+                assert got[2][i][k] == v
+    assert got[3] == want[3]
+
+
+IN_BACKWARD = {
+    "sgd-momentum": lambda ps: gs.optim.SGD(ps, lr=0.05, momentum=0.9, in_backward=True),
+    "adamw": lambda ps: gs.optim.AdamW(ps, lr=1e-2, weight_decay=0.1, in_backward=True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(IN_BACKWARD))
+def test_oom_in_backward_leaves_in_backward_optimizer_untouched(name):
+    """A budget the forward fits but the backward does not: the error comes before any
+    parameter is stepped, and training goes on exactly as if the step had not been tried."""
+    m, twin = Model(depth=4, width=32, points=512), Model(depth=4, width=32, points=512)
+    with gs.no_grad():
+        for p, q in zip(twin.params, m.params, strict=True):
+            p.copy_(q)
+    opt, twin_opt = IN_BACKWARD[name](m.params), IN_BACKWARD[name](twin.params)
+    gc.collect()
+    base = memory.memory_allocated()
+    memory.reset_peak_memory_stats()
+    m.loss().backward()  # the optimizer's state exists from here on
+    twin.loss().backward()
+    peak = memory.max_memory_allocated()
+    raised_in_backward = False
+    for f in np.linspace(1.0, 0.3, 71):
+        before = _state(m, opt)
+        stage, loss = "forward", None
+        try:
+            with memory.budget(int(base + f * (peak - base))):
+                loss = m.loss()
+                stage = "backward"
+                loss.backward()
+        except gs.OutOfMemoryError as e:
+            assert "budget" in str(e) and "at least" in str(e)
+            loss = None
+            gc.collect()
+            _assert_same_state(_state(m, opt), before)
+            if stage == "backward":
+                assert opt.stepped_in_backward() == []
+                raised_in_backward = True
+                break
+            continue
+        twin.loss().backward()  # the step fitted: the twin takes it too
+    assert raised_in_backward
+    m.loss().backward()
+    twin.loss().backward()
+    _assert_same_state(_state(m, opt), _state(twin, twin_opt))
+
+
 def test_set_budget_and_parse():
     assert memory.get_budget() is None
     assert memory.set_budget("300MiB") is None
