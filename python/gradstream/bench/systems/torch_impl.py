@@ -165,7 +165,10 @@ def build(workload, tensors: dict, variant: str) -> RunState:
             return torch.nn.functional.mse_loss(render(sigma, rgb, dists), target)
 
     elif workload.name in MODELS:
-        loss_fn, params = MODELS[workload.name].build(torch, workload, tensors, torch.from_numpy)
+        segments = int(variant.partition(":")[2]) if variant.startswith("sequential:") else None
+        loss_fn, params = MODELS[workload.name].build(
+            torch, workload, tensors, torch.from_numpy, segments=segments
+        )
 
     else:
         raise Unsupported(f"torch has no {workload.name} model")
