@@ -290,15 +290,17 @@ pub fn run_backward(
         root_grads.push((edge, g));
     }
     let _context = ContextGuard;
-    let (mut graph, ready) = prepare(&root_grads, opts)?;
+    let (mut graph, mut ready) = prepare(&root_grads, opts)?;
     if must_probe(&graph, opts) {
-        let (mut probe_graph, probe_ready) = prepare(&root_grads, opts)?;
-        let probed = run_nodes(&mut probe_graph, probe_ready, opts, &mut [], true);
+        let probed = run_nodes(&mut graph, ready, opts, &mut [], true);
         if probed.is_err() && !opts.retain_graph {
             graph.release_unrun();
         }
         probed?;
+        (graph, ready) = prepare(&root_grads, opts)?;
     }
+    // The graph holds the roots' gradients now, and frees each where it is consumed.
+    drop(root_grads);
     let mut results: Vec<Option<Tensor>> = vec![None; opts.inputs.map_or(0, |i| i.len())];
     let run = run_nodes(&mut graph, ready, opts, &mut results, false);
     if run.is_err() && !opts.retain_graph {
