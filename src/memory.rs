@@ -523,6 +523,14 @@ pub fn is_unique(key: usize) -> bool {
     })
 }
 
+/// How many gradstream tensors wrap this buffer (0 when untracked).
+pub fn refs(key: usize) -> usize {
+    if mode() == Mode::Off {
+        return 0;
+    }
+    guarded(|| registry().lock().buffers.get(&key).map_or(0, |e| e.refs))
+}
+
 /// Whether a tensor holding this buffer has the role (e.g. a parameter's).
 pub fn has_role(key: usize, role: Role) -> bool {
     guarded(|| {

@@ -39,3 +39,36 @@ def test_budget_sweep_smoke(tmp_path, torch_ref):
     findings = result["findings"]["nerf"]
     assert len(findings["at_equal_peak"]) == depth + 1
     assert "| workload | system | budget MiB |" in (out / "budget_sweep.md").read_text()
+
+
+def test_budget_sweep_lora_and_cnn_stages(tmp_path, torch_ref):
+    """lora in the sweep: budgets bit-identical and within budget, PyTorch's
+    checkpoint_sequential at every block count; cnn's stages are its modules."""
+    from gradstream.bench import budget_sweep, workloads
+
+    assert budget_sweep.stages(workloads.make("cnn", "tiny")) == len(
+        workloads.make("cnn", "tiny").layers()
+    )
+    out = tmp_path / "out"
+    cmd = [
+        sys.executable, "-m", "gradstream.bench", "--budget-sweep",
+        "--preset", "tiny", "--steps", "1", "--threads", "1",
+        "--workloads", "lora", "--out", str(out),
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr
+    records = json.loads((out / "budget_sweep.json").read_text())["records"]
+    mine = [r for r in records if r["system"] == "gradstream"]
+    budgeted = [r for r in mine[1:] if r["status"] == "ok"]
+    assert budgeted, mine
+    for r in budgeted:
+        assert r["exact_peak_bytes"] <= r["budget"]
+        assert r["same_losses"], r
+        assert r["budget_stats"]["evictions"] > 0
+    seq = [r for r in records if r["system"] == "torch-checkpoint_sequential"]
+    layers = workloads.make("lora", "tiny").layers
+    assert [r["segments"] for r in seq] == list(range(1, layers + 1))
+    torch_loss = next(r for r in records if r["system"] == "torch")["losses"][0]
+    for r in seq:
+        assert r["status"] == "ok", r
+        assert r["losses"][0] == pytest.approx(torch_loss, rel=1e-5)

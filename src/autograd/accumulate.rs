@@ -25,6 +25,16 @@ impl AccumulateGrad {
         }
     }
 
+    /// Accepting a gradient has effects beyond `.grad`: a consumer takes it, or the leaf
+    /// has post-accumulate hooks (an in-backward optimizer's step).
+    pub fn has_effects(&self, consumer: Option<GradConsumer>) -> bool {
+        consumer.is_some()
+            || self
+                .leaf
+                .upgrade()
+                .is_some_and(|l| !l.meta.lock().post_accumulate_hooks.is_empty())
+    }
+
     /// The leaf's gradient is final: its hooks (`register_hook`), then `.grad` (or the
     /// consumer, which gets the gradient instead), then the post-accumulate hooks, which
     /// may take the gradient away (`set_to_none`).

@@ -2,7 +2,8 @@
 //! would take the live bytes past the budget, saved activations are evicted, lowest DTR
 //! score first (Kirisame et al., ICLR 2021: cost / (bytes × staleness)), until it fits.
 //! Evicted activations are recomputed from their recipe (`remat`) when the backward needs
-//! them. Only buffers that nothing but a saved cell holds are evicted: never parameters,
+//! them. The unit of eviction is a buffer: the cells holding it (an activation and its
+//! saved views) drop it together, and only when nothing else holds it: never parameters,
 //! gradients, optimizer state, or tensors the user (or anything else) holds.
 //!
 //! When even evicting every candidate leaves too little room, the op's result is counted
@@ -10,12 +11,13 @@
 //! result, the end of the backward node).
 
 use std::cell::Cell as LocalCell;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
 
-use crate::autograd::remat::Cell;
+use crate::autograd::remat::{self, Cell};
 use crate::error::{Error, Result};
 use crate::memory::{self, Category};
 
@@ -103,26 +105,48 @@ pub fn make_room(bytes: usize, budget: u64) {
         p.iter().filter_map(Weak::upgrade).collect()
     };
     let now = tick();
-    let mut scored: Vec<(f64, Arc<Cell>)> = candidates
+    let mut groups: HashMap<usize, Vec<Arc<Cell>>> = HashMap::new();
+    for c in candidates {
+        if let Some(k) = c.held_key() {
+            groups.entry(k).or_default().push(c);
+        }
+    }
+    // DTR's score over a buffer's cells: their recompute cost over the buffer's bytes
+    // times the staleness of its most recent use. Lowest goes first.
+    let mut scored: Vec<(f64, usize, Vec<Arc<Cell>>)> = groups
         .into_iter()
-        .filter_map(|c| c.score(now).map(|s| (s, c)))
+        .filter(|(k, cells)| remat::evictable(*k, cells.len()))
+        .filter_map(|(_, cells)| {
+            let mut cost = 0.0;
+            let mut last = 0;
+            for c in &cells {
+                let (c, l) = c.cost_and_last_use()?;
+                cost += c;
+                last = last.max(l);
+            }
+            let bytes = cells.iter().map(|c| c.bytes).max().unwrap_or(0);
+            let stale = now.saturating_sub(last) + 1;
+            Some((
+                (cost + 1e-9) / (bytes.max(1) as f64 * stale as f64),
+                bytes,
+                cells,
+            ))
+        })
         .collect();
     scored.sort_by(|a, b| a.0.total_cmp(&b.0));
     let recording = memory::is_recording();
-    for (_, c) in scored {
+    for (_, bytes, cells) in scored {
         if fits() {
             break;
         }
         let prev = recording.then(|| memory::set_phase(memory::EVICT));
-        let freed = c.evict();
+        cells.iter().for_each(|c| c.evict());
         if let Some(p) = prev {
             memory::set_phase(&p);
         }
-        if freed > 0 {
-            let mut s = STATS.lock();
-            s.evictions += 1;
-            s.evicted_bytes += freed as u64;
-        }
+        let mut s = STATS.lock();
+        s.evictions += 1;
+        s.evicted_bytes += bytes as u64;
     }
     if !fits() {
         *PENDING.lock() = Some(message(bytes, budget));

@@ -12,6 +12,10 @@
 //! 5. When a node, a hook or a consumer fails (or Ctrl-C stops it), the nodes that have
 //!    not run release their saved tensors as if they had (unless `retain_graph`), so a
 //!    failed pass leaves behind no more than a finished one.
+//! 6. Under a memory budget, when a leaf's gradient has effects beyond `.grad` (an
+//!    in-backward optimizer's step, a gradient consumer), the pass is first probed: run
+//!    to the end with the graph retained and no effects (see `probe`). An
+//!    `OutOfMemoryError` is then raised before any parameter was stepped.
 
 use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
@@ -93,6 +97,7 @@ impl NodeState {
         &mut self,
         opts: &BackwardOptions,
         results: &mut [Option<Tensor>],
+        probe: bool,
     ) -> Result<Vec<Option<Tensor>>> {
         let base = self.node.base();
         let mut grads = Vec::with_capacity(self.pending.len());
@@ -101,6 +106,10 @@ impl NodeState {
                 grads.push(None);
                 continue;
             };
+            if probe {
+                grads.push(Some(g));
+                continue;
+            }
             let g = base.run_pre_hooks(output, g)?;
             if let Some(t) = base.retained(output) {
                 let sum = match t.take_grad() {
@@ -280,37 +289,73 @@ pub fn run_backward(
             .expect("a tensor that requires grad has an edge");
         root_grads.push((edge, g));
     }
-    let root_edges: Vec<Edge> = root_grads.iter().map(|(e, _)| e.clone()).collect();
-    let mut graph = Graph::discover(&root_edges);
-    graph.mark_targets(opts.inputs)?;
-    graph.count_dependencies();
-
-    let mut ready = ReadyQueue::default();
-    for (e, g) in root_grads {
-        let s = graph.states.get_mut(&e.key()).expect("discovered");
-        if s.needed {
-            s.add(e.input_nr, g, opts.create_graph)?;
-            // A root that another root leads to waits for its dependencies like any node.
-            ready.push_if_ready(e.key(), s);
-        }
-    }
-
-    let mut results: Vec<Option<Tensor>> = vec![None; opts.inputs.map_or(0, |i| i.len())];
     let _context = ContextGuard;
-    let run = run_nodes(&mut graph, ready, opts, &mut results);
+    let (mut graph, mut ready) = prepare(&root_grads, opts)?;
+    if must_probe(&graph, opts) {
+        let probed = run_nodes(&mut graph, ready, opts, &mut [], true);
+        if probed.is_err() && !opts.retain_graph {
+            graph.release_unrun();
+        }
+        probed?;
+        (graph, ready) = prepare(&root_grads, opts)?;
+    }
+    // The graph holds the roots' gradients now, and frees each where it is consumed.
+    drop(root_grads);
+    let mut results: Vec<Option<Tensor>> = vec![None; opts.inputs.map_or(0, |i| i.len())];
+    let run = run_nodes(&mut graph, ready, opts, &mut results, false);
     if run.is_err() && !opts.retain_graph {
         graph.release_unrun();
     }
     run.map(|()| results)
 }
 
-/// Step 3: run the ready nodes until none is left.
+/// Steps 1 and 2, and the roots' gradients in place: the graph and its first ready nodes.
+fn prepare(root_grads: &[(Edge, Tensor)], opts: &BackwardOptions) -> Result<(Graph, ReadyQueue)> {
+    let root_edges: Vec<Edge> = root_grads.iter().map(|(e, _)| e.clone()).collect();
+    let mut graph = Graph::discover(&root_edges);
+    graph.mark_targets(opts.inputs)?;
+    graph.count_dependencies();
+    let mut ready = ReadyQueue::default();
+    for (e, g) in root_grads {
+        let s = graph.states.get_mut(&e.key()).expect("discovered");
+        if s.needed {
+            s.add(e.input_nr, g.clone(), opts.create_graph)?;
+            // A root that another root leads to waits for its dependencies like any node.
+            ready.push_if_ready(e.key(), s);
+        }
+    }
+    Ok((graph, ready))
+}
+
+/// Whether the pass must be probed first (step 6). An in-backward step cannot be undone
+/// without a copy of every parameter and its optimizer state, and holding the steps until
+/// the pass ends would keep every gradient alive: the probe costs a second backward
+/// instead, and no memory, and decides feasibility before anything is stepped.
+fn must_probe(graph: &Graph, opts: &BackwardOptions) -> bool {
+    crate::autograd::budget::is_active()
+        && opts.accumulate
+        && !opts.create_graph
+        && graph.states.values().any(|s| {
+            s.needed
+                && s.is_target
+                && s.node
+                    .as_accumulate()
+                    .is_some_and(|a| a.has_effects(opts.grad_consumer))
+        })
+}
+
+/// Step 3: run the ready nodes until none is left. A `probe` (step 6) retains the graph,
+/// runs no hooks, and hands no gradient to a leaf: the gradients of leaves without effects
+/// are held to the end, as `.grad` would hold them, the others dropped, as their
+/// consumers would.
 fn run_nodes(
     graph: &mut Graph,
     mut ready: ReadyQueue,
     opts: &BackwardOptions,
     results: &mut [Option<Tensor>],
+    probe: bool,
 ) -> Result<()> {
+    let mut held = Vec::new();
     let watch = interrupt::watch();
     while let Some(Ready(_, k)) = ready.0.pop() {
         if watch.pending() {
@@ -320,23 +365,30 @@ fn run_nodes(
         let node = s.node.clone();
         memory::set_context(node.name());
         let is_target = s.is_target;
-        let grads = s.receive(opts, results)?;
+        let grads = s.receive(opts, results, probe)?;
 
         let mut outputs = Vec::new();
         if let Some(sink) = node.as_accumulate() {
             let grad = grads.into_iter().next().flatten();
             if let (Some(g), true) = (grad, opts.accumulate && is_target) {
-                sink.accept(g, opts.grad_consumer, opts.create_graph)?;
+                if !probe {
+                    sink.accept(g, opts.grad_consumer, opts.create_graph)?;
+                } else if !sink.has_effects(opts.grad_consumer) {
+                    held.push(g);
+                }
             }
         } else if let Some(needs) = edge_needs(&node, graph) {
             if grads.iter().any(Option::is_some) {
                 outputs = node.apply(&node, &grads, &needs)?;
             }
             drop(grads);
-            if !opts.retain_graph {
+            if !opts.retain_graph && !probe {
                 node.release_saved();
             }
         }
+
+        // A buffer of this node (or of a leaf's consumer) that did not fit a memory budget.
+        crate::autograd::budget::check()?;
 
         // Pass the gradients on; a node whose last gradient came is ready.
         let mut outputs = outputs.into_iter();
@@ -353,8 +405,7 @@ fn run_nodes(
             ready.push_if_ready(e.key(), child);
         }
     }
-    // A buffer that did not fit a memory budget in the last node or a leaf's consumer.
-    crate::autograd::budget::check()?;
+    drop(held);
     Ok(())
 }
 

@@ -6,6 +6,12 @@
 //!
 //! Cells hold data only while a node saved them; otherwise a cell is a recipe and a weak
 //! handle on the op's output, so a graph of cells costs no activation memory of its own.
+//!
+//! A view (a reshape, a transpose, a split piece) gets a cell too, whose recipe is the view
+//! of its input's cell: the saved view holds its base's buffer, so the budget evicts a
+//! buffer with every cell that holds it (see `budget`). While a view is saved, its root
+//! (the nearest cell with a buffer of its own) keeps a recomputed buffer, so the views of
+//! one buffer (attention's q, k and v, split from one projection) recompute it once.
 
 use std::cell::Cell as LocalCell;
 use std::sync::{Arc, Weak};
@@ -65,8 +71,10 @@ impl Source {
 }
 
 struct State {
-    /// The buffer, held while a node saved it and it is not evicted.
+    /// The buffer, held while a node saved it (or a view of it) and it is not evicted.
     data: Option<Tensor>,
+    /// Saved views of this cell's buffer.
+    pins: usize,
     /// The op's output as the caller holds it: used while alive, never kept alive.
     out: Weak<TensorImpl>,
     /// Saved tensors that read this cell.
@@ -80,7 +88,12 @@ struct State {
 /// One recorded op's output under a budget: its recipe and, while saved, its data.
 pub struct Cell {
     pub name: &'static str,
+    /// The bytes of the buffer its output lives in (a view's: its base's).
     pub bytes: usize,
+    /// For a view: the cell whose buffer it shares.
+    root: Option<Arc<Cell>>,
+    /// A view (of a cell's or a leaf's buffer): remaking it allocates nothing.
+    view: bool,
     forward: Forward,
     /// The autocast dtype the op ran under: a recompute runs under it too.
     autocast: Option<DType>,
@@ -111,13 +124,57 @@ pub fn note(
     if !budget::is_active() || !crate::autograd::function::should_record(inputs) {
         return;
     }
-    let cost = op_seconds();
     let Some((key, bytes)) = memory::storage_key(&out.data()) else {
         return;
     };
     if inputs.iter().any(|t| t.storage_key() == Some(key)) {
-        return; // a view or an in-place result: no buffer of its own
+        return; // an in-place result: no buffer of its own
     }
+    attach(name, out, inputs, forward, bytes, None, false);
+}
+
+/// `note` for a view op: `out` shares `x`'s buffer, and `view` makes it again from `x`.
+pub fn note_view(
+    name: &'static str,
+    out: &Tensor,
+    x: &Tensor,
+    view: impl Fn(&Tensor) -> Result<Tensor> + Send + Sync + 'static,
+) {
+    if !budget::is_active() || !crate::autograd::function::should_record(&[x]) {
+        return;
+    }
+    if Arc::ptr_eq(&out.0, &x.0) {
+        return; // the input itself (a reshape to its own shape)
+    }
+    let Some((key, bytes)) = memory::storage_key(&out.data()) else {
+        return;
+    };
+    // A reshape may copy: then the result has a buffer of its own and no root.
+    let shares = x.storage_key() == Some(key);
+    let root = shares
+        .then(|| x.remat_cell().map(|c| c.root.clone().unwrap_or(c)))
+        .flatten();
+    attach(
+        name,
+        out,
+        &[x],
+        move |ins| view(&ins[0]),
+        bytes,
+        root,
+        shares,
+    );
+}
+
+fn attach(
+    name: &'static str,
+    out: &Tensor,
+    inputs: &[&Tensor],
+    forward: impl Fn(&[Tensor]) -> Result<Tensor> + Send + Sync + 'static,
+    bytes: usize,
+    root: Option<Arc<Cell>>,
+    view: bool,
+) {
+    let cost = op_seconds();
     let mut sources = Vec::with_capacity(inputs.len());
     for t in inputs {
         let source = match t.remat_cell() {
@@ -133,11 +190,14 @@ pub fn note(
     let cell = Arc::new(Cell {
         name,
         bytes,
+        root,
+        view,
         forward: Box::new(forward),
         autocast: crate::autocast::dtype(),
         inputs: sources,
         state: Mutex::new(State {
             data: None,
+            pins: 0,
             out: out.downgrade(),
             saved: 0,
             cost,
@@ -151,6 +211,9 @@ impl Cell {
     /// A node saves this cell's output `t`: keep an alias of it (`t` is alive, so this
     /// costs no bytes even if the cell was evicted before).
     pub fn save(self: &Arc<Cell>, t: &Tensor) {
+        if let Some(root) = &self.root {
+            root.state.lock().pins += 1;
+        }
         let alias = t.detach();
         let mut st = self.state.lock();
         st.saved += 1;
@@ -165,10 +228,28 @@ impl Cell {
 
     /// A node released its saved tensor: the last release drops the data.
     pub fn release(&self) {
+        if let Some(root) = &self.root {
+            root.unpin();
+        }
         let data = {
             let mut st = self.state.lock();
             st.saved = st.saved.saturating_sub(1);
-            if st.saved > 0 {
+            if st.saved > 0 || st.pins > 0 {
+                return;
+            }
+            st.data.take()
+        };
+        if let Some(d) = data {
+            d.set_role(Role::Activation, false);
+        }
+    }
+
+    /// A saved view of this buffer was released.
+    fn unpin(&self) {
+        let data = {
+            let mut st = self.state.lock();
+            st.pins = st.pins.saturating_sub(1);
+            if st.saved > 0 || st.pins > 0 {
                 return;
             }
             st.data.take()
@@ -215,8 +296,10 @@ impl Cell {
         let keep = {
             let mut st = self.state.lock();
             st.cost = t0.elapsed().as_secs_f64();
-            budget::count_recompute(self.bytes, st.cost);
-            let keep = st.saved > 0;
+            if !self.view {
+                budget::count_recompute(self.bytes, st.cost);
+            }
+            let keep = st.saved > 0 || st.pins > 0;
             if keep {
                 out.set_role(Role::Activation, true);
                 st.data = Some(out.clone());
@@ -229,36 +312,34 @@ impl Cell {
         Ok(out)
     }
 
-    /// Drop the data if nothing but this cell holds its buffer; the bytes freed.
-    pub fn evict(&self) -> usize {
-        let Some(mut st) = self.state.try_lock() else {
-            return 0;
-        };
-        let Some(d) = st.data.as_ref() else { return 0 };
-        if !evictable(d) {
-            return 0;
+    /// The registry key of the buffer its data holds, if it holds data no one else holds
+    /// a handle on (a node unpacking it does while it runs).
+    pub fn held_key(&self) -> Option<usize> {
+        let st = self.state.try_lock()?;
+        let d = st.data.as_ref()?;
+        if Arc::strong_count(&d.0) != 1 {
+            return None;
         }
-        let d = st.data.take();
-        drop(st);
+        d.storage_key()
+    }
+
+    /// Drop the data (the budget checked that only cells hold its buffer).
+    pub fn evict(&self) {
+        let d = self.state.try_lock().and_then(|mut st| st.data.take());
         if let Some(d) = d {
             d.set_role(Role::Activation, false);
         }
-        self.bytes
     }
 
-    /// DTR's heuristic: recompute cost (with that of evicted inputs, which a recompute
-    /// would also pay) over bytes freed times staleness. Lowest goes first. `None` when
-    /// it cannot be evicted now.
-    pub fn score(&self, now: u64) -> Option<f64> {
-        let (cost, stale) = {
+    /// What DTR's score needs: recompute cost (with that of evicted inputs, which a
+    /// recompute would also pay) and the clock at the last use.
+    pub fn cost_and_last_use(&self) -> Option<(f64, u64)> {
+        let (cost, last) = {
             let st = self.state.try_lock()?;
-            if !st.data.as_ref().is_some_and(evictable) {
-                return None;
-            }
-            (st.cost, now.saturating_sub(st.last_use) + 1)
+            (st.cost, st.last_use)
         };
         let inputs: f64 = self.inputs.iter().map(|s| s.rebuild_cost(MAX_DEPTH)).sum();
-        Some((cost + inputs + 1e-9) / (self.bytes.max(1) as f64 * stale as f64))
+        Some((cost + inputs, last))
     }
 
     /// Its own recompute time plus that of the evicted inputs a recompute would rebuild
@@ -278,20 +359,13 @@ impl Cell {
     }
 }
 
-/// Only this alias holds the buffer: no other handle, no other tensor on the buffer
-/// (views, the user's tensor), and it is not a parameter's, gradient's or optimizer
-/// state's buffer.
-fn evictable(d: &Tensor) -> bool {
-    if Arc::strong_count(&d.0) != 1 {
-        return false;
-    }
-    let Some(k) = d.storage_key() else {
-        return false;
-    };
-    memory::is_unique(k)
+/// Whether the buffer `key`, held by `holders` cells and nothing else, may be evicted:
+/// it is not a parameter's, gradient's or optimizer state's buffer.
+pub fn evictable(key: usize, holders: usize) -> bool {
+    memory::refs(key) == holders
         && ![Role::Parameter, Role::Gradient, Role::OptimizerState]
             .iter()
-            .any(|&r| memory::has_role(k, r))
+            .any(|&r| memory::has_role(key, r))
 }
 
 /// Buffers allocated while recomputing are labelled `recompute:<op>` in the history.

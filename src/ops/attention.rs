@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use crate::autograd::function::record;
 use crate::autograd::grad_mode;
+use crate::autograd::remat;
 use crate::autograd::saved::SavedTensor;
 use crate::backend;
 use crate::backend::attention::{AttnArgs, AttnDropout, AttnNeeds};
@@ -166,6 +167,26 @@ pub fn scaled_dot_product_attention(
     let float_mask = mask.filter(|m| m.dtype() != DType::Bool);
     let mut inputs = vec![q, k, v];
     inputs.extend(float_mask);
+    {
+        // The recompute runs the same plan, scale and dropout seed: the same output.
+        let (call, out_dims, dtype) = (call.clone(), out_dims.clone(), q.dtype());
+        let mut remat_inputs = vec![q, k, v];
+        remat_inputs.extend(mask);
+        remat::note(OP, &out, &remat_inputs, move |ins| {
+            let (qd, kd, vd) = (
+                dense(&ins[0], cdt)?,
+                dense(&ins[1], cdt)?,
+                dense(&ins[2], cdt)?,
+            );
+            let md = ins.get(3).map(|m| additive_mask(m, cdt)).transpose()?;
+            let (out_d, _) =
+                backend::on(&qd).flash_forward(OP, &qd, &kd, &vd, &call.args(md.as_ref()))?;
+            to_dtype(
+                &Tensor::new(out_d.reshape(out_dims.as_slice()).op(OP)?, cdt),
+                dtype,
+            )
+        });
+    }
     record(
         "ScaledDotProductFlashAttentionForCpuBackward0",
         &out,

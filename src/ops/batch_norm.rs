@@ -6,6 +6,7 @@
 
 use crate::autograd::function::record;
 use crate::autograd::grad_mode;
+use crate::autograd::remat;
 use crate::autograd::saved::SavedTensor;
 use crate::backend;
 use crate::backend::norm::ChannelCoef;
@@ -126,6 +127,14 @@ pub fn batch_norm(
     let mut inputs = vec![x];
     inputs.extend(weight);
     inputs.extend(bias);
+    // The recompute applies the batch's statistics again (the running ones move once).
+    let (mu_r, scale_r, shift_r, dims_r) = (mu.clone(), scale.clone(), shift.clone(), dims.clone());
+    remat::note(OP, &out, &inputs, move |ins| {
+        let xd = compute_data(OP, &ins[0])?.0;
+        let xd = xd.contiguous().and_then(|d| d.reshape((n, c, s))).op(OP)?;
+        let y = backend::on(&xd).channel_affine(OP, &xd, &mu_r, &scale_r, &shift_r)?;
+        finish(y.reshape(dims_r.as_slice()).op(OP)?, ins[0].dtype())
+    });
     let (has_w, has_b) = (weight.is_some(), bias.is_some());
     let mean_t = channel_tensor(&mu, x.dtype())?;
     let invstd_t = channel_tensor(&invstd, x.dtype())?;

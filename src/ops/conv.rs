@@ -13,6 +13,7 @@
 //! (`create_graph=True`) needs no other kernel.
 
 use crate::autograd::function::record;
+use crate::autograd::remat;
 use crate::autograd::saved::{save_crossed, unpack_crossed};
 use crate::backend;
 use crate::backend::conv::ConvGeometry;
@@ -431,6 +432,9 @@ fn product(
     let out = finish(y, a.dtype())?;
     let mut inputs = vec![a, b];
     inputs.extend(bias);
+    remat::note(op, &out, &inputs, move |ins| {
+        product(p, &ins[0], &ins[1], ins.get(2), geo)
+    });
     let (na, nb) = (a.requires_grad(), b.requires_grad());
     record(
         node,

@@ -1,6 +1,7 @@
 //! Dtype casts, copies and contiguity.
 
 use crate::autograd::function::record;
+use crate::autograd::remat;
 use crate::backend;
 use crate::dtype::DType;
 use crate::error::{CandleContext, Result};
@@ -60,6 +61,7 @@ pub fn dense_copy(t: &candle_core::Tensor) -> Result<candle_core::Tensor> {
 /// `clone()`: a new buffer, gradient passes through.
 pub fn clone(t: &Tensor) -> Result<Tensor> {
     let out = Tensor::new(dense_copy(&t.data())?, t.dtype());
+    remat::note("clone", &out, &[t], |ins| clone(&ins[0]));
     record("CloneBackward0", &out, &[t], Vec::new, |_, g| {
         Ok(vec![Some(g.clone())])
     });

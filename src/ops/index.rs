@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use crate::autograd::function::{record, should_record};
 use crate::autograd::grad_mode::{self, GradModeGuard};
+use crate::autograd::remat;
 use crate::backend;
 use crate::dtype::DType;
 use crate::error::{CandleContext, Error, Result};
@@ -88,6 +89,7 @@ pub fn slice(x: &Tensor, dim: usize, start: usize, len: usize, step: usize) -> R
         }
     };
     let out = derived(x, data);
+    remat::note_view("slice", &out, x, move |t| slice(t, dim, start, len, step));
     record("SliceBackward0", &out, &[x], Vec::new, move |_, g| {
         let view: ViewFn = Arc::new(move |t| slice(t, dim, start, len, step));
         Ok(vec![Some(view_scatter(g, &in_dims, view)?)])
@@ -98,6 +100,7 @@ pub fn slice(x: &Tensor, dim: usize, start: usize, len: usize, step: usize) -> R
 /// A new view of the whole of `x` (`x[:]`, `x[...]`): gradient passes through.
 pub fn alias(x: &Tensor) -> Tensor {
     let out = derived(x, x.data());
+    remat::note_view("alias", &out, x, |t| Ok(alias(t)));
     record("AliasBackward0", &out, &[x], Vec::new, |_, g| {
         Ok(vec![Some(g.clone())])
     });
@@ -121,6 +124,7 @@ pub fn select(x: &Tensor, dim: usize, index: i64) -> Result<Tensor> {
         .squeeze(dim)
         .op("select")?;
     let out = derived(x, data);
+    remat::note_view("select", &out, x, move |t| select(t, dim, i as i64));
     record("SelectBackward0", &out, &[x], Vec::new, move |_, g| {
         let view: ViewFn = Arc::new(move |t| select(t, dim, i as i64));
         Ok(vec![Some(view_scatter(g, &in_dims, view)?)])

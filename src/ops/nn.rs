@@ -88,6 +88,12 @@ pub fn layer_norm(
     let mean_data = mean_data.reshape(stat_dims.as_slice()).op("layer_norm")?;
     let rstd_data = rstd_data.reshape(stat_dims.as_slice()).op("layer_norm")?;
     let xhat = finish(xhat_data, x.dtype())?;
+    remat::note("layer_norm", &xhat, &[x], move |ins| {
+        let (xd, _) = compute_data("layer_norm", &ins[0])?;
+        let xd = xd.contiguous().op("layer_norm")?;
+        let (xhat, _, _) = backend::on(&xd).layer_norm("layer_norm", &xd, n, eps)?;
+        finish(xhat, ins[0].dtype())
+    });
     let mean_t = finish(mean_data, x.dtype())?;
     let rstd_t = finish(rstd_data, x.dtype())?;
     // The affine part is recorded as ordinary ops on top of the normalised input.

@@ -7,6 +7,7 @@
 use std::sync::Arc;
 
 use crate::autograd::function::record;
+use crate::autograd::remat;
 use crate::autograd::saved::SavedTensor;
 use crate::backend;
 use crate::backend::pool::{Taps, Window, WindowAxis};
@@ -243,6 +244,12 @@ fn max_pool_over(
         DType::Int32
     };
     let argmax = Tensor::new(argmax, arg_dtype);
+    let (spatial, dtype) = (p.spatial, x.dtype());
+    remat::note(op, &out, &[x], move |ins| {
+        let xd = Planes::of(op, &ins[0], spatial)?.data(op, &ins[0])?;
+        let (out, _) = backend::on(&xd).max_pool(op, &xd, w)?;
+        planes_tensor(out, &out_dims, dtype)
+    });
     let in_dims = x.dims();
     record(
         "MaxPoolBackward0",

@@ -8,6 +8,7 @@ pub use join::{cat, check_chunk, chunk, split, split_with_sizes, stack, unbind};
 pub use view::{compute_stride, view, view_dims};
 
 use crate::autograd::function::record;
+use crate::autograd::remat;
 use crate::error::{CandleContext, Error, Result};
 use crate::ops::{broadcasts_to, sum_to};
 use crate::tensor::{shape_str, Tensor};
@@ -89,6 +90,7 @@ pub fn transpose(x: &Tensor, d0: usize, d1: usize) -> Result<Tensor> {
         return Ok(x.clone());
     }
     let out = derived(x, x.data().transpose(d0, d1).op("transpose")?);
+    remat::note_view("transpose", &out, x, move |t| transpose(t, d0, d1));
     record("TransposeBackward0", &out, &[x], Vec::new, move |_, g| {
         Ok(vec![Some(transpose(g, d0, d1)?)])
     });
@@ -111,6 +113,8 @@ pub fn permute(x: &Tensor, perm: &[usize]) -> Result<Tensor> {
         )));
     }
     let out = derived(x, x.data().permute(perm.to_vec()).op("permute")?);
+    let p = perm.to_vec();
+    remat::note_view("permute", &out, x, move |t| permute(t, &p));
     let mut inverse = vec![0; rank];
     for (i, &p) in perm.iter().enumerate() {
         inverse[p] = i;
@@ -140,6 +144,7 @@ pub fn unsqueeze(x: &Tensor, d: usize) -> Result<Tensor> {
         _ => data.unsqueeze(d).op("unsqueeze")?,
     };
     let out = derived(x, data);
+    remat::note_view("unsqueeze", &out, x, move |t| unsqueeze(t, d));
     record("UnsqueezeBackward0", &out, &[x], Vec::new, move |_, g| {
         Ok(vec![Some(reshape(g, &in_dims)?)])
     });
@@ -163,6 +168,8 @@ pub fn squeeze(x: &Tensor, dims: &[usize]) -> Result<Tensor> {
         data = data.squeeze(d).op("squeeze")?;
     }
     let out = derived(x, data);
+    let squeezed = drop.clone();
+    remat::note_view("squeeze", &out, x, move |t| squeeze(t, &squeezed));
     record("SqueezeBackward0", &out, &[x], Vec::new, move |_, g| {
         Ok(vec![Some(reshape(g, &in_dims)?)])
     });
@@ -252,6 +259,8 @@ pub fn expand(x: &Tensor, dims: &[usize]) -> Result<Tensor> {
         )));
     }
     let out = derived(x, x.data().broadcast_as(dims).op("expand")?);
+    let to = dims.to_vec();
+    remat::note_view("expand", &out, x, move |t| expand(t, &to));
     record("ExpandBackward0", &out, &[x], Vec::new, move |_, g| {
         Ok(vec![Some(sum_to(g, &in_dims)?)])
     });

@@ -1,8 +1,8 @@
 """`python -m gradstream.bench --budget-sweep`: peak and step time under memory budgets.
 
-For each workload (nerf, mlp): gradstream unconstrained, then within budgets from its exact
-unconstrained peak down by `FRACTIONS` until a budget raises `OutOfMemoryError` (the smallest
-feasible is the last that ran); beside it PyTorch unconstrained and with
+For each workload (nerf, mlp, cnn, lora): gradstream unconstrained, then within budgets from
+its exact unconstrained peak down by `FRACTIONS` until a budget raises `OutOfMemoryError` (the
+smallest feasible is the last that ran); beside it PyTorch unconstrained and with
 `torch.utils.checkpoint.checkpoint_sequential` at every segment count. Each configuration runs
 in its own process (`child.py`), as in the main benchmark. Writes budget_sweep.json,
 budget_sweep.md and budget_sweep.png (time overhead against peak, like the DTR paper's
@@ -24,13 +24,19 @@ from pathlib import Path
 from . import runner, tensorfile, workloads
 
 FRACTIONS = (0.9, 0.8, 0.7, 0.6, 0.5, 0.45, 0.4, 0.35, 0.3, 0.25, 0.2, 0.15, 0.1)
-SWEPT = ("nerf", "mlp")
+SWEPT = ("nerf", "mlp", "cnn", "lora")
 MIB = 2**20
 
 
 def stages(wl) -> int:
-    """How many one-input stages `torch_impl` splits the workload's network into."""
-    return wl.depth + 1 if wl.name == "nerf" else wl.depth
+    """How many one-input stages `torch_impl` splits the workload's network into: nerf's
+    layers and head, mlp's layers, cnn's modules, lora's blocks."""
+    return {
+        "nerf": lambda: wl.depth + 1,
+        "mlp": lambda: wl.depth,
+        "cnn": lambda: len(wl.layers()),
+        "lora": lambda: wl.layers,
+    }[wl.name]()
 
 
 def run(cfg: runner.Config, log=lambda s: print(s, file=sys.stderr)) -> dict:

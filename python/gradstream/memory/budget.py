@@ -9,12 +9,19 @@ over the bytes freed times the staleness (how long since it was last used). So c
 large, long-unused activations go first.
 
 Never evicted: parameters, gradients, optimizer state, and any tensor that something else
-holds (a Python reference, a view). Ops that recompute: linear, relu/threshold, dropout
-(with the same mask), cat, and the element-wise unary and binary ops; the output of any
-other op is kept, as are the outputs of ops that depend on it.
+holds (a Python reference, a view the user keeps). Ops that recompute: linear, conv1d/2d and
+their transposes, batch norm (with the batch's statistics; the running ones move once),
+layer norm, max pool, scaled_dot_product_attention (with the same dropout seed), relu and
+GELU and the other element-wise unary and binary ops, dropout (with the same mask), cat,
+clone/contiguous, and the views (view, reshape, transpose, permute, split, slicing,
+unsqueeze, squeeze, expand). A buffer and the saved views of it are evicted together. The
+output of any other op is kept, as are the outputs of ops that depend on it.
 
 When the budget cannot be met, `gradstream.OutOfMemoryError` (a RuntimeError) is raised
-with the budget and the least the step needs at that point.
+with the budget and the least the step needs at that point. When a leaf's gradient has
+effects (an optimizer with ``in_backward=True``, a gradient consumer), the backward is run
+once without them first, so the error comes before any parameter is stepped: it costs a
+second backward, no memory.
 """
 
 from __future__ import annotations

@@ -269,6 +269,14 @@ fn split_into(name: &'static str, x: &Tensor, pieces: Pieces) -> Result<Vec<Tens
             .map(|i| pieces.piece(x, i))
             .collect::<Result<Vec<_>>>()?
     };
+    let pieces = std::sync::Arc::new(pieces);
+    for (i, out) in outs.iter().enumerate() {
+        let p = pieces.clone();
+        remat::note_view(name, out, x, move |t| {
+            let _views_only = GradModeGuard::new(false);
+            p.piece(t, i)
+        });
+    }
     let (dims, dtype) = (x.dims(), x.dtype());
     record_outputs(name, &outs, &[x], move |_, grads| {
         Ok(vec![Some(pieces.join(grads, &dims, dtype)?)])

@@ -2,6 +2,7 @@
 //! share the input's buffer, and the layout that realises it on a candle tensor.
 
 use crate::autograd::function::record;
+use crate::autograd::remat;
 use crate::error::{CandleContext, Error, Result};
 use crate::tensor::Tensor;
 
@@ -33,6 +34,8 @@ pub(super) fn view_output(x: &Tensor, data: candle_core::Tensor) -> Tensor {
     } else {
         derived(x, data)
     };
+    let to = out.dims();
+    remat::note_view("view", &out, x, move |t| reshape(t, &to));
     record("ViewBackward0", &out, &[x], Vec::new, move |_, g| {
         Ok(vec![Some(reshape(g, &in_dims)?)])
     });

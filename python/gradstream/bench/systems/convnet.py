@@ -9,8 +9,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 
-def build(torch, workload, tensors: dict, tensor: Callable) -> tuple[Callable, list]:
-    """The FCN as an `nn.Sequential` with the shared weights; (loss function, parameters)."""
+def build(
+    torch, workload, tensors: dict, tensor: Callable, segments: int | None = None
+) -> tuple[Callable, list]:
+    """The FCN as an `nn.Sequential` with the shared weights; (loss function, parameters).
+    `segments`: run it with `checkpoint_sequential` in that many segments (`--budget-sweep`)."""
     nn, F = torch.nn, torch.nn.functional
 
     def load(module, name: str):
@@ -39,6 +42,11 @@ def build(torch, workload, tensors: dict, tensor: Callable) -> tuple[Callable, l
     target = tensor(tensors["target"])
 
     def loss_fn():
+        if segments:
+            out = torch.utils.checkpoint.checkpoint_sequential(
+                model, segments, x, use_reentrant=False
+            )
+            return F.cross_entropy(out, target)
         return F.cross_entropy(model(x), target)
 
     return loss_fn, list(model.parameters())

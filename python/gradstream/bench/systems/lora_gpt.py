@@ -10,8 +10,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 
-def build(torch, workload, tensors: dict, tensor: Callable) -> tuple[Callable, list]:
-    """(loss function, adapter parameters) of the LoRA GPT on the shared weights and tokens."""
+def build(
+    torch, workload, tensors: dict, tensor: Callable, segments: int | None = None
+) -> tuple[Callable, list]:
+    """(loss function, adapter parameters) of the LoRA GPT on the shared weights and tokens.
+    `segments`: run the blocks with `checkpoint_sequential` in that many segments."""
     F = torch.nn.functional
     base = {n: tensor(tensors[n]).requires_grad_(False) for n in workload.base_shapes()}
     adapters = {
@@ -44,12 +47,21 @@ def build(torch, workload, tensors: dict, tensor: Callable) -> tuple[Callable, l
         y = y.transpose(1, 2).contiguous().view(b, t, d)
         return linear(y, p + "proj") + lora(y, p + "lora_proj")
 
+    def block(x, p):
+        x = x + attention(layer_norm(x, p + "ln1"), p)
+        return x + linear(F.gelu(linear(layer_norm(x, p + "ln2"), p + "fc")), p + "out")
+
+    blocks = [lambda x, p=f"h.{i}.": block(x, p) for i in range(workload.layers)]
+
     def loss_fn():
         x = F.embedding(idx, base["wte"]) + base["wpe"][: idx.shape[1]]
-        for i in range(workload.layers):
-            p = f"h.{i}."
-            x = x + attention(layer_norm(x, p + "ln1"), p)
-            x = x + linear(F.gelu(linear(layer_norm(x, p + "ln2"), p + "fc")), p + "out")
+        if segments:
+            x = torch.utils.checkpoint.checkpoint_sequential(
+                blocks, segments, x, use_reentrant=False
+            )
+        else:
+            for b in blocks:
+                x = b(x)
         logits = F.linear(layer_norm(x, "ln_f"), base["wte"])
         return F.cross_entropy(logits.view(-1, workload.vocab), targets)
 

@@ -167,7 +167,10 @@ def loss_and_params(workload, tensors: dict, variant: str = "standard") -> tuple
             return torch.nn.functional.mse_loss(render(sigma, rgb, dists), target)
 
     elif workload.name in MODELS:
-        loss_fn, params = MODELS[workload.name].build(torch, workload, tensors, torch.from_numpy)
+        segments = int(variant.partition(":")[2]) if variant.startswith("sequential:") else None
+        loss_fn, params = MODELS[workload.name].build(
+            torch, workload, tensors, torch.from_numpy, segments=segments
+        )
 
     else:
         raise Unsupported(f"torch has no {workload.name} model")
