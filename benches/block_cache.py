@@ -8,7 +8,8 @@ when the extension starts), with the bench's allocator setting (``MALLOC_MMAP_TH
 65536``, so every system maps large buffers afresh) and ``RAYON_NUM_THREADS=2``:
 
 - ``op``: ``y = x * 2`` on a 64 MiB tensor, repeated: the cost of one fresh large buffer.
-- ``nerf``: the bench's NeRF step (gradstream, in-backward Adam), default sizes.
+- ``nerf``, ``cnn``, ``mlp``, ``lora``: the bench's step of that workload (gradstream,
+  in-backward optimizer), default sizes.
 
 For each: minor page faults per iteration (``getrusage``, deterministic) and seconds per
 iteration (median; a shared machine's times drift, the faults do not), and the process's
@@ -53,7 +54,7 @@ def _step_fn(case: str):
     from gradstream.bench import workloads
     from gradstream.bench.systems import gradstream_impl
 
-    wl = workloads.make("nerf")
+    wl = workloads.make(case)
     gradstream_impl.setup(2)
     state = gradstream_impl.build(wl, wl.tensors(0), "in_backward")
     return state.step
@@ -78,13 +79,13 @@ def child(case: str, steps: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=3)
-    ap.add_argument("--cases", default="op,nerf")
+    ap.add_argument("--cases", default="op,nerf", help="op and bench workloads, e.g. op,nerf,cnn")
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
         print(json.dumps(child(a.child[0], int(a.child[1]))))
         return
-    steps = {"op": max(a.steps, 20), "nerf": a.steps}
+    steps = {"op": max(a.steps, 20)}
     print(f"{'case':<6}{'cache':<7}{'faults/iter':>13}{'s/iter':>10}{'peak RSS MiB':>14}")
     for case in a.cases.split(","):
         rows = {}
@@ -96,7 +97,7 @@ def main() -> None:
                 RAYON_NUM_THREADS="2",
             )
             out = subprocess.run(
-                [sys.executable, __file__, "--child", case, str(steps[case])],
+                [sys.executable, __file__, "--child", case, str(steps.get(case, a.steps))],
                 env=env,
                 capture_output=True,
                 text=True,

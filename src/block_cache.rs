@@ -8,14 +8,16 @@
 //! allocates the same sizes step after step, so freed blocks are kept and handed out again.
 //!
 //! A request with no cached block of its size takes the smallest cached block up to twice its
-//! size (the rest of that block stays idle until it is freed: "slack"); failing that, cached
-//! blocks (oldest first) are given back to the system until as many bytes as requested are
-//! released, before the new block is mapped. So bytes held (live + cached + slack) only grow
-//! when the cache is empty, but the slack itself can raise the peak footprint above the
-//! cache-less one: on the cnn bench, whose buffers halve and double layer by layer, RSS peaks
-//! at 217 MiB with the cache against 194 MiB without it (mlp and nerf: within 1%). Best fit
-//! matters all the same: with exact sizes only, the releases cascaded and half the NeRF step's
-//! requests missed.
+//! size, and the pages of that block past the request are handed back to the system
+//! (`madvise(MADV_DONTNEED)`: the block keeps its address range, its idle tail costs no
+//! memory, and a later, larger request faults those pages in afresh). Each cached block
+//! records the bytes it may still hold resident, and the cache gives its oldest blocks back to
+//! the system until that many resident bytes are released, before a request maps a new block
+//! or faults in pages of a cached one. So the memory held (live + cached) only grows when the
+//! cache holds nothing more to give back, and the cache does not raise the peak footprint.
+//! Best fit matters: with exact sizes only, the releases cascaded and half the NeRF step's
+//! requests missed; without handing the tail back, the cnn step's buffers, which halve and
+//! double layer by layer, peaked at 217 MiB RSS against 194 MiB with no cache.
 //!
 //! Each large block starts with a 64-byte header holding its size, so a free needs no lookup,
 //! and the cache's lock is only ever `try_lock`ed: a request that finds it busy (another
@@ -41,62 +43,107 @@ static SLACK_BYTES: AtomicUsize = AtomicUsize::new(0);
 static HITS: AtomicU64 = AtomicU64::new(0);
 static MISSES: AtomicU64 = AtomicU64::new(0);
 
-/// Free blocks, oldest first: `(size, base address)`.
+/// A free block: its size, its base address, and how many of its bytes (header included)
+/// may still be resident.
+#[derive(Clone, Copy)]
+struct Block {
+    size: usize,
+    base: usize,
+    resident: usize,
+}
+
+/// Free blocks, oldest first.
 struct Free {
-    blocks: [(usize, usize); SLOTS],
+    blocks: [Block; SLOTS],
     len: usize,
 }
 
 static FREE: Mutex<Free> = Mutex::new(Free {
-    blocks: [(0, 0); SLOTS],
+    blocks: [Block {
+        size: 0,
+        base: 0,
+        resident: 0,
+    }; SLOTS],
     len: 0,
 });
 
 impl Free {
-    /// The base of a cached block of `size` bytes, or else of the smallest of at most twice
-    /// that, with its size.
-    fn take(&mut self, size: usize) -> Option<(usize, usize)> {
+    /// A cached block of `size` bytes, or else the smallest of at most twice that.
+    fn take(&mut self, size: usize) -> Option<Block> {
         let cached = &self.blocks[..self.len];
-        let i = match cached.iter().rposition(|b| b.0 == size) {
+        let i = match cached.iter().rposition(|b| b.size == size) {
             Some(i) => i,
             None => {
                 cached
                     .iter()
                     .enumerate()
-                    .filter(|(_, b)| b.0 > size && b.0 / 2 <= size)
-                    .min_by_key(|(_, b)| b.0)?
+                    .filter(|(_, b)| b.size > size && b.size / 2 <= size)
+                    .min_by_key(|(_, b)| b.size)?
                     .0
             }
         };
         Some(self.remove(i))
     }
 
-    fn remove(&mut self, i: usize) -> (usize, usize) {
+    fn remove(&mut self, i: usize) -> Block {
         let b = self.blocks[i];
         self.blocks.copy_within(i + 1..self.len, i);
         self.len -= 1;
-        CACHED_BYTES.fetch_sub(b.0, Ordering::Relaxed);
+        CACHED_BYTES.fetch_sub(b.size, Ordering::Relaxed);
         b
     }
 
-    fn push(&mut self, size: usize, base: usize) {
+    fn push(&mut self, block: Block) {
         if self.len == SLOTS {
             // SAFETY: cached blocks are the system's, made by `map`.
             unsafe { self.release(1) };
         }
-        self.blocks[self.len] = (size, base);
+        self.blocks[self.len] = block;
         self.len += 1;
-        CACHED_BYTES.fetch_add(size, Ordering::Relaxed);
+        CACHED_BYTES.fetch_add(block.size, Ordering::Relaxed);
     }
 
-    /// Give the oldest blocks back to the system until `bytes` are released (or none is left).
+    /// Give the oldest blocks back to the system until `bytes` resident bytes are released (or
+    /// none is left).
     unsafe fn release(&mut self, bytes: usize) {
         let mut released = 0;
         while released < bytes && self.len > 0 {
-            let (size, base) = self.remove(0);
-            unmap(base, size);
-            released += size;
+            let b = self.remove(0);
+            unmap(b.base, b.size);
+            released += b.resident;
         }
+    }
+}
+
+fn page_size() -> usize {
+    static PAGE: AtomicUsize = AtomicUsize::new(0);
+    match PAGE.load(Ordering::Relaxed) {
+        0 => {
+            // SAFETY: sysconf reads a constant of the system.
+            let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+            let p = if p > 0 { p as usize } else { 4096 };
+            PAGE.store(p, Ordering::Relaxed);
+            p
+        }
+        p => p,
+    }
+}
+
+/// Hand the whole pages of `[start, end)` back to the system; their contents read as zeros
+/// when next touched. Returns the bytes handed back.
+///
+/// # Safety
+/// The range lies inside one block made by `map` that nothing else reads.
+unsafe fn discard(start: usize, end: usize) -> usize {
+    let page = page_size();
+    let (from, to) = (start.next_multiple_of(page), end / page * page);
+    if to <= from {
+        return 0;
+    }
+    // A failure (it has none for a private mapping) only leaves the pages resident.
+    match libc::madvise(from as *mut libc::c_void, to - from, libc::MADV_DONTNEED) {
+        0 => to - from,
+        _ => 0,
     }
 }
 
@@ -182,11 +229,17 @@ pub unsafe fn alloc(layout: Layout, zeroed: bool) -> *mut u8 {
     }
     if ENABLED.load(Ordering::Relaxed) {
         if let Ok(mut free) = FREE.try_lock() {
-            if let Some((block, base)) = free.take(size) {
+            if let Some(b) = free.take(size) {
+                // The pages this request will touch that the block does not hold yet.
+                let grows = (HEADER + size).saturating_sub(b.resident);
+                if grows > 0 {
+                    free.release(grows);
+                }
                 drop(free);
                 HITS.fetch_add(1, Ordering::Relaxed);
-                SLACK_BYTES.fetch_add(block - size, Ordering::Relaxed);
-                let data = (base as *mut u8).add(HEADER);
+                SLACK_BYTES.fetch_add(b.size - size, Ordering::Relaxed);
+                let data = (b.base as *mut u8).add(HEADER);
+                discard(data as usize + size, data as usize + b.size);
                 if zeroed {
                     std::ptr::write_bytes(data, 0, size);
                 }
@@ -212,7 +265,14 @@ pub unsafe fn dealloc(ptr: *mut u8, layout: Layout) {
     SLACK_BYTES.fetch_sub(block - layout.size(), Ordering::Relaxed);
     if ENABLED.load(Ordering::Relaxed) {
         if let Ok(mut free) = FREE.try_lock() {
-            free.push(block, base as usize);
+            // What the block served was `layout.size()` bytes: its tail past them was handed
+            // back when it was served, so that is all it can hold resident.
+            let resident = HEADER + layout.size().next_multiple_of(page_size()).min(block);
+            free.push(Block {
+                size: block,
+                base: base as usize,
+                resident,
+            });
             return;
         }
     }

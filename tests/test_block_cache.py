@@ -97,6 +97,53 @@ def test_a_smaller_request_takes_the_smallest_block_of_at_most_twice_its_size():
     assert stats()[0] == 15 * MIN
 
 
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="needs Linux's /proc")
+def test_the_idle_tail_of_a_larger_block_is_handed_back_to_the_system():
+    """A best-fit hit keeps the block's address range but not the pages past the request, so
+    the slack costs no memory; the block serves its full size again afterwards."""
+    n = 16 << 20  # 64 MiB of float32
+    x = gs.ones(n)
+    del x
+    rss_cached = _rss_bytes()  # the 64 MiB block is cached, resident
+    half = n // 2 + (1 << 18)  # 33 MiB: the 64 MiB block, with 31 MiB idle
+    y = gs.full((half,), 3.0)
+    assert _core._block_cache_stats()[1] == 4 * (n - half)
+    tail = 4 * (n - half)
+    assert rss_cached - _rss_bytes() >= tail * 3 // 4
+    np.testing.assert_array_equal(y.numpy()[-3:], np.full(3, 3.0, np.float32))
+    del y
+    hits0 = stats()[1]
+    z = gs.zeros(n)  # the same block at its full size: the tail reads as zeros again
+    assert stats()[1] == hits0 + 1
+    assert not z.numpy().any()
+    w = gs.full((n,), 5.0)
+    np.testing.assert_array_equal(w.numpy()[::4096], np.full(n // 4096, 5.0, np.float32))
+    del z, w
+
+
+def test_faulting_in_a_handed_back_tail_first_gives_back_other_blocks():
+    """Pages a hit will touch that its block no longer holds count like a new mapping: the
+    cache first gives back as many bytes of other cached blocks."""
+    a = gs.ones(MIN // 4 * 8)  # 2 MiB
+    del a
+    b = gs.ones(MIN // 4 * 5)  # 1.25 MiB: served by the 2 MiB block, 0.75 MiB handed back
+    old = gs.ones(MIN // 4 * 3)  # 768 KiB, a block of its own
+    del old  # cached first: the oldest
+    del b  # the 2 MiB block, cached holding 1.25 MiB
+    assert stats()[0] == 11 * MIN
+    hits0 = stats()[1]
+    c = gs.ones(MIN // 4 * 8)  # the 2 MiB block at full size again: 0.75 MiB more pages
+    assert stats()[1] == hits0 + 1
+    assert stats()[0] == 0  # the 768 KiB block went back to make room for them
+    np.testing.assert_array_equal(c.numpy()[::1024], np.ones(MIN // 4 * 8 // 1024, np.float32))
+    del c
+
+
 def test_empty_cache_gives_everything_back():
     xs = [gs.ones(MIN) for _ in range(3)]
     del xs

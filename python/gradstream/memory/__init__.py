@@ -48,8 +48,9 @@ def memory_reserved(device=None) -> int:
     Buffers of 256 KiB and more are not given back to the system when freed: a later request
     of the same size (or of at least half of it) reuses one, so its pages do not fault in
     again. Held: the cached free blocks, and the unused tail of blocks serving smaller
-    requests. A request the cache cannot serve first gives back at least as many cached bytes
-    as it asks for, so the cache never raises the peak. `empty_cache()` gives the free blocks
+    requests (address space only: its pages are handed back to the system). Before the cache
+    maps a new block or faults in pages of a cached one, it gives back at least as many cached
+    bytes as that adds, so it does not raise the peak. `empty_cache()` gives the free blocks
     back; ``GRADSTREAM_BLOCK_CACHE=0`` turns the cache off.
     """
     cached, slack = _core._block_cache_stats()[:2]
