@@ -163,6 +163,39 @@ def test_maximize_and_float64(torch_ref):
         np.testing.assert_allclose(gw.detach().numpy(), tw.detach().numpy(), rtol=1e-12)
 
 
+@pytest.mark.parametrize(
+    "name, kw",
+    [
+        ("Adam", dict(lr=0.1)),
+        ("Adam", dict(lr=0.1, weight_decay=0.1)),
+        ("AdamW", dict(lr=0.1, weight_decay=0.1)),
+        ("SGD", dict(lr=0.1, momentum=0.9)),
+    ],
+)
+@pytest.mark.parametrize("n", [5, 70_000])  # one chunk, and the parallel walk
+def test_non_finite_parameters_and_gradients_match_torch(torch_ref, name, kw, n):
+    """The update loop has no branch per absent option (clip, scale, L2 decay): each is a
+    neutral value or a select, never `0 * p`, so an infinite parameter without L2 decay keeps
+    finite moments, as in PyTorch; infinities and NaNs land where PyTorch's do."""
+    torch = torch_ref
+    w0 = np.random.randn(n).astype(np.float32)
+    w0[:3] = [np.inf, -np.inf, np.nan]
+    g0 = np.random.randn(n).astype(np.float32)
+    g0[3:5] = [np.inf, np.nan]
+    gw, tw = gs.tensor(w0, requires_grad=True), torch.tensor(w0, requires_grad=True)
+    gopt = getattr(gs.optim, name)([gw], **kw)
+    topt = getattr(torch.optim, name)([tw], **kw)
+    for _ in range(2):
+        gw.grad, tw.grad = gs.tensor(g0), torch.tensor(g0)
+        gopt.step()
+        topt.step()
+    np.testing.assert_allclose(gw.detach().numpy(), tw.detach().numpy(), rtol=1e-5, atol=1e-6)
+    for key, tv in topt.state[tw].items():
+        if key != "step":
+            gv = gopt.state[gw][key]
+            np.testing.assert_allclose(gv.numpy(), tv.numpy(), rtol=1e-5, atol=1e-6)
+
+
 def test_param_without_grad_is_skipped(torch_ref):
     a = gs.tensor([1.0, 2.0], requires_grad=True)
     b = gs.tensor([3.0, 4.0], requires_grad=True)
