@@ -6,6 +6,9 @@
 //! saved views) drop it together, and only when nothing else holds it: never parameters,
 //! gradients, optimizer state, or tensors the user (or anything else) holds.
 //!
+//! Scratch (a recomputed input kept for the rest of the backward node, see `remat`) goes
+//! first, whatever its score: it is kept only while there is room for it.
+//!
 //! When even evicting every candidate leaves too little room, the op's result is counted
 //! anyway and an `OutOfMemoryError` is raised at the next boundary back to Python (the op's
 //! result, the end of the backward node).
@@ -125,6 +128,9 @@ pub fn make_room(bytes: usize, budget: u64) {
                 last = last.max(l);
             }
             let bytes = cells.iter().map(|c| c.bytes).max().unwrap_or(0);
+            if cells.iter().all(|c| c.is_scratch()) {
+                return Some((0.0, bytes, cells)); // kept only in case there is room
+            }
             let stale = now.saturating_sub(last) + 1;
             Some((
                 (cost + 1e-9) / (bytes.max(1) as f64 * stale as f64),
