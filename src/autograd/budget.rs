@@ -1,6 +1,10 @@
 //! The memory budget: before a new tensor buffer is counted (`memory::register`), if it
 //! would take the live bytes past the budget, saved activations are evicted, lowest DTR
-//! score first (Kirisame et al., ICLR 2021: cost / (bytes × staleness)), until it fits.
+//! score first (Kirisame et al., ICLR 2021), until it fits. The score of a buffer is
+//! cost / (bytes × staleness): cost is the measured time of the ops of the cells holding it
+//! plus that of the evicted inputs their recompute would rebuild first (DTR's evicted
+//! neighbourhood, ancestors only, followed up to `remat::MAX_DEPTH` levels); staleness is
+//! the budget clock's ticks since the buffer was last used.
 //! Evicted activations are recomputed from their recipe (`remat`) when the backward needs
 //! them. The unit of eviction is a buffer: the cells holding it (an activation and its
 //! saved views) drop it together, and only when nothing else holds it: never parameters,
