@@ -559,6 +559,23 @@ def test_attention_layer_norm_views_recompute_bit_identical(dropout, fraction):
     assert memory.budget_stats()["recomputations"] > 0
 
 
+@pytest.mark.parametrize("fraction", [0.6, 0.4, 0.3])
+def test_recomputed_shared_inputs_leave_nothing_behind(fraction):
+    """A recompute keeps an input that other ops read too (the qkv projection that q, k and
+    v are split from) as scratch for the rest of the backward node: it must be gone when
+    the backward ends, bit-identical gradients either way, and the peak within budget."""
+    blk = _Block(depth=6)
+    gc.collect()
+    base = memory.memory_allocated()
+    got, want, peak, b = _budgeted_step(blk.loss, blk.params, fraction)
+    assert peak <= b
+    _assert_bit_identical(got, want)
+    for p in blk.params:
+        p.grad = None
+    gc.collect()
+    assert memory.memory_allocated() == base
+
+
 @settings(max_examples=6, deadline=None)
 @given(
     width=st.sampled_from([4, 8, 24]),

@@ -1,10 +1,17 @@
 //! The memory budget: before a new tensor buffer is counted (`memory::register`), if it
 //! would take the live bytes past the budget, saved activations are evicted, lowest DTR
-//! score first (Kirisame et al., ICLR 2021: cost / (bytes × staleness)), until it fits.
+//! score first (Kirisame et al., ICLR 2021), until it fits. The score of a buffer is
+//! cost / (bytes × staleness): cost is the measured time of the ops of the cells holding it
+//! plus that of the evicted inputs their recompute would rebuild first (DTR's evicted
+//! neighbourhood, ancestors only, followed up to `remat::MAX_DEPTH` levels); staleness is
+//! the budget clock's ticks since the buffer was last used.
 //! Evicted activations are recomputed from their recipe (`remat`) when the backward needs
 //! them. The unit of eviction is a buffer: the cells holding it (an activation and its
 //! saved views) drop it together, and only when nothing else holds it: never parameters,
 //! gradients, optimizer state, or tensors the user (or anything else) holds.
+//!
+//! Scratch (a recomputed input kept for the rest of the backward node, see `remat`) goes
+//! first, whatever its score: it is kept only while there is room for it.
 //!
 //! When even evicting every candidate leaves too little room, the op's result is counted
 //! anyway and an `OutOfMemoryError` is raised at the next boundary back to Python (the op's
@@ -125,6 +132,9 @@ pub fn make_room(bytes: usize, budget: u64) {
                 last = last.max(l);
             }
             let bytes = cells.iter().map(|c| c.bytes).max().unwrap_or(0);
+            if cells.iter().all(|c| c.is_scratch()) {
+                return Some((0.0, bytes, cells)); // kept only in case there is room
+            }
             let stale = now.saturating_sub(last) + 1;
             Some((
                 (cost + 1e-9) / (bytes.max(1) as f64 * stale as f64),

@@ -357,6 +357,7 @@ fn run_nodes(
 ) -> Result<()> {
     let mut held = Vec::new();
     let watch = interrupt::watch();
+    let _scratch = ScratchGuard;
     while let Some(Ready(_, k)) = ready.0.pop() {
         if watch.pending() {
             (opts.check_interrupt)()?;
@@ -387,6 +388,8 @@ fn run_nodes(
             }
         }
 
+        // The node ran: the inputs its recomputes kept for each other go.
+        crate::autograd::remat::drop_scratch();
         // A buffer of this node (or of a leaf's consumer) that did not fit a memory budget.
         crate::autograd::budget::check()?;
 
@@ -422,6 +425,15 @@ fn edge_needs(node: &Arc<dyn Node>, graph: &Graph) -> Option<Vec<bool>> {
 
 /// Clears the memory-history context when backward ends, by error too.
 struct ContextGuard;
+
+/// Drops the scratch of recomputes when a pass ends, also when a node failed.
+struct ScratchGuard;
+
+impl Drop for ScratchGuard {
+    fn drop(&mut self) {
+        crate::autograd::remat::drop_scratch();
+    }
+}
 
 impl Drop for ContextGuard {
     fn drop(&mut self) {

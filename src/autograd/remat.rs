@@ -12,6 +12,11 @@
 //! buffer with every cell that holds it (see `budget`). While a view is saved, its root
 //! (the nearest cell with a buffer of its own) keeps a recomputed buffer, so the views of
 //! one buffer (attention's q, k and v, split from one projection) recompute it once.
+//!
+//! A recompute that rebuilds an input which other recorded ops also read (the q, k, v
+//! projection that three adds read, each saved by attention) keeps it as *scratch* until
+//! the running backward node ends, so the next of those recomputes finds it instead of
+//! rebuilding it again; scratch is the budget's first victim (see `budget`).
 
 use std::cell::Cell as LocalCell;
 use std::sync::{Arc, Weak};
@@ -83,6 +88,8 @@ struct State {
     cost: f64,
     /// The budget clock at the last use, for the staleness term of the score.
     last_use: u64,
+    /// `data` is a recomputed input kept only until the running backward node ends.
+    scratch: bool,
 }
 
 /// One recorded op's output under a budget: its recipe and, while saved, its data.
@@ -98,10 +105,14 @@ pub struct Cell {
     /// The autocast dtype the op ran under: a recompute runs under it too.
     autocast: Option<DType>,
     inputs: Vec<Source>,
+    /// How many recorded ops read this output (their cells hold this one as a source).
+    readers: std::sync::atomic::AtomicUsize,
     state: Mutex<State>,
 }
 
 thread_local! {
+    /// Cells whose recomputed data is scratch, dropped when the running backward node ends.
+    static SCRATCH: std::cell::RefCell<Vec<Arc<Cell>>> = const { std::cell::RefCell::new(Vec::new()) };
     /// When the previous op on this thread noted its output: the time since is this op's cost.
     static LAST_OP: LocalCell<Option<Instant>> = const { LocalCell::new(None) };
 }
@@ -187,6 +198,11 @@ fn attach(
         };
         sources.push(source);
     }
+    for s in &sources {
+        if let Source::Cell(c) = s {
+            c.readers.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
     let cell = Arc::new(Cell {
         name,
         bytes,
@@ -195,6 +211,7 @@ fn attach(
         forward: Box::new(forward),
         autocast: crate::autocast::dtype(),
         inputs: sources,
+        readers: std::sync::atomic::AtomicUsize::new(0),
         state: Mutex::new(State {
             data: None,
             pins: 0,
@@ -202,6 +219,7 @@ fn attach(
             saved: 0,
             cost,
             last_use: budget::tick(),
+            scratch: false,
         }),
     });
     out.set_remat_cell(Some(cell));
@@ -218,6 +236,7 @@ impl Cell {
         let mut st = self.state.lock();
         st.saved += 1;
         st.last_use = budget::tick();
+        st.scratch = false;
         if st.data.is_none() {
             alias.set_role(Role::Activation, true);
             st.data = Some(alias);
@@ -293,21 +312,27 @@ impl Cell {
             out?
         };
         drop(inputs);
-        let keep = {
+        let (keep, scratch) = {
             let mut st = self.state.lock();
             st.cost = t0.elapsed().as_secs_f64();
             if !self.view {
                 budget::count_recompute(self.bytes, st.cost);
             }
-            let keep = st.saved > 0 || st.pins > 0;
-            if keep {
+            let saved = st.saved > 0 || st.pins > 0;
+            // An input that other ops read too: their recomputes may need it next.
+            let scratch = !saved && !self.view && self.readers() > 1;
+            if saved || scratch {
                 out.set_role(Role::Activation, true);
                 st.data = Some(out.clone());
+                st.scratch = scratch;
             }
-            keep
+            (saved || scratch, scratch)
         };
         if keep {
             budget::track(self);
+        }
+        if scratch {
+            SCRATCH.with(|s| s.borrow_mut().push(self.clone()));
         }
         Ok(out)
     }
@@ -354,8 +379,43 @@ impl Cell {
             .sum::<f64>()
     }
 
+    /// How many recorded ops read this output (the count only grows: a reader that is gone
+    /// still counts, which at worst keeps a scratch buffer that no one reads again).
+    fn readers(&self) -> usize {
+        self.readers.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Its data is scratch: a recomputed input kept for the running backward node only.
+    pub fn is_scratch(&self) -> bool {
+        self.state
+            .try_lock()
+            .is_some_and(|st| st.scratch && st.data.is_some())
+    }
+
     pub fn holds_data(&self) -> bool {
         self.state.try_lock().is_none_or(|st| st.data.is_some())
+    }
+}
+
+/// A backward node ended: drop the scratch its recomputes kept (the engine calls this
+/// after every node, and when a pass ends, failed or not).
+pub fn drop_scratch() {
+    let cells = SCRATCH.with(|s| std::mem::take(&mut *s.borrow_mut()));
+    for c in cells {
+        let data = {
+            let mut st = c.state.lock();
+            if !st.scratch {
+                continue;
+            }
+            st.scratch = false;
+            if st.saved > 0 || st.pins > 0 {
+                continue; // saved since: a node's to release
+            }
+            st.data.take()
+        };
+        if let Some(d) = data {
+            d.set_role(Role::Activation, false);
+        }
     }
 }
 

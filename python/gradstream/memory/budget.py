@@ -15,7 +15,9 @@ layer norm, max pool, scaled_dot_product_attention (with the same dropout seed),
 GELU and the other element-wise unary and binary ops, dropout (with the same mask), cat,
 clone/contiguous, and the views (view, reshape, transpose, permute, split, slicing,
 unsqueeze, squeeze, expand). A buffer and the saved views of it are evicted together. The
-output of any other op is kept, as are the outputs of ops that depend on it.
+output of any other op is kept, as are the outputs of ops that depend on it. A recomputed
+input that other ops read too (a fused qkv projection) is kept, while there is room, until
+the backward node that needed it ends, so it is recomputed once for all its readers.
 
 When the budget cannot be met, `gradstream.OutOfMemoryError` (a RuntimeError) is raised
 with the budget and the least the step needs at that point. When a leaf's gradient has
