@@ -236,8 +236,7 @@ compare_ops!(eq => Eq, ne => Ne, lt => Lt, le => Le, gt => Gt, ge => Ge);
 macro_rules! tensor_pair_ops {
     ($($name:ident => $f:expr),*) => {
         tensor_ops! { mod tensor_pair_fns; $(
-            both fn $name(x: Tensor, other: &Obj<'_>) [other] -> Tensor {
-                let other = extract_tensor(stringify!($name), "other", other)?;
+            both fn $name(x: Tensor, other as "other": &Obj<'_>) [other] -> Tensor {
                 Ok(($f)(&x, &other)?)
             }
         )* }

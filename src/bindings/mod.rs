@@ -41,6 +41,11 @@ pub fn detached<T: Send>(
     Ok(py.detach(f)?)
 }
 
+/// [`detached`] where the interpreter is held but no `py` token is at hand.
+pub fn released<T: Send>(f: impl FnOnce() -> crate::error::Result<T> + Send) -> PyResult<T> {
+    Python::attach(|py| detached(py, f))
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<tensor::PyTensor>()?;
     m.add_class::<convert::PyDType>()?;

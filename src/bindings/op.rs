@@ -60,19 +60,22 @@ fn input_type_error(op: &str, obj: &Obj<'_>) -> PyErr {
 /// ```
 ///
 /// `x` is the input, taken as any [`Input`]. `both` makes `gradstream.name` and
-/// `Tensor.name`, `function` only `gradstream.name`, `method` only `Tensor.name`.
+/// `Tensor.name`, `function` only `gradstream.name`, `method` only `Tensor.name`. An
+/// argument written `as "label"` is taken as an [`Arg`] (a tensor, as in [`functions!`]).
 /// `NAME::register` adds the functions to the module.
 macro_rules! tensor_ops {
     (mod $m:ident; $(
         $(#[$($attr:tt)*])*
-        $kind:ident fn $name:ident($x:ident: $xty:ty $(, $arg:ident: $ty:ty)* $(,)?)
+        $kind:ident fn $name:ident($x:ident: $xty:ty
+            $(, $arg:ident $(as $label:literal)?: $ty:ty)* $(,)?)
             [$($sig:tt)*] -> $ret:ty $body:block
     )*) => {
         pub mod $m {
             #[allow(unused_imports)]
             use super::*;
             $($crate::bindings::op::op_fn! {
-                $kind $(#[$($attr)*])* $name($x: $xty $(, $arg: $ty)*) [$($sig)*] -> $ret $body
+                $kind $(#[$($attr)*])* $name($x: $xty $(, $arg $(as $label)?: $ty)*)
+                    [$($sig)*] -> $ret $body
             })*
             #[allow(unused_variables)] // a module of `method` rows registers nothing
             pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -105,28 +108,30 @@ macro_rules! op_fn {
             }
         }
     };
-    (method $(#[$($attr:tt)*])* $name:ident($x:ident: $xty:ty $(, $arg:ident: $ty:ty)*)
-        [$($sig:tt)*] -> $ret:ty $body:block) => {
-        #[allow(unused_braces)]
+    (method $(#[$($attr:tt)*])* $name:ident($($rest:tt)*) [$($sig:tt)*] -> $ret:ty
+        $body:block) => {
+        $crate::bindings::op::op_fn!(@body [] $name($($rest)*) -> $ret $body);
+    };
+    (@body [$($pre:tt)*] $name:ident($x:ident: $xty:ty
+        $(, $arg:ident $(as $label:literal)?: $ty:ty)*) -> $ret:ty $body:block) => {
+        $($pre)*
+        #[allow(unused_braces, clippy::too_many_arguments)]
         pub fn $name(input: &$crate::bindings::Obj<'_>, $($arg: $ty),*) -> PyResult<$ret> {
-            $crate::bindings::op::guarded(stringify!($name), || {
-                let $x: $xty = $crate::bindings::op::Input::extract(stringify!($name), input)?;
+            const OP: &str = stringify!($name);
+            $crate::bindings::op::guarded(OP, || {
+                let $x: $xty = $crate::bindings::op::Input::extract(OP, input)?;
+                $($(let $arg = $crate::bindings::op::Arg::extract($arg, OP, $label)?;)?)*
                 $body
             })
         }
     };
-    ($kind:ident $(#[$($attr:tt)*])* $name:ident($x:ident: $xty:ty $(, $arg:ident: $ty:ty)*)
-        [$($sig:tt)*] -> $ret:ty $body:block) => {
-        $(#[$($attr)*])*
-        #[pyfunction]
-        #[pyo3(signature = (input, $($sig)*))]
-        #[allow(unused_braces)]
-        pub fn $name(input: &$crate::bindings::Obj<'_>, $($arg: $ty),*) -> PyResult<$ret> {
-            $crate::bindings::op::guarded(stringify!($name), || {
-                let $x: $xty = $crate::bindings::op::Input::extract(stringify!($name), input)?;
-                $body
-            })
-        }
+    ($kind:ident $(#[$($attr:tt)*])* $name:ident($($rest:tt)*) [$($sig:tt)*] -> $ret:ty
+        $body:block) => {
+        $crate::bindings::op::op_fn!(@body [
+            $(#[$($attr)*])*
+            #[pyfunction]
+            #[pyo3(signature = (input, $($sig)*))]
+        ] $name($($rest)*) -> $ret $body);
     };
 }
 
