@@ -256,18 +256,11 @@ tensor_ops! { mod arith_fns;
     both fn add(x: Operand, other: &Obj<'_>, alpha: Option<f64>) [other, *, alpha=None] -> Tensor {
         with_alpha(BinaryOp::Add, &x, other, alpha)
     }
-    both fn sub(x: Operand, other: &Obj<'_>, alpha: Option<f64>) [other, *, alpha=None] -> Tensor {
-        with_alpha(BinaryOp::Sub, &x, other, alpha)
-    }
-    both fn subtract(x: Operand, other: &Obj<'_>, alpha: Option<f64>)
+    both fn sub | subtract(x: Operand, other: &Obj<'_>, alpha: Option<f64>)
         [other, *, alpha=None] -> Tensor {
         with_alpha(BinaryOp::Sub, &x, other, alpha)
     }
-    both fn div(x: Operand, other: &Obj<'_>, rounding_mode: Option<&str>)
-        [other, *, rounding_mode=None] -> Tensor {
-        bin(BinaryOp::division(rounding_mode)?, &x, other)
-    }
-    both fn divide(x: Operand, other: &Obj<'_>, rounding_mode: Option<&str>)
+    both fn div | divide(x: Operand, other: &Obj<'_>, rounding_mode: Option<&str>)
         [other, *, rounding_mode=None] -> Tensor {
         bin(BinaryOp::division(rounding_mode)?, &x, other)
     }
@@ -293,44 +286,30 @@ tensor_ops! { mod arith_fns;
 
 // ---------------------------------------------------------------- unary ops
 
-/// `name => op`: `gradstream.name(input)` and `Tensor.name()`.
+/// `name(name_) => op`: `gradstream.name(input)` and `Tensor.name()`, and where PyTorch has
+/// it the in-place form `gradstream.name_(input)` and `Tensor.name_()`.
 macro_rules! unary_ops {
-    ($($name:ident => $op:ident),* $(,)?) => {
+    ($($name:ident $(($iname:ident))? => $op:ident),* $(,)?) => {
         tensor_ops! { mod unary_fns; $(
             both fn $name(x: Tensor) [] -> Tensor { Ok(unary(UnaryOp::$op, &x)?) }
+            $(both fn $iname(x: Py<PyTensor>) [] -> Py<PyTensor> {
+                unary_(x, stringify!($iname), UnaryOp::$op)
+            })?
         )* }
     };
 }
 
 unary_ops! {
-    neg => Neg, negative => Neg, abs => Abs, absolute => Abs, sign => Sign, square => Square,
-    reciprocal => Reciprocal, exp => Exp, log => Log, log2 => Log2, log10 => Log10,
-    log1p => Log1p, expm1 => Expm1, sqrt => Sqrt, rsqrt => Rsqrt, sin => Sin, cos => Cos,
-    tan => Tan, tanh => Tanh, asin => Asin, arcsin => Asin, acos => Acos, arccos => Acos,
-    atan => Atan, arctan => Atan, sinh => Sinh, cosh => Cosh, asinh => Asinh, arcsinh => Asinh,
-    acosh => Acosh, arccosh => Acosh, atanh => Atanh, arctanh => Atanh, sigmoid => Sigmoid,
-    erf => Erf, floor => Floor,
-    ceil => Ceil, trunc => Trunc, fix => Trunc, frac => Frac,
-}
-
-/// `name_ => op`: in place, `gradstream.name_(input)` and `Tensor.name_()`.
-macro_rules! unary_inplace_ops {
-    ($($name:ident => $op:ident),* $(,)?) => {
-        tensor_ops! { mod unary_inplace_fns; $(
-            both fn $name(x: Py<PyTensor>) [] -> Py<PyTensor> {
-                unary_(x, stringify!($name), UnaryOp::$op)
-            }
-        )* }
-    };
-}
-
-unary_inplace_ops! {
-    neg_ => Neg, exp_ => Exp, log_ => Log, sqrt_ => Sqrt, sigmoid_ => Sigmoid,
-    tanh_ => Tanh, abs_ => Abs, reciprocal_ => Reciprocal, floor_ => Floor, sin_ => Sin,
-    cos_ => Cos, tan_ => Tan, asin_ => Asin, acos_ => Acos, atan_ => Atan, sinh_ => Sinh,
-    cosh_ => Cosh, asinh_ => Asinh, acosh_ => Acosh, atanh_ => Atanh, ceil_ => Ceil,
-    trunc_ => Trunc, log2_ => Log2, log10_ => Log10, log1p_ => Log1p, expm1_ => Expm1,
-    rsqrt_ => Rsqrt, square_ => Square, sign_ => Sign,
+    neg(neg_) => Neg, negative => Neg, abs(abs_) => Abs, absolute => Abs, sign(sign_) => Sign,
+    square(square_) => Square, reciprocal(reciprocal_) => Reciprocal, exp(exp_) => Exp,
+    log(log_) => Log, log2(log2_) => Log2, log10(log10_) => Log10, log1p(log1p_) => Log1p,
+    expm1(expm1_) => Expm1, sqrt(sqrt_) => Sqrt, rsqrt(rsqrt_) => Rsqrt, sin(sin_) => Sin,
+    cos(cos_) => Cos, tan(tan_) => Tan, tanh(tanh_) => Tanh, asin(asin_) => Asin,
+    arcsin => Asin, acos(acos_) => Acos, arccos => Acos, atan(atan_) => Atan, arctan => Atan,
+    sinh(sinh_) => Sinh, cosh(cosh_) => Cosh, asinh(asinh_) => Asinh, arcsinh => Asinh,
+    acosh(acosh_) => Acosh, arccosh => Acosh, atanh(atanh_) => Atanh, arctanh => Atanh,
+    sigmoid(sigmoid_) => Sigmoid, erf => Erf, floor(floor_) => Floor, ceil(ceil_) => Ceil,
+    trunc(trunc_) => Trunc, fix => Trunc, frac => Frac,
 }
 
 tensor_ops! { mod other_fns;
@@ -382,21 +361,13 @@ tensor_ops! { mod other_fns;
     }
 
     /// Clamp to `[min, max]`; either bound may be None, a number or a tensor.
-    both fn clamp(x: Tensor, min: Option<&Obj<'_>>, max: Option<&Obj<'_>>)
-        [min=None, max=None] -> Tensor {
-        clamp_to(&x, min, max)
-    }
-    both fn clip(x: Tensor, min: Option<&Obj<'_>>, max: Option<&Obj<'_>>)
+    both fn clamp | clip(x: Tensor, min: Option<&Obj<'_>>, max: Option<&Obj<'_>>)
         [min=None, max=None] -> Tensor {
         clamp_to(&x, min, max)
     }
     both fn clamp_min(x: Tensor, min: &Obj<'_>) [min] -> Tensor { clamp_to(&x, Some(min), None) }
     both fn clamp_max(x: Tensor, max: &Obj<'_>) [max] -> Tensor { clamp_to(&x, None, Some(max)) }
-    both fn clamp_(x: Py<PyTensor>, min: Option<&Obj<'_>>, max: Option<&Obj<'_>>)
-        [min=None, max=None] -> Py<PyTensor> {
-        clamp_inplace(x, min, max)
-    }
-    both fn clip_(x: Py<PyTensor>, min: Option<&Obj<'_>>, max: Option<&Obj<'_>>)
+    both fn clamp_ | clip_(x: Py<PyTensor>, min: Option<&Obj<'_>>, max: Option<&Obj<'_>>)
         [min=None, max=None] -> Py<PyTensor> {
         clamp_inplace(x, min, max)
     }
@@ -480,6 +451,5 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     tensor_pair_fns::register(m)?;
     arith_fns::register(m)?;
     unary_fns::register(m)?;
-    unary_inplace_fns::register(m)?;
     other_fns::register(m)
 }

@@ -59,6 +59,8 @@ fn input_type_error(op: &str, obj: &Obj<'_>) -> PyErr {
 /// both fn name(x: Tensor, arg: T, ...) [signature after input] -> R { body }
 /// ```
 ///
+/// `fn name | alias(...)` makes the same op under each name (the errors name the one called).
+///
 /// `x` is the input, taken as any [`Input`]. `both` makes `gradstream.name` and
 /// `Tensor.name`, `function` only `gradstream.name`, `method` only `Tensor.name`. An
 /// argument written `as "label"` is taken as an [`Arg`] (a tensor, as in [`functions!`]).
@@ -66,54 +68,55 @@ fn input_type_error(op: &str, obj: &Obj<'_>) -> PyErr {
 macro_rules! tensor_ops {
     (mod $m:ident; $(
         $(#[$($attr:tt)*])*
-        $kind:ident fn $name:ident($x:ident: $xty:ty
-            $(, $arg:ident $(as $label:literal)?: $ty:ty)* $(,)?)
-            [$($sig:tt)*] -> $ret:ty $body:block
+        $kind:ident fn $($name:ident)|+($($args:tt)*) [$($sig:tt)*] -> $ret:ty $body:block
     )*) => {
         pub mod $m {
             #[allow(unused_imports)]
             use super::*;
-            $($crate::bindings::op::op_fn! {
-                $kind $(#[$($attr)*])* $name($x: $xty $(, $arg $(as $label)?: $ty)*)
-                    [$($sig)*] -> $ret $body
-            })*
+            $($crate::bindings::op::op_fn! { @names [$($name)+] {
+                $kind $(#[$($attr)*])* ($($args)*) [$($sig)*] -> $ret $body
+            } })*
             #[allow(unused_variables)] // a module of `method` rows registers nothing
             pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-                $($crate::bindings::op::op_fn!(@register $kind m $name);)*
+                $($($crate::bindings::op::op_fn!(@register $kind m $name);)+)*
                 Ok(())
             }
         }
-        $($crate::bindings::op::op_fn! {
-            @method $kind $m $(#[$($attr)*])* $name($($arg: $ty),*) [$($sig)*] -> $ret
-        })*
     };
 }
 
-/// The parts of one row: its body (a `#[pyfunction]` unless the row is `method`), its
-/// registration, and its `Tensor` method (unless the row is `function`).
+/// One name of a row: its body (a `#[pyfunction]` unless the row is `method`), its
+/// registration, and its `Tensor` method (unless the row is `function`), which calls the
+/// body with itself as `input`.
 macro_rules! op_fn {
+    (@names [$($name:ident)+] $row:tt) => {
+        $($crate::bindings::op::op_fn!(@named $name $row);)+
+    };
+    (@named $name:ident {
+        $kind:ident $(#[$($attr:tt)*])* ($($args:tt)*) [$($sig:tt)*] -> $ret:ty $body:block
+    }) => {
+        $crate::bindings::op::op_fn! {
+            $kind $(#[$($attr)*])* $name($($args)*) [$($sig)*] -> $ret $body
+        }
+    };
     (@register method $m:ident $name:ident) => {};
     (@register $kind:ident $m:ident $name:ident) => {
         $m.add_function(wrap_pyfunction!(self::$name, $m)?)?
     };
     (@method function $($rest:tt)*) => {};
-    (@method $kind:ident $m:ident $(#[$($attr:tt)*])* $name:ident($($arg:ident: $ty:ty),*)
-        [$($sig:tt)*] -> $ret:ty) => {
+    (@method $kind:ident $(#[$($attr:tt)*])* $name:ident($x:ident: $xty:ty
+        $(, $arg:ident $(as $label:literal)?: $ty:ty)*) [$($sig:tt)*] -> $ret:ty) => {
         #[pymethods]
         impl $crate::bindings::tensor::PyTensor {
             $(#[$($attr)*])*
             #[pyo3(signature = ($($sig)*))]
             fn $name(slf: &Bound<'_, Self>, $($arg: $ty),*) -> PyResult<$ret> {
-                $m::$name(slf.as_any(), $($arg),*)
+                self::$name(slf.as_any(), $($arg),*)
             }
         }
     };
-    (method $(#[$($attr:tt)*])* $name:ident($($rest:tt)*) [$($sig:tt)*] -> $ret:ty
-        $body:block) => {
-        $crate::bindings::op::op_fn!(@body [] $name($($rest)*) -> $ret $body);
-    };
     (@body [$($pre:tt)*] $name:ident($x:ident: $xty:ty
-        $(, $arg:ident $(as $label:literal)?: $ty:ty)*) -> $ret:ty $body:block) => {
+        $(, $arg:ident $(as $label:literal)?: $ty:ty)* $(,)?) -> $ret:ty $body:block) => {
         $($pre)*
         #[allow(unused_braces, clippy::too_many_arguments)]
         pub fn $name(input: &$crate::bindings::Obj<'_>, $($arg: $ty),*) -> PyResult<$ret> {
@@ -125,13 +128,22 @@ macro_rules! op_fn {
             })
         }
     };
-    ($kind:ident $(#[$($attr:tt)*])* $name:ident($($rest:tt)*) [$($sig:tt)*] -> $ret:ty
+    (method $(#[$($attr:tt)*])* $name:ident $args:tt [$($sig:tt)*] -> $ret:ty $body:block) => {
+        $crate::bindings::op::op_fn!(@body [] $name $args -> $ret $body);
+        $crate::bindings::op::op_fn! {
+            @method method $(#[$($attr)*])* $name $args [$($sig)*] -> $ret
+        }
+    };
+    ($kind:ident $(#[$($attr:tt)*])* $name:ident $args:tt [$($sig:tt)*] -> $ret:ty
         $body:block) => {
         $crate::bindings::op::op_fn!(@body [
             $(#[$($attr)*])*
             #[pyfunction]
             #[pyo3(signature = (input, $($sig)*))]
-        ] $name($($rest)*) -> $ret $body);
+        ] $name $args -> $ret $body);
+        $crate::bindings::op::op_fn! {
+            @method $kind $(#[$($attr)*])* $name $args [$($sig)*] -> $ret
+        }
     };
 }
 
