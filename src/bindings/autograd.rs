@@ -14,6 +14,7 @@ use crate::autograd::node::{node_key, Node};
 use crate::bindings::convert::{extract_tensor, PyDType};
 use crate::bindings::hook_refs::{self, HookFunction};
 use crate::bindings::op::{attributes, functions};
+use crate::bindings::part;
 use crate::bindings::tensor::PyTensor;
 use crate::bindings::Obj;
 use crate::error::{Error, Result};
@@ -275,8 +276,7 @@ functions! { mod functions;
     fn _backward_calls["backward"]() [] -> u64 { Ok(backward_calls()) }
 }
 
-pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+part!(|m| {
     m.add_class::<PyNode>()?;
-    m.add_class::<PyHookHandle>()?;
-    functions::register(m)
-}
+    m.add_class::<PyHookHandle>()
+});

@@ -287,7 +287,3 @@ tensor_ops! { mod functions;
         Ok(x)
     }
 }
-
-pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    functions::register(m)
-}

@@ -57,7 +57,3 @@ tensor_ops! { mod functions;
         released(|| linalg::linear(&x, &w, b.as_ref()))
     }
 }
-
-pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    functions::register(m)
-}

@@ -6,6 +6,7 @@ use pyo3::prelude::*;
 
 use crate::bindings::convert::{extract_operand, extract_tensor};
 use crate::bindings::op::tensor_ops;
+use crate::bindings::part;
 use crate::bindings::tensor::PyTensor;
 use crate::bindings::Obj;
 use crate::error::Result;
@@ -444,12 +445,4 @@ fn where_fn(condition: &Obj<'_>, input: &Obj<'_>, other: &Obj<'_>) -> PyResult<T
     select_where(condition, &operand("where", input)?, other)
 }
 
-pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_function(wrap_pyfunction!(where_fn, m)?)?;
-    binary_fns::register(m)?;
-    compare_fns::register(m)?;
-    tensor_pair_fns::register(m)?;
-    arith_fns::register(m)?;
-    unary_fns::register(m)?;
-    other_fns::register(m)
-}
+part!(|m| m.add_function(wrap_pyfunction!(where_fn, m)?));

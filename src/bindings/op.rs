@@ -64,7 +64,7 @@ fn input_type_error(op: &str, obj: &Obj<'_>) -> PyErr {
 /// `x` is the input, taken as any [`Input`]. `both` makes `gradstream.name` and
 /// `Tensor.name`, `function` only `gradstream.name`, `method` only `Tensor.name`. An
 /// argument written `as "label"` is taken as an [`Arg`] (a tensor, as in [`functions!`]).
-/// `NAME::register` adds the functions to the module.
+/// The table adds its functions to the module itself (a [`Part`](crate::bindings::Part)).
 macro_rules! tensor_ops {
     (mod $m:ident; $(
         $(#[$($attr:tt)*])*
@@ -77,10 +77,11 @@ macro_rules! tensor_ops {
                 $kind $(#[$($attr)*])* ($($args)*) [$($sig)*] -> $ret $body
             } })*
             #[allow(unused_variables)] // a module of `method` rows registers nothing
-            pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+            fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
                 $($($crate::bindings::op::op_fn!(@register $kind m $name);)+)*
                 Ok(())
             }
+            $crate::bindings::part!(register);
         }
     };
 }
@@ -194,10 +195,11 @@ macro_rules! functions {
                     })
                 }
             )*
-            pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+            fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
                 $(m.add_function(wrap_pyfunction!(self::$name, m)?)?;)*
                 Ok(())
             }
+            $crate::bindings::part!(register);
         }
     };
 }
@@ -251,5 +253,3 @@ tensor_ops! { mod guard_fns;
         panic!("{message}")
     }
 }
-
-pub use guard_fns::register;

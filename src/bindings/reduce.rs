@@ -288,9 +288,3 @@ functions! { mod norm_fns;
         vector_norm_of(&x, ord, dim, keepdim, dtype)
     }
 }
-
-pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    norm_fns::register(m)?;
-    flag_fns::register(m)?;
-    functions::register(m)
-}

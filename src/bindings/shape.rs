@@ -318,9 +318,3 @@ functions! { mod list_fns;
         split_to(&tensor, split_size_or_sections, dim)
     }
 }
-
-pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    list_fns::register(m)?;
-    sizes_fns::register(m)?;
-    functions::register(m)
-}

@@ -184,8 +184,3 @@ functions! { mod search_fns;
         Ok(sorting::searchsorted(&sorted_sequence, &values, out_int32, right, sorter.as_ref())?)
     }
 }
-
-pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    search_fns::register(m)?;
-    functions::register(m)
-}
