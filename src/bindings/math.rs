@@ -17,25 +17,21 @@ use crate::ops::unary::{self, predicate, unary, Predicate, UnaryOp};
 use crate::ops::Operand;
 use crate::tensor::Tensor;
 
-fn operand(op: &str, obj: &Obj<'_>) -> PyResult<Operand> {
-    extract_operand(op, obj)
-}
-
 /// An optional bound (`clamp(min=None)`): absent, a number or a tensor.
 fn opt_operand(op: &str, obj: Option<&Obj<'_>>) -> PyResult<Option<Operand>> {
     obj.filter(|o| !o.is_none())
-        .map(|o| operand(op, o))
+        .map(|o| extract_operand(op, o))
         .transpose()
 }
 
 /// `a op b` for a method's or function's `other`.
 fn bin(op: BinaryOp, a: &Operand, other: &Obj<'_>) -> PyResult<Tensor> {
-    Ok(binary(op, a, &operand(op.name(), other)?)?)
+    Ok(binary(op, a, &extract_operand(op.name(), other)?)?)
 }
 
 /// `a + alpha * b` / `a - alpha * b`.
 fn with_alpha(op: BinaryOp, a: &Operand, other: &Obj<'_>, alpha: Option<f64>) -> PyResult<Tensor> {
-    let b = operand(op.name(), other)?;
+    let b = extract_operand(op.name(), other)?;
     let b = match alpha {
         None => b,
         Some(al) => scale(&b, al)?,
@@ -64,7 +60,7 @@ fn addc(op: BinaryOp, input: &Tensor, t1: &Obj<'_>, t2: &Obj<'_>, value: f64) ->
 
 fn lerp_to(input: &Tensor, end: &Obj<'_>, weight: &Obj<'_>) -> PyResult<Tensor> {
     let e = extract_tensor("lerp", "end", end)?;
-    Ok(binary::lerp(input, &e, &operand("lerp", weight)?)?)
+    Ok(binary::lerp(input, &e, &extract_operand("lerp", weight)?)?)
 }
 
 /// Write `f(x)` into `x` (the op named `name`) and hand `x` back.
@@ -93,14 +89,10 @@ fn arith_(
     other: &Obj<'_>,
     alpha: Option<f64>,
 ) -> PyResult<Py<PyTensor>> {
-    let o = operand(name, other)?;
+    let o = extract_operand(name, other)?;
     arith_inplace(op, &x.get().t, &o, alpha)?;
     crate::autograd::saved_hooks::check()?;
     Ok(x)
-}
-
-fn tensor_result(t: Tensor) -> PyResult<Py<PyTensor>> {
-    Python::attach(|py| Ok(t.into_pyobject(py)?.unbind()))
 }
 
 // ---------------------------------------------------------------- operators
@@ -225,7 +217,8 @@ macro_rules! compare_ops {
     ($($name:ident => $op:ident),*) => {
         tensor_ops! { mod compare_fns; $(
             both fn $name(x: Tensor, other: &Obj<'_>) [other] -> Tensor {
-                Ok(compare(CompareOp::$op, &(&x).into(), &operand(stringify!($name), other)?)?)
+                let other = extract_operand(stringify!($name), other)?;
+                Ok(compare(CompareOp::$op, &(&x).into(), &other)?)
             }
         )* }
     };
@@ -333,7 +326,8 @@ tensor_ops! { mod other_fns;
         if inplace {
             return unary_(x, "silu_", UnaryOp::Silu);
         }
-        tensor_result(unary(UnaryOp::Silu, &x.get().t)?)
+        let t = unary(UnaryOp::Silu, &x.get().t)?;
+        Python::attach(|py| Ok(t.into_pyobject(py)?.unbind()))
     }
     /// `softplus(x, beta=1, threshold=20)`: `log(1 + exp(beta x)) / beta`, linear above the
     /// threshold.
@@ -427,7 +421,11 @@ fn clamp_inplace(
 /// `where(condition, input, other)`: `input` where `condition`, else `other`.
 fn select_where(condition: &Obj<'_>, input: &Operand, other: &Obj<'_>) -> PyResult<Tensor> {
     let c = extract_tensor("where", "condition", condition)?;
-    Ok(binary::where_(&c, input, &operand("where", other)?)?)
+    Ok(binary::where_(
+        &c,
+        input,
+        &extract_operand("where", other)?,
+    )?)
 }
 
 #[pymethods]
@@ -442,7 +440,7 @@ impl PyTensor {
 /// `where(condition, input, other)`: `input` where `condition`, else `other`.
 #[pyfunction(name = "where")]
 fn where_fn(condition: &Obj<'_>, input: &Obj<'_>, other: &Obj<'_>) -> PyResult<Tensor> {
-    select_where(condition, &operand("where", input)?, other)
+    select_where(condition, &extract_operand("where", input)?, other)
 }
 
 part!(|m| m.add_function(wrap_pyfunction!(where_fn, m)?));

@@ -79,13 +79,6 @@ fn transpose_dims(t: &Tensor, dim0: i64, dim1: i64) -> PyResult<Tensor> {
     Ok(shape::transpose(t, a, b)?)
 }
 
-fn move_dims(t: &Tensor, source: &Obj<'_>, destination: &Obj<'_>) -> PyResult<Tensor> {
-    let r = t.rank();
-    let s = wrap_dims("movedim", Some(&extract_dims(source)?), r)?;
-    let d = wrap_dims("movedim", Some(&extract_dims(destination)?), r)?;
-    Ok(shape::movedim(t, &s, &d)?)
-}
-
 fn tuple(ts: Vec<Tensor>) -> PyResult<Py<PyTuple>> {
     Python::attach(|py| Ok(PyTuple::new(py, ts)?.unbind()))
 }
@@ -220,7 +213,10 @@ tensor_ops! { mod functions;
     }
     both fn movedim | moveaxis(x: Tensor, source: &Obj<'_>, destination: &Obj<'_>)
         [source, destination] -> Tensor {
-        move_dims(&x, source, destination)
+        let r = x.rank();
+        let s = wrap_dims("movedim", Some(&extract_dims(source)?), r)?;
+        let d = wrap_dims("movedim", Some(&extract_dims(destination)?), r)?;
+        Ok(shape::movedim(&x, &s, &d)?)
     }
     both fn chunk(x: Tensor, chunks: i64, dim: i64) [chunks, dim=0] -> Py<PyTuple> {
         shape::check_chunk(&x, chunks)?;

@@ -1,7 +1,7 @@
 //! The Python `Tensor` class: attributes, conversions and the methods every tensor has.
 //! Op methods live beside their op families (`#[pymethods]` blocks in the other files).
 
-use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyTuple, PyType};
@@ -60,18 +60,13 @@ fn scalar_to_py<'py>(py: Python<'py>, t: &Tensor) -> PyResult<Bound<'py, PyAny>>
             t.numel()
         )));
     }
-    // NumPy's item() is the Python bool, int or float of each dtype.
-    numpy_copy(py, t)?.call_method0("item")
-}
-
-/// The values as a NumPy array; bfloat16, which NumPy lacks, as float32 (exact).
-fn numpy_copy<'py>(py: Python<'py>, t: &Tensor) -> PyResult<Bound<'py, PyAny>> {
-    match t.dtype() {
-        DType::BFloat16 => {
-            tensor_to_numpy(py, &ops::convert::to_dtype(&t.detach(), DType::Float32)?)
-        }
-        _ => tensor_to_numpy(py, &t.detach()),
-    }
+    // NumPy's item() is the Python bool, int or float of each dtype; bfloat16, which NumPy
+    // lacks, goes through float32 (exact).
+    let t = match t.dtype() {
+        DType::BFloat16 => ops::convert::to_dtype(&t.detach(), DType::Float32)?,
+        _ => t.detach(),
+    };
+    tensor_to_numpy(py, &t)?.call_method0("item")
 }
 
 #[pymethods]
@@ -228,8 +223,4 @@ attributes! { PyTensor.t;
     #[getter] fn get_data(t) -> Tensor = t.detach();
     /// The in-place version counter (bumped by every in-place change of the buffer).
     #[getter] fn _version(t) -> u64 = t.version();
-}
-
-pub fn value_error(msg: impl Into<String>) -> PyErr {
-    PyValueError::new_err(msg.into())
 }
