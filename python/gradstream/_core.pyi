@@ -213,7 +213,8 @@ class Tensor:
         """
     def all(self, dim: _Dims | None = ..., keepdim: _bool = ...) -> Tensor:
         """
-        Whether every element over `dim` is non-zero (bool; uint8 for uint8 input).
+        Whether every (`any`: some) element over `dim` is non-zero (bool; uint8 for uint8
+        input).
         """
     def allclose(input: Tensor, other: _Operand, rtol: _float = ..., atol: _float = ..., equal_nan: _bool = ...) -> _bool:
         """
@@ -221,15 +222,18 @@ class Tensor:
         """
     def amax(self, dim: _Dims | None = ..., keepdim: _bool = ...) -> Tensor:
         """
-        Largest value over `dim` (all dims when None); ties share the gradient.
+        Largest (`amin`: smallest) value over `dim` (all dims when None); ties share the
+        gradient.
         """
     def amin(self, dim: _Dims | None = ..., keepdim: _bool = ...) -> Tensor:
         """
-        Smallest value over `dim` (all dims when None); ties share the gradient.
+        Largest (`amin`: smallest) value over `dim` (all dims when None); ties share the
+        gradient.
         """
     def any(self, dim: _Dims | None = ..., keepdim: _bool = ...) -> Tensor:
         """
-        Whether some element over `dim` is non-zero (bool; uint8 for uint8 input).
+        Whether every (`any`: some) element over `dim` is non-zero (bool; uint8 for uint8
+        input).
         """
     def arccos(self) -> Tensor: ...
     def arccosh(self) -> Tensor: ...
@@ -240,11 +244,13 @@ class Tensor:
     def arctanh(self) -> Tensor: ...
     def argmax(self, dim: _int | None = ..., keepdim: _bool = ...) -> Tensor:
         """
-        Index (int64) of the first largest value along `dim`, or in the flattened input.
+        Index (int64) of the first largest (`argmin`: smallest) value along `dim`, or in the
+        flattened input.
         """
     def argmin(self, dim: _int | None = ..., keepdim: _bool = ...) -> Tensor:
         """
-        Index (int64) of the first smallest value along `dim`, or in the flattened input.
+        Index (int64) of the first largest (`argmin`: smallest) value along `dim`, or in the
+        flattened input.
         """
     def argsort(self, dim: _int | None = ..., descending: _bool = ..., *, stable: _bool | None = ...) -> Tensor:
         """
@@ -439,7 +445,8 @@ class Tensor:
     def log_(self) -> Tensor: ...
     def log_softmax(self, dim: _int | None = ..., dtype: _Dtype | None = ...) -> Tensor:
         """
-        Log-softmax along `dim`, max-subtracted; `dtype=` casts the input first.
+        Softmax (`log_softmax`: its log) along `dim`, max-subtracted; `dtype=` casts the
+        input first.
         """
     def logdet(A: Tensor) -> Tensor:
         """
@@ -471,7 +478,8 @@ class Tensor:
         """
     def max(self, dim: _int | Tensor | None = ..., keepdim: _bool = ...) -> Tensor | _ValuesIndices:
         """
-        `max(input)`: 0-d; `max(input, dim)`: `(values, indices)`; `max(input, other)`: maximum.
+        `max(input)` (`min`): 0-d; `max(input, dim)`: `(values, indices)`; `max(input, other)`:
+        `maximum` (`minimum`).
         """
     def maximum(self, other: _Operand) -> Tensor: ...
     def mean(self, dim: _Dims | None = ..., keepdim: _bool = ..., *, dtype: _Dtype | None = ...) -> Tensor:
@@ -480,7 +488,8 @@ class Tensor:
         """
     def min(self, dim: _int | Tensor | None = ..., keepdim: _bool = ...) -> Tensor | _ValuesIndices:
         """
-        `min(input)`: 0-d; `min(input, dim)`: `(values, indices)`; `min(input, other)`: minimum.
+        `max(input)` (`min`): 0-d; `max(input, dim)`: `(values, indices)`; `max(input, other)`:
+        `maximum` (`minimum`).
         """
     def minimum(self, other: _Operand) -> Tensor: ...
     def mm(self, mat2: Tensor) -> Tensor:
@@ -600,7 +609,8 @@ class Tensor:
     def slogdet(A: Tensor) -> tuple[Tensor, Tensor]: ...
     def softmax(self, dim: _int | None = ..., dtype: _Dtype | None = ...) -> Tensor:
         """
-        Softmax along `dim`, max-subtracted; `dtype=` casts the input first.
+        Softmax (`log_softmax`: its log) along `dim`, max-subtracted; `dtype=` casts the
+        input first.
         """
     def sort(self, dim: _int | None = ..., descending: _bool = ..., *, stable: _bool | None = ...) -> _ValuesIndices:
         """
@@ -615,7 +625,8 @@ class Tensor:
     def squeeze(self, dim: _Dims | None = ...) -> Tensor: ...
     def std(self, dim: _Dims | None = ..., unbiased: _bool | None = ..., keepdim: _bool = ..., *, correction: _float | None = ...) -> Tensor:
         """
-        Standard deviation over `dim` with `correction=` (or `unbiased=`; default 1).
+        Variance (`std`: standard deviation) over `dim` with `correction=` (or `unbiased=`;
+        default 1).
         """
     def stride(self) -> tuple[_int, ...]: ...
     def sub(self, other: _Operand, *, alpha: _float | None = ...) -> Tensor: ...
@@ -673,7 +684,8 @@ class Tensor:
     def unsqueeze(self, dim: _int) -> Tensor: ...
     def var(self, dim: _Dims | None = ..., unbiased: _bool | None = ..., keepdim: _bool = ..., *, correction: _float | None = ...) -> Tensor:
         """
-        Variance over `dim` with `correction=` (or `unbiased=`; default 1).
+        Variance (`std`: standard deviation) over `dim` with `correction=` (or `unbiased=`;
+        default 1).
         """
     def view(self, *shape: _Size) -> Tensor: ...
     def view_as(self, other: Tensor) -> Tensor: ...
@@ -1022,10 +1034,6 @@ __all__ = [
     'initial_seed',
     'get_rng_state',
     'set_rng_state',
-    'amax',
-    'amin',
-    'all',
-    'any',
     'sum',
     'mean',
     'prod',
@@ -1039,6 +1047,10 @@ __all__ = [
     'logsumexp',
     'softmax',
     'log_softmax',
+    'amax',
+    'amin',
+    'all',
+    'any',
     'count_nonzero',
     '_vector_norm',
     '_SavedTensor',
@@ -1485,19 +1497,23 @@ def addmm(input: Tensor, mat1: Tensor, mat2: Tensor, *, beta: _float = ..., alph
     """
 def all(input: Tensor, dim: _Dims | None = ..., keepdim: _bool = ...) -> Tensor:
     """
-    Whether every element over `dim` is non-zero (bool; uint8 for uint8 input).
+    Whether every (`any`: some) element over `dim` is non-zero (bool; uint8 for uint8
+    input).
     """
 def amax(input: Tensor, dim: _Dims | None = ..., keepdim: _bool = ...) -> Tensor:
     """
-    Largest value over `dim` (all dims when None); ties share the gradient.
+    Largest (`amin`: smallest) value over `dim` (all dims when None); ties share the
+    gradient.
     """
 def amin(input: Tensor, dim: _Dims | None = ..., keepdim: _bool = ...) -> Tensor:
     """
-    Smallest value over `dim` (all dims when None); ties share the gradient.
+    Largest (`amin`: smallest) value over `dim` (all dims when None); ties share the
+    gradient.
     """
 def any(input: Tensor, dim: _Dims | None = ..., keepdim: _bool = ...) -> Tensor:
     """
-    Whether some element over `dim` is non-zero (bool; uint8 for uint8 input).
+    Whether every (`any`: some) element over `dim` is non-zero (bool; uint8 for uint8
+    input).
     """
 def arange(start: _Number, end: _Number | None = ..., step: _Number | None = ..., *, dtype: _Dtype | None = ..., device: _Device | None = ..., requires_grad: _bool = ...) -> Tensor:
     """
@@ -1513,11 +1529,13 @@ def arctan2(input: Tensor, other: _Operand) -> Tensor: ...
 def arctanh(input: Tensor) -> Tensor: ...
 def argmax(input: Tensor, dim: _int | None = ..., keepdim: _bool = ...) -> Tensor:
     """
-    Index (int64) of the first largest value along `dim`, or in the flattened input.
+    Index (int64) of the first largest (`argmin`: smallest) value along `dim`, or in the
+    flattened input.
     """
 def argmin(input: Tensor, dim: _int | None = ..., keepdim: _bool = ...) -> Tensor:
     """
-    Index (int64) of the first smallest value along `dim`, or in the flattened input.
+    Index (int64) of the first largest (`argmin`: smallest) value along `dim`, or in the
+    flattened input.
     """
 def argsort(input: Tensor, dim: _int | None = ..., descending: _bool = ..., *, stable: _bool | None = ...) -> Tensor:
     """
@@ -1722,7 +1740,8 @@ def log2_(input: Tensor) -> Tensor: ...
 def log_(input: Tensor) -> Tensor: ...
 def log_softmax(input: Tensor, dim: _int | None = ..., dtype: _Dtype | None = ...) -> Tensor:
     """
-    Log-softmax along `dim`, max-subtracted; `dtype=` casts the input first.
+    Softmax (`log_softmax`: its log) along `dim`, max-subtracted; `dtype=` casts the
+    input first.
     """
 def logical_and(input: Tensor, other: Tensor) -> Tensor: ...
 def logical_not(input: Tensor) -> Tensor: ...
@@ -1746,7 +1765,8 @@ def matmul(input: Tensor, other: Tensor) -> Tensor:
     """
 def max(input: Tensor, dim: _int | Tensor | None = ..., keepdim: _bool = ...) -> Tensor | _ValuesIndices:
     """
-    `max(input)`: 0-d; `max(input, dim)`: `(values, indices)`; `max(input, other)`: maximum.
+    `max(input)` (`min`): 0-d; `max(input, dim)`: `(values, indices)`; `max(input, other)`:
+    `maximum` (`minimum`).
     """
 def maximum(input: Tensor, other: _Operand) -> Tensor: ...
 def mean(input: Tensor, dim: _Dims | None = ..., keepdim: _bool = ..., *, dtype: _Dtype | None = ...) -> Tensor:
@@ -1759,7 +1779,8 @@ def meshgrid(*tensors: Tensor | Sequence[Tensor], indexing: str | None = ...) ->
     """
 def min(input: Tensor, dim: _int | Tensor | None = ..., keepdim: _bool = ...) -> Tensor | _ValuesIndices:
     """
-    `min(input)`: 0-d; `min(input, dim)`: `(values, indices)`; `min(input, other)`: minimum.
+    `max(input)` (`min`): 0-d; `max(input, dim)`: `(values, indices)`; `max(input, other)`:
+    `maximum` (`minimum`).
     """
 def minimum(input: Tensor, other: _Operand) -> Tensor: ...
 def mm(input: Tensor, mat2: Tensor) -> Tensor:
@@ -1860,7 +1881,8 @@ def sinh(input: Tensor) -> Tensor: ...
 def sinh_(input: Tensor) -> Tensor: ...
 def softmax(input: Tensor, dim: _int | None = ..., dtype: _Dtype | None = ...) -> Tensor:
     """
-    Softmax along `dim`, max-subtracted; `dtype=` casts the input first.
+    Softmax (`log_softmax`: its log) along `dim`, max-subtracted; `dtype=` casts the
+    input first.
     """
 def softplus(input: Tensor, beta: _float = ..., threshold: _float = ...) -> Tensor:
     """
@@ -1884,7 +1906,8 @@ def squeeze(input: Tensor, dim: _Dims | None = ...) -> Tensor: ...
 def stack(tensors: Sequence[Tensor], dim: _int = ...) -> Tensor: ...
 def std(input: Tensor, dim: _Dims | None = ..., unbiased: _bool | None = ..., keepdim: _bool = ..., *, correction: _float | None = ...) -> Tensor:
     """
-    Standard deviation over `dim` with `correction=` (or `unbiased=`; default 1).
+    Variance (`std`: standard deviation) over `dim` with `correction=` (or `unbiased=`;
+    default 1).
     """
 def sub(input: _Operand, other: _Operand, *, alpha: _float | None = ...) -> Tensor: ...
 def subtract(input: _Operand, other: _Operand, *, alpha: _float | None = ...) -> Tensor: ...
@@ -1945,7 +1968,8 @@ def unique_consecutive(input: Tensor, return_inverse: _bool = ..., return_counts
 def unsqueeze(input: Tensor, dim: _int) -> Tensor: ...
 def var(input: Tensor, dim: _Dims | None = ..., unbiased: _bool | None = ..., keepdim: _bool = ..., *, correction: _float | None = ...) -> Tensor:
     """
-    Variance over `dim` with `correction=` (or `unbiased=`; default 1).
+    Variance (`std`: standard deviation) over `dim` with `correction=` (or `unbiased=`;
+    default 1).
     """
 def where(condition: Tensor, input: _Operand, other: _Operand) -> Tensor:
     """

@@ -59,7 +59,8 @@ fn input_type_error(op: &str, obj: &Obj<'_>) -> PyErr {
 /// both fn name(x: Tensor, arg: T, ...) [signature after input] -> R { body }
 /// ```
 ///
-/// `fn name | alias(...)` makes the same op under each name (the errors name the one called).
+/// `fn name | alias(...)` makes the same op under each name; in the body `OP` is the name
+/// called (the errors name it), and `fn max[true] | min[false]` sets the bool `FLAG` per name.
 ///
 /// `x` is the input, taken as any [`Input`]. `both` makes `gradstream.name` and
 /// `Tensor.name`, `function` only `gradstream.name`, `method` only `Tensor.name`. An
@@ -68,12 +69,13 @@ fn input_type_error(op: &str, obj: &Obj<'_>) -> PyErr {
 macro_rules! tensor_ops {
     (mod $m:ident; $(
         $(#[$($attr:tt)*])*
-        $kind:ident fn $($name:ident)|+($($args:tt)*) [$($sig:tt)*] -> $ret:ty $body:block
+        $kind:ident fn $($name:ident $([$flag:expr])?)|+($($args:tt)*) [$($sig:tt)*]
+            -> $ret:ty $body:block
     )*) => {
         pub mod $m {
             #[allow(unused_imports)]
             use super::*;
-            $($crate::bindings::op::op_fn! { @names [$($name)+] {
+            $($crate::bindings::op::op_fn! { @names [$($name [$($flag)?])+] {
                 $kind $(#[$($attr)*])* ($($args)*) [$($sig)*] -> $ret $body
             } })*
             #[allow(unused_variables)] // a module of `method` rows registers nothing
@@ -90,14 +92,17 @@ macro_rules! tensor_ops {
 /// registration, and its `Tensor` method (unless the row is `function`), which calls the
 /// body with itself as `input`.
 macro_rules! op_fn {
-    (@names [$($name:ident)+] $row:tt) => {
-        $($crate::bindings::op::op_fn!(@named $name $row);)+
+    (@names [$($name:ident $flag:tt)+] $row:tt) => {
+        $($crate::bindings::op::op_fn!(@named $name $flag $row);)+
     };
-    (@named $name:ident {
+    (@named $name:ident [$($flag:expr)?] {
         $kind:ident $(#[$($attr:tt)*])* ($($args:tt)*) [$($sig:tt)*] -> $ret:ty $body:block
     }) => {
         $crate::bindings::op::op_fn! {
-            $kind $(#[$($attr)*])* $name($($args)*) [$($sig)*] -> $ret $body
+            $kind $(#[$($attr)*])* $name($($args)*) [$($sig)*] -> $ret {
+                $(const FLAG: bool = $flag;)?
+                $body
+            }
         }
     };
     (@register method $m:ident $name:ident) => {};
