@@ -199,12 +199,12 @@ class Tensor:
     def add_(self, other: _Operand, *, alpha: _float | None = ...) -> Tensor: ...
     def addcdiv(self, tensor1: Tensor, tensor2: Tensor, *, value: _float = ...) -> Tensor:
         """
-        `input + value * tensor1 / tensor2`.
+        `input + value * tensor1 * tensor2` (`addcdiv`: `/ tensor2`).
         """
     def addcdiv_(self, tensor1: Tensor, tensor2: Tensor, *, value: _float = ...) -> Tensor: ...
     def addcmul(self, tensor1: Tensor, tensor2: Tensor, *, value: _float = ...) -> Tensor:
         """
-        `input + value * tensor1 * tensor2`.
+        `input + value * tensor1 * tensor2` (`addcdiv`: `/ tensor2`).
         """
     def addcmul_(self, tensor1: Tensor, tensor2: Tensor, *, value: _float = ...) -> Tensor: ...
     def addmm(self, mat1: Tensor, mat2: Tensor, *, beta: _float = ..., alpha: _float | None = ...) -> Tensor:
@@ -1485,11 +1485,11 @@ def acosh_(input: Tensor) -> Tensor: ...
 def add(input: _Operand, other: _Operand, *, alpha: _float | None = ...) -> Tensor: ...
 def addcdiv(input: Tensor, tensor1: Tensor, tensor2: Tensor, *, value: _float = ...) -> Tensor:
     """
-    `input + value * tensor1 / tensor2`.
+    `input + value * tensor1 * tensor2` (`addcdiv`: `/ tensor2`).
     """
 def addcmul(input: Tensor, tensor1: Tensor, tensor2: Tensor, *, value: _float = ...) -> Tensor:
     """
-    `input + value * tensor1 * tensor2`.
+    `input + value * tensor1 * tensor2` (`addcdiv`: `/ tensor2`).
     """
 def addmm(input: Tensor, mat1: Tensor, mat2: Tensor, *, beta: _float = ..., alpha: _float | None = ...) -> Tensor:
     """

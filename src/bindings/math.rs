@@ -44,12 +44,11 @@ fn clamp_to(t: &Tensor, min: Option<&Obj<'_>>, max: Option<&Obj<'_>>) -> PyResul
     Ok(binary::clamp(t, lo.as_ref(), hi.as_ref())?)
 }
 
-/// `addcmul` (`op` = Mul) or `addcdiv` (Div) of `input` and the tensors `t1`, `t2`.
-fn addc(op: BinaryOp, input: &Tensor, t1: &Obj<'_>, t2: &Obj<'_>, value: f64) -> PyResult<Tensor> {
-    let name = if op == BinaryOp::Mul {
-        "addcmul"
-    } else {
-        "addcdiv"
+/// `addcmul` (`mul`) or `addcdiv` of `input` and the tensors `t1`, `t2`.
+fn addc(mul: bool, input: &Tensor, t1: &Obj<'_>, t2: &Obj<'_>, value: f64) -> PyResult<Tensor> {
+    let (op, name) = match mul {
+        true => (BinaryOp::Mul, "addcmul"),
+        false => (BinaryOp::Div, "addcdiv"),
     };
     let (a, b) = (
         extract_tensor(name, "tensor1", t1)?,
@@ -367,29 +366,19 @@ tensor_ops! { mod other_fns;
         clamp_inplace(x, min, max)
     }
 
-    /// `input + value * tensor1 * tensor2`.
-    both fn addcmul(x: Tensor, tensor1: &Obj<'_>, tensor2: &Obj<'_>, value: f64)
-        [tensor1, tensor2, *, value=1.0] -> Tensor {
-        addc(BinaryOp::Mul, &x, tensor1, tensor2, value)
-    }
-    /// `input + value * tensor1 / tensor2`.
-    both fn addcdiv(x: Tensor, tensor1: &Obj<'_>, tensor2: &Obj<'_>, value: f64)
-        [tensor1, tensor2, *, value=1.0] -> Tensor {
-        addc(BinaryOp::Div, &x, tensor1, tensor2, value)
+    /// `input + value * tensor1 * tensor2` (`addcdiv`: `/ tensor2`).
+    both fn addcmul[true] | addcdiv[false](x: Tensor, tensor1: &Obj<'_>, tensor2: &Obj<'_>,
+        value: f64) [tensor1, tensor2, *, value=1.0] -> Tensor {
+        addc(FLAG, &x, tensor1, tensor2, value)
     }
     /// `input + weight * (end - input)`.
     both fn lerp(x: Tensor, end: &Obj<'_>, weight: &Obj<'_>) [end, weight] -> Tensor {
         lerp_to(&x, end, weight)
     }
-    method fn addcmul_(x: Py<PyTensor>, tensor1: &Obj<'_>, tensor2: &Obj<'_>, value: f64)
-        [tensor1, tensor2, *, value=1.0] -> Py<PyTensor> {
-        let new = addc(BinaryOp::Mul, &x.get().t, tensor1, tensor2, value)?;
-        update(x, "addcmul_", &[], false, move |_| Ok(new))
-    }
-    method fn addcdiv_(x: Py<PyTensor>, tensor1: &Obj<'_>, tensor2: &Obj<'_>, value: f64)
-        [tensor1, tensor2, *, value=1.0] -> Py<PyTensor> {
-        let new = addc(BinaryOp::Div, &x.get().t, tensor1, tensor2, value)?;
-        update(x, "addcdiv_", &[], false, move |_| Ok(new))
+    method fn addcmul_[true] | addcdiv_[false](x: Py<PyTensor>, tensor1: &Obj<'_>,
+        tensor2: &Obj<'_>, value: f64) [tensor1, tensor2, *, value=1.0] -> Py<PyTensor> {
+        let new = addc(FLAG, &x.get().t, tensor1, tensor2, value)?;
+        update(x, OP, &[], false, move |_| Ok(new))
     }
     method fn lerp_(x: Py<PyTensor>, end: &Obj<'_>, weight: &Obj<'_>)
         [end, weight] -> Py<PyTensor> {

@@ -237,10 +237,8 @@ tensor_ops! { mod functions;
             .collect::<Result<Vec<_>, _>>()?;
         Ok(shape::roll(&x, &s, Some(&ds))?)
     }
-    both fn tril(x: Tensor, diagonal: i64)
-        [diagonal=0] -> Tensor { Ok(shape::tri(&x, diagonal, false)?) }
-    both fn triu(x: Tensor, diagonal: i64)
-        [diagonal=0] -> Tensor { Ok(shape::tri(&x, diagonal, true)?) }
+    both fn tril[false] | triu[true](x: Tensor, diagonal: i64)
+        [diagonal=0] -> Tensor { Ok(shape::tri(&x, diagonal, FLAG)?) }
     both fn narrow(x: Tensor, dim: i64, start: i64, length: i64) [dim, start, length] -> Tensor {
         if x.rank() == 0 {
             return Err(crate::error::Error::shape("narrow() cannot be applied to a 0-dim tensor.").into());
