@@ -153,18 +153,6 @@ impl PyTensor {
         Ok(out)
     }
 
-    #[pyo3(signature = (memory_format=None))]
-    fn contiguous(&self, memory_format: Option<&Obj<'_>>) -> PyResult<Tensor> {
-        let _ = memory_format;
-        Ok(ops::convert::contiguous(&self.t)?)
-    }
-
-    #[pyo3(signature = (memory_format=None))]
-    fn clone(&self, memory_format: Option<&Obj<'_>>) -> PyResult<Tensor> {
-        let _ = memory_format;
-        Ok(ops::convert::clone(&self.t)?)
-    }
-
     #[setter]
     fn set_data(&self, value: &Obj<'_>) -> PyResult<()> {
         let v = crate::bindings::convert::extract_tensor("data", "value", value)?;
@@ -200,6 +188,11 @@ tensor_ops! { mod assign_fns;
     }
     method fn fill_(x: Py<PyTensor>, value: &Obj<'_>) [value] -> Py<PyTensor> {
         assign_all(x, extract_operand("fill_", value)?, true)
+    }
+    method fn contiguous[false] | clone[true](x: Tensor, memory_format: Option<&Obj<'_>>)
+        [memory_format=None] -> Tensor {
+        let _ = memory_format;
+        Ok(if FLAG { ops::convert::clone(&x)? } else { ops::convert::contiguous(&x)? })
     }
     method fn zero_(x: Py<PyTensor>) [] -> Py<PyTensor> {
         assign_all(x, ops::Operand::Scalar(ops::Scalar::Int(0)), false)
