@@ -199,12 +199,12 @@ class Tensor:
     def add_(self, other: _Operand, *, alpha: _float | None = ...) -> Tensor: ...
     def addcdiv(self, tensor1: Tensor, tensor2: Tensor, *, value: _float = ...) -> Tensor:
         """
-        `input + value * tensor1 / tensor2`.
+        `input + value * tensor1 * tensor2` (`addcdiv`: `/ tensor2`).
         """
     def addcdiv_(self, tensor1: Tensor, tensor2: Tensor, *, value: _float = ...) -> Tensor: ...
     def addcmul(self, tensor1: Tensor, tensor2: Tensor, *, value: _float = ...) -> Tensor:
         """
-        `input + value * tensor1 * tensor2`.
+        `input + value * tensor1 * tensor2` (`addcdiv`: `/ tensor2`).
         """
     def addcmul_(self, tensor1: Tensor, tensor2: Tensor, *, value: _float = ...) -> Tensor: ...
     def addmm(self, mat1: Tensor, mat2: Tensor, *, beta: _float = ..., alpha: _float | None = ...) -> Tensor:
@@ -213,7 +213,8 @@ class Tensor:
         """
     def all(self, dim: _Dims | None = ..., keepdim: _bool = ...) -> Tensor:
         """
-        Whether every element over `dim` is non-zero (bool; uint8 for uint8 input).
+        Whether every (`any`: some) element over `dim` is non-zero (bool; uint8 for uint8
+        input).
         """
     def allclose(input: Tensor, other: _Operand, rtol: _float = ..., atol: _float = ..., equal_nan: _bool = ...) -> _bool:
         """
@@ -221,15 +222,18 @@ class Tensor:
         """
     def amax(self, dim: _Dims | None = ..., keepdim: _bool = ...) -> Tensor:
         """
-        Largest value over `dim` (all dims when None); ties share the gradient.
+        Largest (`amin`: smallest) value over `dim` (all dims when None); ties share the
+        gradient.
         """
     def amin(self, dim: _Dims | None = ..., keepdim: _bool = ...) -> Tensor:
         """
-        Smallest value over `dim` (all dims when None); ties share the gradient.
+        Largest (`amin`: smallest) value over `dim` (all dims when None); ties share the
+        gradient.
         """
     def any(self, dim: _Dims | None = ..., keepdim: _bool = ...) -> Tensor:
         """
-        Whether some element over `dim` is non-zero (bool; uint8 for uint8 input).
+        Whether every (`any`: some) element over `dim` is non-zero (bool; uint8 for uint8
+        input).
         """
     def arccos(self) -> Tensor: ...
     def arccosh(self) -> Tensor: ...
@@ -240,11 +244,13 @@ class Tensor:
     def arctanh(self) -> Tensor: ...
     def argmax(self, dim: _int | None = ..., keepdim: _bool = ...) -> Tensor:
         """
-        Index (int64) of the first largest value along `dim`, or in the flattened input.
+        Index (int64) of the first largest (`argmin`: smallest) value along `dim`, or in the
+        flattened input.
         """
     def argmin(self, dim: _int | None = ..., keepdim: _bool = ...) -> Tensor:
         """
-        Index (int64) of the first smallest value along `dim`, or in the flattened input.
+        Index (int64) of the first largest (`argmin`: smallest) value along `dim`, or in the
+        flattened input.
         """
     def argsort(self, dim: _int | None = ..., descending: _bool = ..., *, stable: _bool | None = ...) -> Tensor:
         """
@@ -298,7 +304,10 @@ class Tensor:
     def clamp_(self, min: _Operand | None = ..., max: _Operand | None = ...) -> Tensor: ...
     def clamp_max(self, max: _Operand) -> Tensor: ...
     def clamp_min(self, min: _Operand) -> Tensor: ...
-    def clip(self, min: _Operand | None = ..., max: _Operand | None = ...) -> Tensor: ...
+    def clip(self, min: _Operand | None = ..., max: _Operand | None = ...) -> Tensor:
+        """
+        Clamp to `[min, max]`; either bound may be None, a number or a tensor.
+        """
     def clip_(self, min: _Operand | None = ..., max: _Operand | None = ...) -> Tensor: ...
     def clone(self, memory_format: object | None = ...) -> Tensor: ...
     def contiguous(self, memory_format: object | None = ...) -> Tensor: ...
@@ -436,7 +445,8 @@ class Tensor:
     def log_(self) -> Tensor: ...
     def log_softmax(self, dim: _int | None = ..., dtype: _Dtype | None = ...) -> Tensor:
         """
-        Log-softmax along `dim`, max-subtracted; `dtype=` casts the input first.
+        Softmax (`log_softmax`: its log) along `dim`, max-subtracted; `dtype=` casts the
+        input first.
         """
     def logdet(A: Tensor) -> Tensor:
         """
@@ -468,7 +478,8 @@ class Tensor:
         """
     def max(self, dim: _int | Tensor | None = ..., keepdim: _bool = ...) -> Tensor | _ValuesIndices:
         """
-        `max(input)`: 0-d; `max(input, dim)`: `(values, indices)`; `max(input, other)`: maximum.
+        `max(input)` (`min`): 0-d; `max(input, dim)`: `(values, indices)`; `max(input, other)`:
+        `maximum` (`minimum`).
         """
     def maximum(self, other: _Operand) -> Tensor: ...
     def mean(self, dim: _Dims | None = ..., keepdim: _bool = ..., *, dtype: _Dtype | None = ...) -> Tensor:
@@ -477,7 +488,8 @@ class Tensor:
         """
     def min(self, dim: _int | Tensor | None = ..., keepdim: _bool = ...) -> Tensor | _ValuesIndices:
         """
-        `min(input)`: 0-d; `min(input, dim)`: `(values, indices)`; `min(input, other)`: minimum.
+        `max(input)` (`min`): 0-d; `max(input, dim)`: `(values, indices)`; `max(input, other)`:
+        `maximum` (`minimum`).
         """
     def minimum(self, other: _Operand) -> Tensor: ...
     def mm(self, mat2: Tensor) -> Tensor:
@@ -597,7 +609,8 @@ class Tensor:
     def slogdet(A: Tensor) -> tuple[Tensor, Tensor]: ...
     def softmax(self, dim: _int | None = ..., dtype: _Dtype | None = ...) -> Tensor:
         """
-        Softmax along `dim`, max-subtracted; `dtype=` casts the input first.
+        Softmax (`log_softmax`: its log) along `dim`, max-subtracted; `dtype=` casts the
+        input first.
         """
     def sort(self, dim: _int | None = ..., descending: _bool = ..., *, stable: _bool | None = ...) -> _ValuesIndices:
         """
@@ -612,7 +625,8 @@ class Tensor:
     def squeeze(self, dim: _Dims | None = ...) -> Tensor: ...
     def std(self, dim: _Dims | None = ..., unbiased: _bool | None = ..., keepdim: _bool = ..., *, correction: _float | None = ...) -> Tensor:
         """
-        Standard deviation over `dim` with `correction=` (or `unbiased=`; default 1).
+        Variance (`std`: standard deviation) over `dim` with `correction=` (or `unbiased=`;
+        default 1).
         """
     def stride(self) -> tuple[_int, ...]: ...
     def sub(self, other: _Operand, *, alpha: _float | None = ...) -> Tensor: ...
@@ -670,7 +684,8 @@ class Tensor:
     def unsqueeze(self, dim: _int) -> Tensor: ...
     def var(self, dim: _Dims | None = ..., unbiased: _bool | None = ..., keepdim: _bool = ..., *, correction: _float | None = ...) -> Tensor:
         """
-        Variance over `dim` with `correction=` (or `unbiased=`; default 1).
+        Variance (`std`: standard deviation) over `dim` with `correction=` (or `unbiased=`;
+        default 1).
         """
     def view(self, *shape: _Size) -> Tensor: ...
     def view_as(self, other: Tensor) -> Tensor: ...
@@ -777,11 +792,11 @@ __all__ = [
     '_autocast_dtype',
     '_set_autocast_dtype',
     '_backward_calls',
+    'OutOfMemoryError',
     '_set_memory_budget',
     '_memory_budget',
     '_memory_budget_stats',
     '_reset_memory_budget_stats',
-    'OutOfMemoryError',
     '_conv',
     '_conv_transpose',
     'zeros',
@@ -848,6 +863,11 @@ __all__ = [
     'addmm',
     '_linear',
     'where',
+    'add',
+    'sub',
+    'subtract',
+    'div',
+    'divide',
     'mul',
     'multiply',
     'true_divide',
@@ -866,86 +886,6 @@ __all__ = [
     'le',
     'gt',
     'ge',
-    'logical_and',
-    'logical_or',
-    'logical_xor',
-    'atan2',
-    'arctan2',
-    'hypot',
-    'add',
-    'sub',
-    'subtract',
-    'div',
-    'divide',
-    'neg',
-    'negative',
-    'abs',
-    'absolute',
-    'sign',
-    'square',
-    'reciprocal',
-    'exp',
-    'log',
-    'log2',
-    'log10',
-    'log1p',
-    'expm1',
-    'sqrt',
-    'rsqrt',
-    'sin',
-    'cos',
-    'tan',
-    'tanh',
-    'asin',
-    'arcsin',
-    'acos',
-    'arccos',
-    'atan',
-    'arctan',
-    'sinh',
-    'cosh',
-    'asinh',
-    'arcsinh',
-    'acosh',
-    'arccosh',
-    'atanh',
-    'arctanh',
-    'sigmoid',
-    'erf',
-    'floor',
-    'ceil',
-    'trunc',
-    'fix',
-    'frac',
-    'neg_',
-    'exp_',
-    'log_',
-    'sqrt_',
-    'sigmoid_',
-    'tanh_',
-    'abs_',
-    'reciprocal_',
-    'floor_',
-    'sin_',
-    'cos_',
-    'tan_',
-    'asin_',
-    'acos_',
-    'atan_',
-    'sinh_',
-    'cosh_',
-    'asinh_',
-    'acosh_',
-    'atanh_',
-    'ceil_',
-    'trunc_',
-    'log2_',
-    'log10_',
-    'log1p_',
-    'expm1_',
-    'rsqrt_',
-    'square_',
-    'sign_',
     'round',
     'relu',
     'relu_',
@@ -968,6 +908,81 @@ __all__ = [
     'addcmul',
     'addcdiv',
     'lerp',
+    'logical_and',
+    'logical_or',
+    'logical_xor',
+    'atan2',
+    'arctan2',
+    'hypot',
+    'neg',
+    'neg_',
+    'negative',
+    'abs',
+    'abs_',
+    'absolute',
+    'sign',
+    'sign_',
+    'square',
+    'square_',
+    'reciprocal',
+    'reciprocal_',
+    'exp',
+    'exp_',
+    'log',
+    'log_',
+    'log2',
+    'log2_',
+    'log10',
+    'log10_',
+    'log1p',
+    'log1p_',
+    'expm1',
+    'expm1_',
+    'sqrt',
+    'sqrt_',
+    'rsqrt',
+    'rsqrt_',
+    'sin',
+    'sin_',
+    'cos',
+    'cos_',
+    'tan',
+    'tan_',
+    'tanh',
+    'tanh_',
+    'asin',
+    'asin_',
+    'arcsin',
+    'acos',
+    'acos_',
+    'arccos',
+    'atan',
+    'atan_',
+    'arctan',
+    'sinh',
+    'sinh_',
+    'cosh',
+    'cosh_',
+    'asinh',
+    'asinh_',
+    'arcsinh',
+    'acosh',
+    'acosh_',
+    'arccosh',
+    'atanh',
+    'atanh_',
+    'arctanh',
+    'sigmoid',
+    'sigmoid_',
+    'erf',
+    'floor',
+    'floor_',
+    'ceil',
+    'ceil_',
+    'trunc',
+    'trunc_',
+    'fix',
+    'frac',
     '_block_cache_stats',
     '_set_block_cache',
     '_empty_cache',
@@ -1012,18 +1027,13 @@ __all__ = [
     '_nn_batch_norm',
     'Generator',
     'default_generator',
+    'bernoulli',
+    'multinomial',
     'manual_seed',
     'seed',
     'initial_seed',
     'get_rng_state',
     'set_rng_state',
-    'bernoulli',
-    'multinomial',
-    '_vector_norm',
-    'amax',
-    'amin',
-    'all',
-    'any',
     'sum',
     'mean',
     'prod',
@@ -1037,7 +1047,12 @@ __all__ = [
     'logsumexp',
     'softmax',
     'log_softmax',
+    'amax',
+    'amin',
+    'all',
+    'any',
     'count_nonzero',
+    '_vector_norm',
     '_SavedTensor',
     '_push_saved_tensors_hooks',
     '_pop_saved_tensors_hooks',
@@ -1049,15 +1064,6 @@ __all__ = [
     '_relu_bitmask_enabled',
     'cumsum',
     'cumprod',
-    'cat',
-    'concat',
-    'concatenate',
-    'stack',
-    'split',
-    'reshape',
-    'permute',
-    'tile',
-    'flip',
     'broadcast_to',
     'flatten',
     'unflatten',
@@ -1065,8 +1071,8 @@ __all__ = [
     'squeeze',
     'unsqueeze',
     'transpose',
-    'swapaxes',
     'swapdims',
+    'swapaxes',
     't',
     'movedim',
     'moveaxis',
@@ -1077,7 +1083,15 @@ __all__ = [
     'triu',
     'narrow',
     'select',
-    'searchsorted',
+    'cat',
+    'concat',
+    'concatenate',
+    'stack',
+    'split',
+    'reshape',
+    'permute',
+    'tile',
+    'flip',
     'sort',
     'argsort',
     'msort',
@@ -1086,6 +1100,7 @@ __all__ = [
     'bucketize',
     'unique',
     'unique_consecutive',
+    'searchsorted',
 ]
 def _autocast_dtype() -> dtype | None:
     """
@@ -1470,11 +1485,11 @@ def acosh_(input: Tensor) -> Tensor: ...
 def add(input: _Operand, other: _Operand, *, alpha: _float | None = ...) -> Tensor: ...
 def addcdiv(input: Tensor, tensor1: Tensor, tensor2: Tensor, *, value: _float = ...) -> Tensor:
     """
-    `input + value * tensor1 / tensor2`.
+    `input + value * tensor1 * tensor2` (`addcdiv`: `/ tensor2`).
     """
 def addcmul(input: Tensor, tensor1: Tensor, tensor2: Tensor, *, value: _float = ...) -> Tensor:
     """
-    `input + value * tensor1 * tensor2`.
+    `input + value * tensor1 * tensor2` (`addcdiv`: `/ tensor2`).
     """
 def addmm(input: Tensor, mat1: Tensor, mat2: Tensor, *, beta: _float = ..., alpha: _float | None = ...) -> Tensor:
     """
@@ -1482,19 +1497,23 @@ def addmm(input: Tensor, mat1: Tensor, mat2: Tensor, *, beta: _float = ..., alph
     """
 def all(input: Tensor, dim: _Dims | None = ..., keepdim: _bool = ...) -> Tensor:
     """
-    Whether every element over `dim` is non-zero (bool; uint8 for uint8 input).
+    Whether every (`any`: some) element over `dim` is non-zero (bool; uint8 for uint8
+    input).
     """
 def amax(input: Tensor, dim: _Dims | None = ..., keepdim: _bool = ...) -> Tensor:
     """
-    Largest value over `dim` (all dims when None); ties share the gradient.
+    Largest (`amin`: smallest) value over `dim` (all dims when None); ties share the
+    gradient.
     """
 def amin(input: Tensor, dim: _Dims | None = ..., keepdim: _bool = ...) -> Tensor:
     """
-    Smallest value over `dim` (all dims when None); ties share the gradient.
+    Largest (`amin`: smallest) value over `dim` (all dims when None); ties share the
+    gradient.
     """
 def any(input: Tensor, dim: _Dims | None = ..., keepdim: _bool = ...) -> Tensor:
     """
-    Whether some element over `dim` is non-zero (bool; uint8 for uint8 input).
+    Whether every (`any`: some) element over `dim` is non-zero (bool; uint8 for uint8
+    input).
     """
 def arange(start: _Number, end: _Number | None = ..., step: _Number | None = ..., *, dtype: _Dtype | None = ..., device: _Device | None = ..., requires_grad: _bool = ...) -> Tensor:
     """
@@ -1510,11 +1529,13 @@ def arctan2(input: Tensor, other: _Operand) -> Tensor: ...
 def arctanh(input: Tensor) -> Tensor: ...
 def argmax(input: Tensor, dim: _int | None = ..., keepdim: _bool = ...) -> Tensor:
     """
-    Index (int64) of the first largest value along `dim`, or in the flattened input.
+    Index (int64) of the first largest (`argmin`: smallest) value along `dim`, or in the
+    flattened input.
     """
 def argmin(input: Tensor, dim: _int | None = ..., keepdim: _bool = ...) -> Tensor:
     """
-    Index (int64) of the first smallest value along `dim`, or in the flattened input.
+    Index (int64) of the first largest (`argmin`: smallest) value along `dim`, or in the
+    flattened input.
     """
 def argsort(input: Tensor, dim: _int | None = ..., descending: _bool = ..., *, stable: _bool | None = ...) -> Tensor:
     """
@@ -1568,7 +1589,10 @@ def clamp(input: Tensor, min: _Operand | None = ..., max: _Operand | None = ...)
 def clamp_(input: Tensor, min: _Operand | None = ..., max: _Operand | None = ...) -> Tensor: ...
 def clamp_max(input: Tensor, max: _Operand) -> Tensor: ...
 def clamp_min(input: Tensor, min: _Operand) -> Tensor: ...
-def clip(input: Tensor, min: _Operand | None = ..., max: _Operand | None = ...) -> Tensor: ...
+def clip(input: Tensor, min: _Operand | None = ..., max: _Operand | None = ...) -> Tensor:
+    """
+    Clamp to `[min, max]`; either bound may be None, a number or a tensor.
+    """
 def clip_(input: Tensor, min: _Operand | None = ..., max: _Operand | None = ...) -> Tensor: ...
 def concat(tensors: Sequence[Tensor], dim: _int = ...) -> Tensor: ...
 def concatenate(tensors: Sequence[Tensor], axis: _int = ..., dim: _int | None = ...) -> Tensor: ...
@@ -1716,7 +1740,8 @@ def log2_(input: Tensor) -> Tensor: ...
 def log_(input: Tensor) -> Tensor: ...
 def log_softmax(input: Tensor, dim: _int | None = ..., dtype: _Dtype | None = ...) -> Tensor:
     """
-    Log-softmax along `dim`, max-subtracted; `dtype=` casts the input first.
+    Softmax (`log_softmax`: its log) along `dim`, max-subtracted; `dtype=` casts the
+    input first.
     """
 def logical_and(input: Tensor, other: Tensor) -> Tensor: ...
 def logical_not(input: Tensor) -> Tensor: ...
@@ -1740,7 +1765,8 @@ def matmul(input: Tensor, other: Tensor) -> Tensor:
     """
 def max(input: Tensor, dim: _int | Tensor | None = ..., keepdim: _bool = ...) -> Tensor | _ValuesIndices:
     """
-    `max(input)`: 0-d; `max(input, dim)`: `(values, indices)`; `max(input, other)`: maximum.
+    `max(input)` (`min`): 0-d; `max(input, dim)`: `(values, indices)`; `max(input, other)`:
+    `maximum` (`minimum`).
     """
 def maximum(input: Tensor, other: _Operand) -> Tensor: ...
 def mean(input: Tensor, dim: _Dims | None = ..., keepdim: _bool = ..., *, dtype: _Dtype | None = ...) -> Tensor:
@@ -1753,7 +1779,8 @@ def meshgrid(*tensors: Tensor | Sequence[Tensor], indexing: str | None = ...) ->
     """
 def min(input: Tensor, dim: _int | Tensor | None = ..., keepdim: _bool = ...) -> Tensor | _ValuesIndices:
     """
-    `min(input)`: 0-d; `min(input, dim)`: `(values, indices)`; `min(input, other)`: minimum.
+    `max(input)` (`min`): 0-d; `max(input, dim)`: `(values, indices)`; `max(input, other)`:
+    `maximum` (`minimum`).
     """
 def minimum(input: Tensor, other: _Operand) -> Tensor: ...
 def mm(input: Tensor, mat2: Tensor) -> Tensor:
@@ -1854,7 +1881,8 @@ def sinh(input: Tensor) -> Tensor: ...
 def sinh_(input: Tensor) -> Tensor: ...
 def softmax(input: Tensor, dim: _int | None = ..., dtype: _Dtype | None = ...) -> Tensor:
     """
-    Softmax along `dim`, max-subtracted; `dtype=` casts the input first.
+    Softmax (`log_softmax`: its log) along `dim`, max-subtracted; `dtype=` casts the
+    input first.
     """
 def softplus(input: Tensor, beta: _float = ..., threshold: _float = ...) -> Tensor:
     """
@@ -1878,7 +1906,8 @@ def squeeze(input: Tensor, dim: _Dims | None = ...) -> Tensor: ...
 def stack(tensors: Sequence[Tensor], dim: _int = ...) -> Tensor: ...
 def std(input: Tensor, dim: _Dims | None = ..., unbiased: _bool | None = ..., keepdim: _bool = ..., *, correction: _float | None = ...) -> Tensor:
     """
-    Standard deviation over `dim` with `correction=` (or `unbiased=`; default 1).
+    Variance (`std`: standard deviation) over `dim` with `correction=` (or `unbiased=`;
+    default 1).
     """
 def sub(input: _Operand, other: _Operand, *, alpha: _float | None = ...) -> Tensor: ...
 def subtract(input: _Operand, other: _Operand, *, alpha: _float | None = ...) -> Tensor: ...
@@ -1939,7 +1968,8 @@ def unique_consecutive(input: Tensor, return_inverse: _bool = ..., return_counts
 def unsqueeze(input: Tensor, dim: _int) -> Tensor: ...
 def var(input: Tensor, dim: _Dims | None = ..., unbiased: _bool | None = ..., keepdim: _bool = ..., *, correction: _float | None = ...) -> Tensor:
     """
-    Variance over `dim` with `correction=` (or `unbiased=`; default 1).
+    Variance (`std`: standard deviation) over `dim` with `correction=` (or `unbiased=`;
+    default 1).
     """
 def where(condition: Tensor, input: _Operand, other: _Operand) -> Tensor:
     """

@@ -14,6 +14,7 @@ use crate::autograd::node::{node_key, Node};
 use crate::bindings::convert::{extract_tensor, PyDType};
 use crate::bindings::hook_refs::{self, HookFunction};
 use crate::bindings::op::{attributes, functions};
+use crate::bindings::part;
 use crate::bindings::tensor::PyTensor;
 use crate::bindings::Obj;
 use crate::error::{Error, Result};
@@ -105,59 +106,6 @@ fn tensors(name: &str, list: &Bound<'_, PyList>) -> PyResult<Vec<Tensor>> {
     list.iter()
         .map(|t| extract_tensor("backward", name, &t))
         .collect()
-}
-
-/// The engine's arguments from `_run_backward`, then the engine run with the interpreter
-/// released.
-#[allow(clippy::too_many_arguments)]
-fn run(
-    py: Python<'_>,
-    roots: &Bound<'_, PyList>,
-    grads: &Bound<'_, PyList>,
-    retain_graph: bool,
-    create_graph: bool,
-    accumulate: bool,
-    inputs: Option<&Bound<'_, PyList>>,
-    consumer: Option<Py<PyAny>>,
-) -> PyResult<Vec<Option<Tensor>>> {
-    let roots = tensors("tensors", roots)?;
-    let grads = grads
-        .iter()
-        .map(|g| match g.is_none() {
-            true => Ok(None),
-            false => extract_tensor("backward", "grad_tensors", &g).map(Some),
-        })
-        .collect::<PyResult<Vec<_>>>()?;
-    if grads.len() != roots.len() {
-        return Err(PyRuntimeError::new_err(format!(
-            "backward: got {} tensors and {} gradients",
-            roots.len(),
-            grads.len()
-        )));
-    }
-    let inputs = inputs.map(|i| tensors("inputs", i)).transpose()?;
-    let consume = consumer.map(|f| {
-        move |p: &Tensor, g: &Tensor| -> Result<()> {
-            Python::attach(|py| {
-                f.call1(py, (p.clone(), g.clone()))?;
-                Ok(())
-            })
-        }
-    });
-    let r = py.detach(|| {
-        let opts = BackwardOptions {
-            retain_graph,
-            create_graph,
-            accumulate,
-            inputs: inputs.as_deref(),
-            grad_consumer: consume
-                .as_ref()
-                .map(|c| c as &(dyn Fn(&Tensor, &Tensor) -> Result<()> + Sync)),
-            check_interrupt: &interrupt_check,
-        };
-        run_backward(&roots, &grads, &opts)
-    })?;
-    Ok(r)
 }
 
 #[pymethods]
@@ -272,7 +220,43 @@ functions! { mod functions;
         inputs: Option<&Bound<'_, PyList>>, consumer: Option<Py<PyAny>>)
         [roots, grads, retain_graph, create_graph, accumulate, inputs, consumer]
         -> Vec<Option<Tensor>> {
-        run(py, roots, grads, retain_graph, create_graph, accumulate, inputs, consumer)
+        let roots = tensors("tensors", roots)?;
+        let grads = grads
+            .iter()
+            .map(|g| match g.is_none() {
+                true => Ok(None),
+                false => extract_tensor("backward", "grad_tensors", &g).map(Some),
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        if grads.len() != roots.len() {
+            return Err(PyRuntimeError::new_err(format!(
+                "backward: got {} tensors and {} gradients",
+                roots.len(),
+                grads.len()
+            )));
+        }
+        let inputs = inputs.map(|i| tensors("inputs", i)).transpose()?;
+        let consume = consumer.map(|f| {
+            move |p: &Tensor, g: &Tensor| -> Result<()> {
+                Python::attach(|py| {
+                    f.call1(py, (p.clone(), g.clone()))?;
+                    Ok(())
+                })
+            }
+        });
+        Ok(py.detach(|| {
+            let opts = BackwardOptions {
+                retain_graph,
+                create_graph,
+                accumulate,
+                inputs: inputs.as_deref(),
+                grad_consumer: consume
+                    .as_ref()
+                    .map(|c| c as &(dyn Fn(&Tensor, &Tensor) -> Result<()> + Sync)),
+                check_interrupt: &interrupt_check,
+            };
+            run_backward(&roots, &grads, &opts)
+        })?)
     }
     fn is_grad_enabled["is_grad_enabled"]() [] -> bool { Ok(grad_mode::is_enabled()) }
     fn _set_grad_enabled["set_grad_enabled"](enabled: bool) [enabled] -> () {
@@ -292,8 +276,7 @@ functions! { mod functions;
     fn _backward_calls["backward"]() [] -> u64 { Ok(backward_calls()) }
 }
 
-pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+part!(|m| {
     m.add_class::<PyNode>()?;
-    m.add_class::<PyHookHandle>()?;
-    functions::register(m)
-}
+    m.add_class::<PyHookHandle>()
+});

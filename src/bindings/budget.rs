@@ -6,6 +6,7 @@ use pyo3::types::PyDict;
 
 use crate::autograd::budget;
 use crate::bindings::op::functions;
+use crate::bindings::part;
 use crate::error::OutOfMemoryError;
 use crate::memory;
 
@@ -41,7 +42,4 @@ functions! { mod functions;
     }
 }
 
-pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    functions::register(m)?;
-    m.add("OutOfMemoryError", m.py().get_type::<OutOfMemoryError>())
-}
+part!(|m| m.add("OutOfMemoryError", m.py().get_type::<OutOfMemoryError>()));

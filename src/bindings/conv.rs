@@ -40,5 +40,3 @@ functions! { mod functions;
         Ok(conv::conv_transpose(&input, &weight, bias.as_ref(), spatial, &args, &output_padding)?)
     }
 }
-
-pub use functions::register;

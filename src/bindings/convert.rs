@@ -159,19 +159,14 @@ pub fn extract_dtype(obj: &Obj<'_>) -> PyResult<DType> {
 }
 
 pub fn opt_dtype(obj: Option<&Obj<'_>>) -> PyResult<Option<DType>> {
-    match obj {
-        None => Ok(None),
-        Some(o) if o.is_none() => Ok(None),
-        Some(o) => extract_dtype(o).map(Some),
-    }
+    obj.filter(|o| !o.is_none()).map(extract_dtype).transpose()
 }
 
 /// Check a device argument: only the CPU holds tensors in this build.
 pub fn check_device(obj: Option<&Obj<'_>>) -> PyResult<()> {
-    let Some(obj) = obj else { return Ok(()) };
-    if obj.is_none() {
+    let Some(obj) = obj.filter(|o| !o.is_none()) else {
         return Ok(());
-    }
+    };
     let dev = PyDevice::new(obj, None)?;
     if dev.kind != "cpu" {
         return Err(PyRuntimeError::new_err(format!(

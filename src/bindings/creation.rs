@@ -269,8 +269,3 @@ functions! { mod functions;
         Ok(PyTuple::new(py, ops::shape::meshgrid(&ts, xy)?)?.unbind())
     }
 }
-
-pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    factory_fns::register(m)?;
-    functions::register(m)
-}

@@ -6,6 +6,7 @@
 use pyo3::prelude::*;
 
 use crate::bindings::op::functions;
+use crate::bindings::part;
 use crate::bindings::{detached, Obj};
 use crate::error::LinAlgError;
 use crate::ops::decomposition::{self as dec, spectral};
@@ -98,7 +99,4 @@ functions! { mod functions;
     }
 }
 
-pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add("LinAlgError", m.py().get_type::<LinAlgError>())?;
-    functions::register(m)
-}
+part!(|m| m.add("LinAlgError", m.py().get_type::<LinAlgError>()));

@@ -172,5 +172,3 @@ functions! { mod functions;
         capsule::<DLManagedTensor>(py, &tensor, false)
     }
 }
-
-pub use functions::register;

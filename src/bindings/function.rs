@@ -128,5 +128,3 @@ functions! { mod functions;
         Ok(crate::autograd::node::graph_leaves(&t))
     }
 }
-
-pub use functions::register;

@@ -205,20 +205,17 @@ impl PyTensor {
 }
 
 tensor_ops! { mod functions;
-    both fn gather(x: Tensor, dim: i64, index: &Obj<'_>, sparse_grad: bool)
+    both fn gather(x: Tensor, dim: i64, index as "index": &Obj<'_>, sparse_grad: bool)
         [dim, index, *, sparse_grad=false] -> Tensor {
         let _ = sparse_grad;
-        let i = extract_tensor("gather", "index", index)?;
-        Ok(index::gather(&x, wrap_dim("gather", dim, x.rank())?, &i)?)
+        Ok(index::gather(&x, wrap_dim("gather", dim, x.rank())?, &index)?)
     }
-    both fn index_select(x: Tensor, dim: i64, index: &Obj<'_>) [dim, index] -> Tensor {
-        let i = extract_tensor("index_select", "index", index)?;
-        Ok(index::index_select(&x, wrap_dim("index_select", dim, x.rank())?, &i)?)
+    both fn index_select(x: Tensor, dim: i64, index as "index": &Obj<'_>) [dim, index] -> Tensor {
+        Ok(index::index_select(&x, wrap_dim("index_select", dim, x.rank())?, &index)?)
     }
-    both fn take_along_dim(x: Tensor, indices: &Obj<'_>, dim: Option<i64>)
+    both fn take_along_dim(x: Tensor, indices as "indices": &Obj<'_>, dim: Option<i64>)
         [indices, dim=None] -> Tensor {
-        let i = extract_tensor("take_along_dim", "indices", indices)?;
-        Ok(index::take_along_dim(&x, &i, dim)?)
+        Ok(index::take_along_dim(&x, &indices, dim)?)
     }
     both fn scatter_add(x: Tensor, dim: i64, index: &Obj<'_>, src: &Obj<'_>)
         [dim, index, src] -> Tensor {
@@ -251,19 +248,18 @@ tensor_ops! { mod functions;
         index::scatter_(t, d, &i, &s)?;
         Ok(x)
     }
-    both fn masked_fill(x: Tensor, mask: &Obj<'_>, value: &Obj<'_>) [mask, value] -> Tensor {
-        let m = extract_tensor("masked_fill", "mask", mask)?;
-        Ok(index::masked_fill(&x, &m, &masked_fill_value(&x, value)?)?)
+    both fn masked_fill(x: Tensor, mask as "mask": &Obj<'_>, value: &Obj<'_>)
+        [mask, value] -> Tensor {
+        Ok(index::masked_fill(&x, &mask, &masked_fill_value(&x, value)?)?)
     }
-    method fn masked_fill_(x: Py<PyTensor>, mask: &Obj<'_>, value: &Obj<'_>)
+    method fn masked_fill_(x: Py<PyTensor>, mask as "mask": &Obj<'_>, value: &Obj<'_>)
         [mask, value] -> Py<PyTensor> {
         let t = &x.get().t;
-        let m = extract_tensor("masked_fill_", "mask", mask)?;
-        index::masked_fill_(t, &m, &masked_fill_value(t, value)?)?;
+        index::masked_fill_(t, &mask, &masked_fill_value(t, value)?)?;
         Ok(x)
     }
-    both fn masked_select(x: Tensor, mask: &Obj<'_>) [mask] -> Tensor {
-        Ok(index::masked_select(&x, &extract_tensor("masked_select", "mask", mask)?)?)
+    both fn masked_select(x: Tensor, mask as "mask": &Obj<'_>) [mask] -> Tensor {
+        Ok(index::masked_select(&x, &mask)?)
     }
     both fn nonzero(x: Tensor, as_tuple: bool) [*, as_tuple=false] -> Py<PyAny> {
         let mut r = index::nonzero(&x, as_tuple)?;
@@ -290,8 +286,4 @@ tensor_ops! { mod functions;
         index::index_put_indices(t, &idx, &v, accumulate)?;
         Ok(x)
     }
-}
-
-pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    functions::register(m)
 }

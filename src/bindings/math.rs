@@ -6,6 +6,7 @@ use pyo3::prelude::*;
 
 use crate::bindings::convert::{extract_operand, extract_tensor};
 use crate::bindings::op::tensor_ops;
+use crate::bindings::part;
 use crate::bindings::tensor::PyTensor;
 use crate::bindings::Obj;
 use crate::error::Result;
@@ -16,25 +17,21 @@ use crate::ops::unary::{self, predicate, unary, Predicate, UnaryOp};
 use crate::ops::Operand;
 use crate::tensor::Tensor;
 
-fn operand(op: &str, obj: &Obj<'_>) -> PyResult<Operand> {
-    extract_operand(op, obj)
-}
-
 /// An optional bound (`clamp(min=None)`): absent, a number or a tensor.
 fn opt_operand(op: &str, obj: Option<&Obj<'_>>) -> PyResult<Option<Operand>> {
     obj.filter(|o| !o.is_none())
-        .map(|o| operand(op, o))
+        .map(|o| extract_operand(op, o))
         .transpose()
 }
 
 /// `a op b` for a method's or function's `other`.
 fn bin(op: BinaryOp, a: &Operand, other: &Obj<'_>) -> PyResult<Tensor> {
-    Ok(binary(op, a, &operand(op.name(), other)?)?)
+    Ok(binary(op, a, &extract_operand(op.name(), other)?)?)
 }
 
 /// `a + alpha * b` / `a - alpha * b`.
 fn with_alpha(op: BinaryOp, a: &Operand, other: &Obj<'_>, alpha: Option<f64>) -> PyResult<Tensor> {
-    let b = operand(op.name(), other)?;
+    let b = extract_operand(op.name(), other)?;
     let b = match alpha {
         None => b,
         Some(al) => scale(&b, al)?,
@@ -47,12 +44,11 @@ fn clamp_to(t: &Tensor, min: Option<&Obj<'_>>, max: Option<&Obj<'_>>) -> PyResul
     Ok(binary::clamp(t, lo.as_ref(), hi.as_ref())?)
 }
 
-/// `addcmul` (`op` = Mul) or `addcdiv` (Div) of `input` and the tensors `t1`, `t2`.
-fn addc(op: BinaryOp, input: &Tensor, t1: &Obj<'_>, t2: &Obj<'_>, value: f64) -> PyResult<Tensor> {
-    let name = if op == BinaryOp::Mul {
-        "addcmul"
-    } else {
-        "addcdiv"
+/// `addcmul` (`mul`) or `addcdiv` of `input` and the tensors `t1`, `t2`.
+fn addc(mul: bool, input: &Tensor, t1: &Obj<'_>, t2: &Obj<'_>, value: f64) -> PyResult<Tensor> {
+    let (op, name) = match mul {
+        true => (BinaryOp::Mul, "addcmul"),
+        false => (BinaryOp::Div, "addcdiv"),
     };
     let (a, b) = (
         extract_tensor(name, "tensor1", t1)?,
@@ -63,7 +59,7 @@ fn addc(op: BinaryOp, input: &Tensor, t1: &Obj<'_>, t2: &Obj<'_>, value: f64) ->
 
 fn lerp_to(input: &Tensor, end: &Obj<'_>, weight: &Obj<'_>) -> PyResult<Tensor> {
     let e = extract_tensor("lerp", "end", end)?;
-    Ok(binary::lerp(input, &e, &operand("lerp", weight)?)?)
+    Ok(binary::lerp(input, &e, &extract_operand("lerp", weight)?)?)
 }
 
 /// Write `f(x)` into `x` (the op named `name`) and hand `x` back.
@@ -92,14 +88,10 @@ fn arith_(
     other: &Obj<'_>,
     alpha: Option<f64>,
 ) -> PyResult<Py<PyTensor>> {
-    let o = operand(name, other)?;
+    let o = extract_operand(name, other)?;
     arith_inplace(op, &x.get().t, &o, alpha)?;
     crate::autograd::saved_hooks::check()?;
     Ok(x)
-}
-
-fn tensor_result(t: Tensor) -> PyResult<Py<PyTensor>> {
-    Python::attach(|py| Ok(t.into_pyobject(py)?.unbind()))
 }
 
 // ---------------------------------------------------------------- operators
@@ -224,7 +216,8 @@ macro_rules! compare_ops {
     ($($name:ident => $op:ident),*) => {
         tensor_ops! { mod compare_fns; $(
             both fn $name(x: Tensor, other: &Obj<'_>) [other] -> Tensor {
-                Ok(compare(CompareOp::$op, &(&x).into(), &operand(stringify!($name), other)?)?)
+                let other = extract_operand(stringify!($name), other)?;
+                Ok(compare(CompareOp::$op, &(&x).into(), &other)?)
             }
         )* }
     };
@@ -236,8 +229,7 @@ compare_ops!(eq => Eq, ne => Ne, lt => Lt, le => Le, gt => Gt, ge => Ge);
 macro_rules! tensor_pair_ops {
     ($($name:ident => $f:expr),*) => {
         tensor_ops! { mod tensor_pair_fns; $(
-            both fn $name(x: Tensor, other: &Obj<'_>) [other] -> Tensor {
-                let other = extract_tensor(stringify!($name), "other", other)?;
+            both fn $name(x: Tensor, other as "other": &Obj<'_>) [other] -> Tensor {
                 Ok(($f)(&x, &other)?)
             }
         )* }
@@ -257,18 +249,11 @@ tensor_ops! { mod arith_fns;
     both fn add(x: Operand, other: &Obj<'_>, alpha: Option<f64>) [other, *, alpha=None] -> Tensor {
         with_alpha(BinaryOp::Add, &x, other, alpha)
     }
-    both fn sub(x: Operand, other: &Obj<'_>, alpha: Option<f64>) [other, *, alpha=None] -> Tensor {
-        with_alpha(BinaryOp::Sub, &x, other, alpha)
-    }
-    both fn subtract(x: Operand, other: &Obj<'_>, alpha: Option<f64>)
+    both fn sub | subtract(x: Operand, other: &Obj<'_>, alpha: Option<f64>)
         [other, *, alpha=None] -> Tensor {
         with_alpha(BinaryOp::Sub, &x, other, alpha)
     }
-    both fn div(x: Operand, other: &Obj<'_>, rounding_mode: Option<&str>)
-        [other, *, rounding_mode=None] -> Tensor {
-        bin(BinaryOp::division(rounding_mode)?, &x, other)
-    }
-    both fn divide(x: Operand, other: &Obj<'_>, rounding_mode: Option<&str>)
+    both fn div | divide(x: Operand, other: &Obj<'_>, rounding_mode: Option<&str>)
         [other, *, rounding_mode=None] -> Tensor {
         bin(BinaryOp::division(rounding_mode)?, &x, other)
     }
@@ -294,44 +279,30 @@ tensor_ops! { mod arith_fns;
 
 // ---------------------------------------------------------------- unary ops
 
-/// `name => op`: `gradstream.name(input)` and `Tensor.name()`.
+/// `name(name_) => op`: `gradstream.name(input)` and `Tensor.name()`, and where PyTorch has
+/// it the in-place form `gradstream.name_(input)` and `Tensor.name_()`.
 macro_rules! unary_ops {
-    ($($name:ident => $op:ident),* $(,)?) => {
+    ($($name:ident $(($iname:ident))? => $op:ident),* $(,)?) => {
         tensor_ops! { mod unary_fns; $(
             both fn $name(x: Tensor) [] -> Tensor { Ok(unary(UnaryOp::$op, &x)?) }
+            $(both fn $iname(x: Py<PyTensor>) [] -> Py<PyTensor> {
+                unary_(x, stringify!($iname), UnaryOp::$op)
+            })?
         )* }
     };
 }
 
 unary_ops! {
-    neg => Neg, negative => Neg, abs => Abs, absolute => Abs, sign => Sign, square => Square,
-    reciprocal => Reciprocal, exp => Exp, log => Log, log2 => Log2, log10 => Log10,
-    log1p => Log1p, expm1 => Expm1, sqrt => Sqrt, rsqrt => Rsqrt, sin => Sin, cos => Cos,
-    tan => Tan, tanh => Tanh, asin => Asin, arcsin => Asin, acos => Acos, arccos => Acos,
-    atan => Atan, arctan => Atan, sinh => Sinh, cosh => Cosh, asinh => Asinh, arcsinh => Asinh,
-    acosh => Acosh, arccosh => Acosh, atanh => Atanh, arctanh => Atanh, sigmoid => Sigmoid,
-    erf => Erf, floor => Floor,
-    ceil => Ceil, trunc => Trunc, fix => Trunc, frac => Frac,
-}
-
-/// `name_ => op`: in place, `gradstream.name_(input)` and `Tensor.name_()`.
-macro_rules! unary_inplace_ops {
-    ($($name:ident => $op:ident),* $(,)?) => {
-        tensor_ops! { mod unary_inplace_fns; $(
-            both fn $name(x: Py<PyTensor>) [] -> Py<PyTensor> {
-                unary_(x, stringify!($name), UnaryOp::$op)
-            }
-        )* }
-    };
-}
-
-unary_inplace_ops! {
-    neg_ => Neg, exp_ => Exp, log_ => Log, sqrt_ => Sqrt, sigmoid_ => Sigmoid,
-    tanh_ => Tanh, abs_ => Abs, reciprocal_ => Reciprocal, floor_ => Floor, sin_ => Sin,
-    cos_ => Cos, tan_ => Tan, asin_ => Asin, acos_ => Acos, atan_ => Atan, sinh_ => Sinh,
-    cosh_ => Cosh, asinh_ => Asinh, acosh_ => Acosh, atanh_ => Atanh, ceil_ => Ceil,
-    trunc_ => Trunc, log2_ => Log2, log10_ => Log10, log1p_ => Log1p, expm1_ => Expm1,
-    rsqrt_ => Rsqrt, square_ => Square, sign_ => Sign,
+    neg(neg_) => Neg, negative => Neg, abs(abs_) => Abs, absolute => Abs, sign(sign_) => Sign,
+    square(square_) => Square, reciprocal(reciprocal_) => Reciprocal, exp(exp_) => Exp,
+    log(log_) => Log, log2(log2_) => Log2, log10(log10_) => Log10, log1p(log1p_) => Log1p,
+    expm1(expm1_) => Expm1, sqrt(sqrt_) => Sqrt, rsqrt(rsqrt_) => Rsqrt, sin(sin_) => Sin,
+    cos(cos_) => Cos, tan(tan_) => Tan, tanh(tanh_) => Tanh, asin(asin_) => Asin,
+    arcsin => Asin, acos(acos_) => Acos, arccos => Acos, atan(atan_) => Atan, arctan => Atan,
+    sinh(sinh_) => Sinh, cosh(cosh_) => Cosh, asinh(asinh_) => Asinh, arcsinh => Asinh,
+    acosh(acosh_) => Acosh, arccosh => Acosh, atanh(atanh_) => Atanh, arctanh => Atanh,
+    sigmoid(sigmoid_) => Sigmoid, erf => Erf, floor(floor_) => Floor, ceil(ceil_) => Ceil,
+    trunc(trunc_) => Trunc, fix => Trunc, frac => Frac,
 }
 
 tensor_ops! { mod other_fns;
@@ -354,7 +325,8 @@ tensor_ops! { mod other_fns;
         if inplace {
             return unary_(x, "silu_", UnaryOp::Silu);
         }
-        tensor_result(unary(UnaryOp::Silu, &x.get().t)?)
+        let t = unary(UnaryOp::Silu, &x.get().t)?;
+        Python::attach(|py| Ok(t.into_pyobject(py)?.unbind()))
     }
     /// `softplus(x, beta=1, threshold=20)`: `log(1 + exp(beta x)) / beta`, linear above the
     /// threshold.
@@ -383,48 +355,30 @@ tensor_ops! { mod other_fns;
     }
 
     /// Clamp to `[min, max]`; either bound may be None, a number or a tensor.
-    both fn clamp(x: Tensor, min: Option<&Obj<'_>>, max: Option<&Obj<'_>>)
-        [min=None, max=None] -> Tensor {
-        clamp_to(&x, min, max)
-    }
-    both fn clip(x: Tensor, min: Option<&Obj<'_>>, max: Option<&Obj<'_>>)
+    both fn clamp | clip(x: Tensor, min: Option<&Obj<'_>>, max: Option<&Obj<'_>>)
         [min=None, max=None] -> Tensor {
         clamp_to(&x, min, max)
     }
     both fn clamp_min(x: Tensor, min: &Obj<'_>) [min] -> Tensor { clamp_to(&x, Some(min), None) }
     both fn clamp_max(x: Tensor, max: &Obj<'_>) [max] -> Tensor { clamp_to(&x, None, Some(max)) }
-    both fn clamp_(x: Py<PyTensor>, min: Option<&Obj<'_>>, max: Option<&Obj<'_>>)
-        [min=None, max=None] -> Py<PyTensor> {
-        clamp_inplace(x, min, max)
-    }
-    both fn clip_(x: Py<PyTensor>, min: Option<&Obj<'_>>, max: Option<&Obj<'_>>)
+    both fn clamp_ | clip_(x: Py<PyTensor>, min: Option<&Obj<'_>>, max: Option<&Obj<'_>>)
         [min=None, max=None] -> Py<PyTensor> {
         clamp_inplace(x, min, max)
     }
 
-    /// `input + value * tensor1 * tensor2`.
-    both fn addcmul(x: Tensor, tensor1: &Obj<'_>, tensor2: &Obj<'_>, value: f64)
-        [tensor1, tensor2, *, value=1.0] -> Tensor {
-        addc(BinaryOp::Mul, &x, tensor1, tensor2, value)
-    }
-    /// `input + value * tensor1 / tensor2`.
-    both fn addcdiv(x: Tensor, tensor1: &Obj<'_>, tensor2: &Obj<'_>, value: f64)
-        [tensor1, tensor2, *, value=1.0] -> Tensor {
-        addc(BinaryOp::Div, &x, tensor1, tensor2, value)
+    /// `input + value * tensor1 * tensor2` (`addcdiv`: `/ tensor2`).
+    both fn addcmul[true] | addcdiv[false](x: Tensor, tensor1: &Obj<'_>, tensor2: &Obj<'_>,
+        value: f64) [tensor1, tensor2, *, value=1.0] -> Tensor {
+        addc(FLAG, &x, tensor1, tensor2, value)
     }
     /// `input + weight * (end - input)`.
     both fn lerp(x: Tensor, end: &Obj<'_>, weight: &Obj<'_>) [end, weight] -> Tensor {
         lerp_to(&x, end, weight)
     }
-    method fn addcmul_(x: Py<PyTensor>, tensor1: &Obj<'_>, tensor2: &Obj<'_>, value: f64)
-        [tensor1, tensor2, *, value=1.0] -> Py<PyTensor> {
-        let new = addc(BinaryOp::Mul, &x.get().t, tensor1, tensor2, value)?;
-        update(x, "addcmul_", &[], false, move |_| Ok(new))
-    }
-    method fn addcdiv_(x: Py<PyTensor>, tensor1: &Obj<'_>, tensor2: &Obj<'_>, value: f64)
-        [tensor1, tensor2, *, value=1.0] -> Py<PyTensor> {
-        let new = addc(BinaryOp::Div, &x.get().t, tensor1, tensor2, value)?;
-        update(x, "addcdiv_", &[], false, move |_| Ok(new))
+    method fn addcmul_[true] | addcdiv_[false](x: Py<PyTensor>, tensor1: &Obj<'_>,
+        tensor2: &Obj<'_>, value: f64) [tensor1, tensor2, *, value=1.0] -> Py<PyTensor> {
+        let new = addc(FLAG, &x.get().t, tensor1, tensor2, value)?;
+        update(x, OP, &[], false, move |_| Ok(new))
     }
     method fn lerp_(x: Py<PyTensor>, end: &Obj<'_>, weight: &Obj<'_>)
         [end, weight] -> Py<PyTensor> {
@@ -456,7 +410,11 @@ fn clamp_inplace(
 /// `where(condition, input, other)`: `input` where `condition`, else `other`.
 fn select_where(condition: &Obj<'_>, input: &Operand, other: &Obj<'_>) -> PyResult<Tensor> {
     let c = extract_tensor("where", "condition", condition)?;
-    Ok(binary::where_(&c, input, &operand("where", other)?)?)
+    Ok(binary::where_(
+        &c,
+        input,
+        &extract_operand("where", other)?,
+    )?)
 }
 
 #[pymethods]
@@ -471,16 +429,7 @@ impl PyTensor {
 /// `where(condition, input, other)`: `input` where `condition`, else `other`.
 #[pyfunction(name = "where")]
 fn where_fn(condition: &Obj<'_>, input: &Obj<'_>, other: &Obj<'_>) -> PyResult<Tensor> {
-    select_where(condition, &operand("where", input)?, other)
+    select_where(condition, &extract_operand("where", input)?, other)
 }
 
-pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_function(wrap_pyfunction!(where_fn, m)?)?;
-    binary_fns::register(m)?;
-    compare_fns::register(m)?;
-    tensor_pair_fns::register(m)?;
-    arith_fns::register(m)?;
-    unary_fns::register(m)?;
-    unary_inplace_fns::register(m)?;
-    other_fns::register(m)
-}
+part!(|m| m.add_function(wrap_pyfunction!(where_fn, m)?));

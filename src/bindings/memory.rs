@@ -131,5 +131,3 @@ functions! { mod functions;
         PyList::new(py, blocks)
     }
 }
-
-pub use functions::register;

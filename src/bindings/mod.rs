@@ -41,34 +41,40 @@ pub fn detached<T: Send>(
     Ok(py.detach(f)?)
 }
 
-pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+/// [`detached`] where the interpreter is held but no `py` token is at hand.
+pub fn released<T: Send>(f: impl FnOnce() -> crate::error::Result<T> + Send) -> PyResult<T> {
+    Python::attach(|py| detached(py, f))
+}
+
+/// One part of `_core`: what a `tensor_ops!`/`functions!` table, or a file's [`part!`],
+/// adds to the module. Each submits itself; `register` runs them all, ordered by module path.
+pub struct Part(
+    pub &'static str,
+    pub fn(&Bound<'_, PyModule>) -> PyResult<()>,
+);
+
+inventory::collect!(Part);
+
+/// `part!(|m| ...)`: what this file adds to the module besides its tables (classes, constants).
+macro_rules! part {
+    ($f:expr) => {
+        inventory::submit! { $crate::bindings::Part(module_path!(), $f) }
+    };
+}
+pub(crate) use part;
+
+part!(|m| {
     m.add_class::<tensor::PyTensor>()?;
     m.add_class::<convert::PyDType>()?;
     m.add_class::<convert::PyDevice>()?;
     for dt in DType::ALL {
         m.add(dt.name(), convert::PyDType::object(m.py(), dt)?)?;
     }
-    autograd::register(m)?;
-    budget::register(m)?;
-    conv::register(m)?;
-    creation::register(m)?;
-    decomposition::register(m)?;
-    dlpack::register(m)?;
-    function::register(m)?;
-    index::register(m)?;
-    linalg::register(m)?;
-    math::register(m)?;
-    memory::register(m)?;
-    nn::register(m)?;
-    op::register(m)?;
-    optim::register(m)?;
-    pass::register(m)?;
-    pool::register(m)?;
-    random::register(m)?;
-    reduce::register(m)?;
-    saved_hooks::register(m)?;
-    scan::register(m)?;
-    shape::register(m)?;
-    sort::register(m)?;
     Ok(())
+});
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let mut parts: Vec<&Part> = inventory::iter::<Part>.into_iter().collect();
+    parts.sort_by_key(|p| p.0);
+    parts.into_iter().try_for_each(|p| (p.1)(m))
 }

@@ -111,5 +111,3 @@ functions! { mod functions;
         })
     }
 }
-
-pub use functions::register;

@@ -59,73 +59,96 @@ fn input_type_error(op: &str, obj: &Obj<'_>) -> PyErr {
 /// both fn name(x: Tensor, arg: T, ...) [signature after input] -> R { body }
 /// ```
 ///
+/// `fn name | alias(...)` makes the same op under each name; in the body `OP` is the name
+/// called (the errors name it), and `fn max[true] | min[false]` sets the bool `FLAG` per name.
+///
 /// `x` is the input, taken as any [`Input`]. `both` makes `gradstream.name` and
-/// `Tensor.name`, `function` only `gradstream.name`, `method` only `Tensor.name`.
-/// `NAME::register` adds the functions to the module.
+/// `Tensor.name`, `function` only `gradstream.name`, `method` only `Tensor.name`. An
+/// argument written `as "label"` is taken as an [`Arg`] (a tensor, as in [`functions!`]).
+/// The table adds its functions to the module itself (a [`Part`](crate::bindings::Part)).
 macro_rules! tensor_ops {
     (mod $m:ident; $(
         $(#[$($attr:tt)*])*
-        $kind:ident fn $name:ident($x:ident: $xty:ty $(, $arg:ident: $ty:ty)* $(,)?)
-            [$($sig:tt)*] -> $ret:ty $body:block
+        $kind:ident fn $($name:ident $([$flag:expr])?)|+($($args:tt)*) [$($sig:tt)*]
+            -> $ret:ty $body:block
     )*) => {
         pub mod $m {
             #[allow(unused_imports)]
             use super::*;
-            $($crate::bindings::op::op_fn! {
-                $kind $(#[$($attr)*])* $name($x: $xty $(, $arg: $ty)*) [$($sig)*] -> $ret $body
-            })*
+            $($crate::bindings::op::op_fn! { @names [$($name [$($flag)?])+] {
+                $kind $(#[$($attr)*])* ($($args)*) [$($sig)*] -> $ret $body
+            } })*
             #[allow(unused_variables)] // a module of `method` rows registers nothing
-            pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-                $($crate::bindings::op::op_fn!(@register $kind m $name);)*
+            fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+                $($($crate::bindings::op::op_fn!(@register $kind m $name);)+)*
                 Ok(())
             }
+            $crate::bindings::part!(register);
         }
-        $($crate::bindings::op::op_fn! {
-            @method $kind $m $(#[$($attr)*])* $name($($arg: $ty),*) [$($sig)*] -> $ret
-        })*
     };
 }
 
-/// The parts of one row: its body (a `#[pyfunction]` unless the row is `method`), its
-/// registration, and its `Tensor` method (unless the row is `function`).
+/// One name of a row: its body (a `#[pyfunction]` unless the row is `method`), its
+/// registration, and its `Tensor` method (unless the row is `function`), which calls the
+/// body with itself as `input`.
 macro_rules! op_fn {
+    (@names [$($name:ident $flag:tt)+] $row:tt) => {
+        $($crate::bindings::op::op_fn!(@named $name $flag $row);)+
+    };
+    (@named $name:ident [$($flag:expr)?] {
+        $kind:ident $(#[$($attr:tt)*])* ($($args:tt)*) [$($sig:tt)*] -> $ret:ty $body:block
+    }) => {
+        $crate::bindings::op::op_fn! {
+            $kind $(#[$($attr)*])* $name($($args)*) [$($sig)*] -> $ret {
+                $(const FLAG: bool = $flag;)?
+                $body
+            }
+        }
+    };
     (@register method $m:ident $name:ident) => {};
     (@register $kind:ident $m:ident $name:ident) => {
         $m.add_function(wrap_pyfunction!(self::$name, $m)?)?
     };
     (@method function $($rest:tt)*) => {};
-    (@method $kind:ident $m:ident $(#[$($attr:tt)*])* $name:ident($($arg:ident: $ty:ty),*)
-        [$($sig:tt)*] -> $ret:ty) => {
+    (@method $kind:ident $(#[$($attr:tt)*])* $name:ident($x:ident: $xty:ty
+        $(, $arg:ident $(as $label:literal)?: $ty:ty)*) [$($sig:tt)*] -> $ret:ty) => {
         #[pymethods]
         impl $crate::bindings::tensor::PyTensor {
             $(#[$($attr)*])*
             #[pyo3(signature = ($($sig)*))]
             fn $name(slf: &Bound<'_, Self>, $($arg: $ty),*) -> PyResult<$ret> {
-                $m::$name(slf.as_any(), $($arg),*)
+                self::$name(slf.as_any(), $($arg),*)
             }
         }
     };
-    (method $(#[$($attr:tt)*])* $name:ident($x:ident: $xty:ty $(, $arg:ident: $ty:ty)*)
-        [$($sig:tt)*] -> $ret:ty $body:block) => {
-        #[allow(unused_braces)]
+    (@body [$($pre:tt)*] $name:ident($x:ident: $xty:ty
+        $(, $arg:ident $(as $label:literal)?: $ty:ty)* $(,)?) -> $ret:ty $body:block) => {
+        $($pre)*
+        #[allow(unused_braces, clippy::too_many_arguments)]
         pub fn $name(input: &$crate::bindings::Obj<'_>, $($arg: $ty),*) -> PyResult<$ret> {
-            $crate::bindings::op::guarded(stringify!($name), || {
-                let $x: $xty = $crate::bindings::op::Input::extract(stringify!($name), input)?;
+            const OP: &str = stringify!($name);
+            $crate::bindings::op::guarded(OP, || {
+                let $x: $xty = $crate::bindings::op::Input::extract(OP, input)?;
+                $($(let $arg = $crate::bindings::op::Arg::extract($arg, OP, $label)?;)?)*
                 $body
             })
         }
     };
-    ($kind:ident $(#[$($attr:tt)*])* $name:ident($x:ident: $xty:ty $(, $arg:ident: $ty:ty)*)
-        [$($sig:tt)*] -> $ret:ty $body:block) => {
-        $(#[$($attr)*])*
-        #[pyfunction]
-        #[pyo3(signature = (input, $($sig)*))]
-        #[allow(unused_braces)]
-        pub fn $name(input: &$crate::bindings::Obj<'_>, $($arg: $ty),*) -> PyResult<$ret> {
-            $crate::bindings::op::guarded(stringify!($name), || {
-                let $x: $xty = $crate::bindings::op::Input::extract(stringify!($name), input)?;
-                $body
-            })
+    (method $(#[$($attr:tt)*])* $name:ident $args:tt [$($sig:tt)*] -> $ret:ty $body:block) => {
+        $crate::bindings::op::op_fn!(@body [] $name $args -> $ret $body);
+        $crate::bindings::op::op_fn! {
+            @method method $(#[$($attr)*])* $name $args [$($sig)*] -> $ret
+        }
+    };
+    ($kind:ident $(#[$($attr:tt)*])* $name:ident $args:tt [$($sig:tt)*] -> $ret:ty
+        $body:block) => {
+        $crate::bindings::op::op_fn!(@body [
+            $(#[$($attr)*])*
+            #[pyfunction]
+            #[pyo3(signature = (input, $($sig)*))]
+        ] $name $args -> $ret $body);
+        $crate::bindings::op::op_fn! {
+            @method $kind $(#[$($attr)*])* $name $args [$($sig)*] -> $ret
         }
     };
 }
@@ -177,10 +200,11 @@ macro_rules! functions {
                     })
                 }
             )*
-            pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+            fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
                 $(m.add_function(wrap_pyfunction!(self::$name, m)?)?;)*
                 Ok(())
             }
+            $crate::bindings::part!(register);
         }
     };
 }
@@ -234,5 +258,3 @@ tensor_ops! { mod guard_fns;
         panic!("{message}")
     }
 }
-
-pub use guard_fns::register;

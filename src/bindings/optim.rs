@@ -14,6 +14,7 @@ use pyo3::types::{PyDict, PyList, PyTuple};
 
 use crate::bindings::convert::extract_tensor;
 use crate::bindings::op::{attributes, functions};
+use crate::bindings::part;
 use crate::bindings::Obj;
 use crate::optim::kernels;
 use crate::optim::{self, Control, Field, Group, Hyper, Kind, ParamState, Phase, State};
@@ -284,9 +285,8 @@ functions! { mod functions;
     }
 }
 
-pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+part!(|m| {
     m.add_class::<PyOptimGroup>()?;
     m.add_class::<PyParamState>()?;
-    m.add_class::<PyStreamControl>()?;
-    functions::register(m)
-}
+    m.add_class::<PyStreamControl>()
+});

@@ -16,5 +16,3 @@ functions! { mod functions;
         Ok(state.s.lock().stepped_in_pass)
     }
 }
-
-pub use functions::register;

@@ -144,5 +144,3 @@ functions! { mod functions;
         Ok(batch_norm(&input, running, weight.as_ref(), bias.as_ref(), training, eps)?)
     }
 }
-
-pub use functions::register;

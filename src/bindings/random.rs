@@ -10,6 +10,7 @@ use pyo3::types::{PyFloat, PyInt};
 
 use crate::bindings::convert::{check_device, extract_class, type_name, PyDevice};
 use crate::bindings::op::{attributes, functions, tensor_ops};
+use crate::bindings::part;
 use crate::bindings::tensor::PyTensor;
 use crate::bindings::Obj;
 use crate::dtype::DType;
@@ -214,9 +215,7 @@ tensor_ops! { mod ops_;
     }
 }
 
-pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+part!(|m| {
     m.add_class::<PyGenerator>()?;
-    m.add("default_generator", default_object(m.py())?)?;
-    seeding::register(m)?;
-    ops_::register(m)
-}
+    m.add("default_generator", default_object(m.py())?)
+});

@@ -97,54 +97,6 @@ fn correction_arg(op: &str, unbiased: Option<bool>, correction: Option<&Obj<'_>>
     }
 }
 
-fn variance(
-    t: &Tensor,
-    dim: Option<&Obj<'_>>,
-    unbiased: Option<bool>,
-    keepdim: bool,
-    correction: Option<&Obj<'_>>,
-    std: bool,
-) -> PyResult<Tensor> {
-    let op = if std { "std" } else { "var" };
-    // `x.var(True)`: the first positional is `unbiased` in that overload.
-    let (dim, unbiased) = match dim {
-        Some(d) if d.is_instance_of::<PyBool>() => {
-            if unbiased.is_some() {
-                return Err(PyTypeError::new_err(format!(
-                    "{op}(): argument 'dim' must be int or tuple of ints, not bool"
-                )));
-            }
-            (None, Some(d.extract::<bool>()?))
-        }
-        d => (d, unbiased),
-    };
-    let c = correction_arg(op, unbiased, correction)?;
-    reduce::check_var(t)?;
-    let dims = dims_arg(op, t, dim)?;
-    Ok(if std {
-        reduce::std(t, dims.as_deref(), c, keepdim)?
-    } else {
-        reduce::var(t, dims.as_deref(), c, keepdim)?
-    })
-}
-
-fn softmax_along(
-    op: &str,
-    t: &Tensor,
-    dim: Option<&Obj<'_>>,
-    dtype: Option<&Obj<'_>>,
-    log: bool,
-) -> PyResult<Tensor> {
-    let t = with_dtype(t, dtype)?;
-    let Some(d) = dim.filter(|d| !d.is_none()) else {
-        return Err(PyTypeError::new_err(format!(
-            "{op}(): missing required argument 'dim' (int)"
-        )));
-    };
-    let d = int_dim(op, &t, d)?;
-    Ok(reduce::softmax::softmax(&t, d, log)?)
-}
-
 tensor_ops! { mod functions;
     /// Sum over `dim` (all dims when None). Integers and bools sum to int64.
     both fn sum(x: Tensor, dim: Option<&Obj<'_>>, keepdim: bool, dtype: Option<&Obj<'_>>)
@@ -168,27 +120,29 @@ tensor_ops! { mod functions;
         let d = opt_int_dim("prod", &t, dim)?;
         Ok(reduce::prod(&t, d, keepdim)?)
     }
-    /// `max(input)`: 0-d; `max(input, dim)`: `(values, indices)`; `max(input, other)`: maximum.
-    both fn max(x: Tensor, dim: Option<&Obj<'_>>, keepdim: bool)
+    /// `max(input)` (`min`): 0-d; `max(input, dim)`: `(values, indices)`; `max(input, other)`:
+    /// `maximum` (`minimum`).
+    both fn max[true] | min[false](x: Tensor, dim: Option<&Obj<'_>>, keepdim: bool)
         [dim=None, keepdim=false] -> Py<PyAny> {
-        max_or_min(&x, dim, keepdim, true)
+        Python::attach(|py| {
+            let Some(d) = dim.filter(|d| !d.is_none()) else {
+                return Ok(PyTensor::wrap(py, minmax::max_all(&x, FLAG)?)?.into_any());
+            };
+            if d.cast::<PyTensor>().is_ok() {
+                let op = if FLAG { BinaryOp::Maximum } else { BinaryOp::Minimum };
+                let r = binary(op, &Operand::Tensor(x.clone()), &extract_operand(OP, d)?)?;
+                return Ok(PyTensor::wrap(py, r)?.into_any());
+            }
+            let (v, i) = minmax::max_dim(&x, int_dim(OP, &x, d)?, keepdim, FLAG)?;
+            values_indices(py, OP, v, i)
+        })
     }
-    /// `min(input)`: 0-d; `min(input, dim)`: `(values, indices)`; `min(input, other)`: minimum.
-    both fn min(x: Tensor, dim: Option<&Obj<'_>>, keepdim: bool)
-        [dim=None, keepdim=false] -> Py<PyAny> {
-        max_or_min(&x, dim, keepdim, false)
-    }
-    /// Index (int64) of the first largest value along `dim`, or in the flattened input.
-    both fn argmax(x: Tensor, dim: Option<&Obj<'_>>, keepdim: bool)
+    /// Index (int64) of the first largest (`argmin`: smallest) value along `dim`, or in the
+    /// flattened input.
+    both fn argmax[true] | argmin[false](x: Tensor, dim: Option<&Obj<'_>>, keepdim: bool)
         [dim=None, keepdim=false] -> Tensor {
-        minmax::check_arg(&x, true)?;
-        Ok(minmax::argmax(&x, opt_int_dim("argmax", &x, dim)?, keepdim, true)?)
-    }
-    /// Index (int64) of the first smallest value along `dim`, or in the flattened input.
-    both fn argmin(x: Tensor, dim: Option<&Obj<'_>>, keepdim: bool)
-        [dim=None, keepdim=false] -> Tensor {
-        minmax::check_arg(&x, false)?;
-        Ok(minmax::argmax(&x, opt_int_dim("argmin", &x, dim)?, keepdim, false)?)
+        minmax::check_arg(&x, FLAG)?;
+        Ok(minmax::argmax(&x, opt_int_dim(OP, &x, dim)?, keepdim, FLAG)?)
     }
     /// Vector norm of order `p` (2, 1, inf, -inf, 0, any number, or 'fro') over `dim`.
     both fn norm(x: Tensor, p: Option<&Obj<'_>>, dim: Option<&Obj<'_>>, keepdim: bool,
@@ -196,83 +150,63 @@ tensor_ops! { mod functions;
         [p=None, dim=None, keepdim=false, dtype=None] -> Tensor {
         vector_norm_of(&x, p, dim, keepdim, dtype)
     }
-    /// Variance over `dim` with `correction=` (or `unbiased=`; default 1).
-    both fn var(x: Tensor, dim: Option<&Obj<'_>>, unbiased: Option<bool>, keepdim: bool,
-        correction: Option<&Obj<'_>>)
+    /// Variance (`std`: standard deviation) over `dim` with `correction=` (or `unbiased=`;
+    /// default 1).
+    both fn var[false] | std[true](x: Tensor, dim: Option<&Obj<'_>>, unbiased: Option<bool>,
+        keepdim: bool, correction: Option<&Obj<'_>>)
         [dim=None, unbiased=None, keepdim=false, *, correction=None] -> Tensor {
-        variance(&x, dim, unbiased, keepdim, correction, false)
-    }
-    /// Standard deviation over `dim` with `correction=` (or `unbiased=`; default 1).
-    both fn std(x: Tensor, dim: Option<&Obj<'_>>, unbiased: Option<bool>, keepdim: bool,
-        correction: Option<&Obj<'_>>)
-        [dim=None, unbiased=None, keepdim=false, *, correction=None] -> Tensor {
-        variance(&x, dim, unbiased, keepdim, correction, true)
+        // `x.var(True)`: the first positional is `unbiased` in that overload.
+        let (dim, unbiased) = match dim {
+            Some(d) if d.is_instance_of::<PyBool>() => {
+                if unbiased.is_some() {
+                    return Err(PyTypeError::new_err(format!(
+                        "{OP}(): argument 'dim' must be int or tuple of ints, not bool"
+                    )));
+                }
+                (None, Some(d.extract::<bool>()?))
+            }
+            d => (d, unbiased),
+        };
+        let c = correction_arg(OP, unbiased, correction)?;
+        reduce::check_var(&x)?;
+        let dims = dims_arg(OP, &x, dim)?;
+        Ok(match FLAG {
+            true => reduce::std(&x, dims.as_deref(), c, keepdim)?,
+            false => reduce::var(&x, dims.as_deref(), c, keepdim)?,
+        })
     }
     /// `log(sum(exp(x)))` over `dim`, computed stably.
     both fn logsumexp(x: Tensor, dim: &Obj<'_>, keepdim: bool) [dim, keepdim=false] -> Tensor {
         Ok(reduce::logsumexp(&x, dims_arg("logsumexp", &x, Some(dim))?.as_deref(), keepdim)?)
     }
-    /// Softmax along `dim`, max-subtracted; `dtype=` casts the input first.
-    both fn softmax(x: Tensor, dim: Option<&Obj<'_>>, dtype: Option<&Obj<'_>>)
-        [dim=None, dtype=None] -> Tensor {
-        softmax_along("softmax", &x, dim, dtype, false)
+    /// Softmax (`log_softmax`: its log) along `dim`, max-subtracted; `dtype=` casts the
+    /// input first.
+    both fn softmax[false] | log_softmax[true](x: Tensor, dim: Option<&Obj<'_>>,
+        dtype: Option<&Obj<'_>>) [dim=None, dtype=None] -> Tensor {
+        let t = with_dtype(&x, dtype)?;
+        let Some(d) = dim.filter(|d| !d.is_none()) else {
+            return Err(PyTypeError::new_err(format!(
+                "{OP}(): missing required argument 'dim' (int)"
+            )));
+        };
+        Ok(reduce::softmax::softmax(&t, int_dim(OP, &t, d)?, FLAG)?)
     }
-    /// Log-softmax along `dim`, max-subtracted; `dtype=` casts the input first.
-    both fn log_softmax(x: Tensor, dim: Option<&Obj<'_>>, dtype: Option<&Obj<'_>>)
-        [dim=None, dtype=None] -> Tensor {
-        softmax_along("log_softmax", &x, dim, dtype, true)
+    /// Largest (`amin`: smallest) value over `dim` (all dims when None); ties share the
+    /// gradient.
+    both fn amax[true] | amin[false](x: Tensor, dim: Option<&Obj<'_>>, keepdim: bool)
+        [dim=None, keepdim=false] -> Tensor {
+        Ok(minmax::amax(&x, dims_arg(OP, &x, dim)?.as_deref(), keepdim, FLAG)?)
+    }
+    /// Whether every (`any`: some) element over `dim` is non-zero (bool; uint8 for uint8
+    /// input).
+    both fn all[true] | any[false](x: Tensor, dim: Option<&Obj<'_>>, keepdim: bool)
+        [dim=None, keepdim=false] -> Tensor {
+        Ok(reduce::any_all(&x, dims_arg(OP, &x, dim)?.as_deref(), keepdim, FLAG)?)
     }
     /// Number of non-zero elements over `dim` (int64).
     both fn count_nonzero(x: Tensor, dim: Option<&Obj<'_>>) [dim=None] -> Tensor {
         Ok(reduce::count_nonzero(&x, dims_arg("count_nonzero", &x, dim)?.as_deref())?)
     }
-}
-
-/// The reductions over `dim` (all dims when None) that differ by a flag, `name(input,
-/// dim=None, keepdim=False) => f(input, dims, keepdim, flag)`.
-macro_rules! flag_reductions {
-    ($($(#[$doc:meta])* $name:ident => $f:path, $flag:expr;)*) => {
-        tensor_ops! { mod flag_fns; $(
-            $(#[$doc])*
-            both fn $name(x: Tensor, dim: Option<&Obj<'_>>, keepdim: bool)
-                [dim=None, keepdim=false] -> Tensor {
-                let dims = dims_arg(stringify!($name), &x, dim)?;
-                Ok($f(&x, dims.as_deref(), keepdim, $flag)?)
-            }
-        )* }
-    };
-}
-
-flag_reductions! {
-    /// Largest value over `dim` (all dims when None); ties share the gradient.
-    amax => minmax::amax, true;
-    /// Smallest value over `dim` (all dims when None); ties share the gradient.
-    amin => minmax::amax, false;
-    /// Whether every element over `dim` is non-zero (bool; uint8 for uint8 input).
-    all => reduce::any_all, true;
-    /// Whether some element over `dim` is non-zero (bool; uint8 for uint8 input).
-    any => reduce::any_all, false;
-}
-
-/// `max()`, `max(dim, keepdim)` (values and indices) or `max(other)` (= maximum).
-fn max_or_min(t: &Tensor, dim: Option<&Obj<'_>>, keepdim: bool, max: bool) -> PyResult<Py<PyAny>> {
-    let name = if max { "max" } else { "min" };
-    Python::attach(|py| {
-        let Some(d) = dim.filter(|d| !d.is_none()) else {
-            return Ok(PyTensor::wrap(py, minmax::max_all(t, max)?)?.into_any());
-        };
-        if d.cast::<PyTensor>().is_ok() {
-            let op = if max {
-                BinaryOp::Maximum
-            } else {
-                BinaryOp::Minimum
-            };
-            let r = binary(op, &Operand::Tensor(t.clone()), &extract_operand(name, d)?)?;
-            return Ok(PyTensor::wrap(py, r)?.into_any());
-        }
-        let (v, i) = minmax::max_dim(t, int_dim(name, t, d)?, keepdim, max)?;
-        values_indices(py, name, v, i)
-    })
 }
 
 functions! { mod norm_fns;
@@ -287,10 +221,4 @@ functions! { mod norm_fns;
         }
         vector_norm_of(&x, ord, dim, keepdim, dtype)
     }
-}
-
-pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    norm_fns::register(m)?;
-    flag_fns::register(m)?;
-    functions::register(m)
 }

@@ -12,6 +12,7 @@ use crate::autograd::saved::SavedTensor;
 use crate::autograd::saved_hooks::{self, Packed, SavedHooks};
 use crate::bindings::convert::extract_tensor;
 use crate::bindings::op::functions;
+use crate::bindings::part;
 use crate::bindings::tensor::PyTensor;
 use crate::bindings::Obj;
 use crate::error::{Error, Result};
@@ -177,7 +178,4 @@ impl PySavedTensor {
     }
 }
 
-pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_class::<PySavedTensor>()?;
-    functions::register(m)
-}
+part!(|m| m.add_class::<PySavedTensor>());

@@ -23,7 +23,3 @@ tensor_ops! { mod functions;
         Ok(scan::cumprod(&with_dtype(&x, dtype)?, d)?)
     }
 }
-
-pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    functions::register(m)
-}

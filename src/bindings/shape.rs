@@ -7,7 +7,7 @@ use pyo3::exceptions::{PyIndexError, PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyInt, PyList, PyTuple};
 
-use crate::bindings::convert::{extract_dims, extract_size, extract_tensor, type_name};
+use crate::bindings::convert::{extract_dims, extract_size, type_name};
 use crate::bindings::op::{attributes, functions, tensor_ops, Input};
 use crate::bindings::tensor::PyTensor;
 use crate::bindings::Obj;
@@ -79,13 +79,6 @@ fn transpose_dims(t: &Tensor, dim0: i64, dim1: i64) -> PyResult<Tensor> {
     Ok(shape::transpose(t, a, b)?)
 }
 
-fn move_dims(t: &Tensor, source: &Obj<'_>, destination: &Obj<'_>) -> PyResult<Tensor> {
-    let r = t.rank();
-    let s = wrap_dims("movedim", Some(&extract_dims(source)?), r)?;
-    let d = wrap_dims("movedim", Some(&extract_dims(destination)?), r)?;
-    Ok(shape::movedim(t, &s, &d)?)
-}
-
 fn tuple(ts: Vec<Tensor>) -> PyResult<Py<PyTuple>> {
     Python::attach(|py| Ok(PyTuple::new(py, ts)?.unbind()))
 }
@@ -124,30 +117,19 @@ fn split_to(t: &Tensor, split_size_or_sections: &Obj<'_>, dim: i64) -> PyResult<
     tuple(shape::split_with_sizes(t, &sizes, d)?)
 }
 
-#[pymethods]
-impl PyTensor {
-    fn view_as(&self, other: &Obj<'_>) -> PyResult<Tensor> {
-        let o = extract_tensor("view_as", "other", other)?;
-        view_to(&self.t, &PyTuple::new(other.py(), [o.dims()])?)
+tensor_ops! { mod as_fns;
+    method fn view_as(x: Tensor, other as "other": &Obj<'_>) [other] -> Tensor {
+        Ok(shape::view(&x, &other.dims().iter().map(|&d| d as i64).collect::<Vec<_>>())?)
     }
-
-    fn reshape_as(&self, other: &Obj<'_>) -> PyResult<Tensor> {
-        Ok(shape::reshape(
-            &self.t,
-            &extract_tensor("reshape_as", "other", other)?.dims(),
-        )?)
+    method fn reshape_as(x: Tensor, other as "other": &Obj<'_>) [other] -> Tensor {
+        Ok(shape::reshape(&x, &other.dims())?)
     }
-
-    fn expand_as(&self, other: &Obj<'_>) -> PyResult<Tensor> {
-        Ok(shape::expand(
-            &self.t,
-            &extract_tensor("expand_as", "other", other)?.dims(),
-        )?)
+    method fn expand_as(x: Tensor, other as "other": &Obj<'_>) [other] -> Tensor {
+        Ok(shape::expand(&x, &other.dims())?)
     }
-
-    #[pyo3(signature = (split_size, dim=0))]
-    fn split(&self, split_size: &Obj<'_>, dim: i64) -> PyResult<Py<PyTuple>> {
-        split_to(&self.t, split_size, dim)
+    method fn split(x: Tensor, split_size: &Obj<'_>, dim: i64) [split_size, dim=0]
+        -> Py<PyTuple> {
+        split_to(&x, split_size, dim)
     }
 }
 
@@ -216,12 +198,10 @@ tensor_ops! { mod functions;
     both fn unsqueeze(x: Tensor, dim: i64) [dim] -> Tensor {
         Ok(shape::unsqueeze(&x, wrap_dim("unsqueeze", dim, x.rank() + 1)?)?)
     }
-    both fn transpose(x: Tensor, dim0: i64, dim1: i64)
+    both fn transpose | swapdims(x: Tensor, dim0: i64, dim1: i64)
         [dim0, dim1] -> Tensor { transpose_dims(&x, dim0, dim1) }
     both fn swapaxes(x: Tensor, axis0: i64, axis1: i64)
         [axis0, axis1] -> Tensor { transpose_dims(&x, axis0, axis1) }
-    both fn swapdims(x: Tensor, dim0: i64, dim1: i64)
-        [dim0, dim1] -> Tensor { transpose_dims(&x, dim0, dim1) }
     both fn t(x: Tensor) [] -> Tensor {
         if x.rank() > 2 {
             return Err(PyRuntimeError::new_err(format!(
@@ -231,13 +211,12 @@ tensor_ops! { mod functions;
         }
         Ok(shape::transpose(&x, 0, 1)?)
     }
-    both fn movedim(x: Tensor, source: &Obj<'_>, destination: &Obj<'_>)
+    both fn movedim | moveaxis(x: Tensor, source: &Obj<'_>, destination: &Obj<'_>)
         [source, destination] -> Tensor {
-        move_dims(&x, source, destination)
-    }
-    both fn moveaxis(x: Tensor, source: &Obj<'_>, destination: &Obj<'_>)
-        [source, destination] -> Tensor {
-        move_dims(&x, source, destination)
+        let r = x.rank();
+        let s = wrap_dims("movedim", Some(&extract_dims(source)?), r)?;
+        let d = wrap_dims("movedim", Some(&extract_dims(destination)?), r)?;
+        Ok(shape::movedim(&x, &s, &d)?)
     }
     both fn chunk(x: Tensor, chunks: i64, dim: i64) [chunks, dim=0] -> Py<PyTuple> {
         shape::check_chunk(&x, chunks)?;
@@ -258,10 +237,8 @@ tensor_ops! { mod functions;
             .collect::<Result<Vec<_>, _>>()?;
         Ok(shape::roll(&x, &s, Some(&ds))?)
     }
-    both fn tril(x: Tensor, diagonal: i64)
-        [diagonal=0] -> Tensor { Ok(shape::tri(&x, diagonal, false)?) }
-    both fn triu(x: Tensor, diagonal: i64)
-        [diagonal=0] -> Tensor { Ok(shape::tri(&x, diagonal, true)?) }
+    both fn tril[false] | triu[true](x: Tensor, diagonal: i64)
+        [diagonal=0] -> Tensor { Ok(shape::tri(&x, diagonal, FLAG)?) }
     both fn narrow(x: Tensor, dim: i64, start: i64, length: i64) [dim, start, length] -> Tensor {
         if x.rank() == 0 {
             return Err(crate::error::Error::shape("narrow() cannot be applied to a 0-dim tensor.").into());
@@ -334,10 +311,4 @@ functions! { mod list_fns;
         [tensor, split_size_or_sections, dim=0] -> Py<PyTuple> {
         split_to(&tensor, split_size_or_sections, dim)
     }
-}
-
-pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    list_fns::register(m)?;
-    sizes_fns::register(m)?;
-    functions::register(m)
 }

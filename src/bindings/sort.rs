@@ -6,7 +6,7 @@ use pyo3::exceptions::{PyIndexError, PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyInt, PyTuple};
 
-use crate::bindings::convert::{extract_operand, extract_tensor, int_dim, opt_tensor, type_name};
+use crate::bindings::convert::{extract_operand, int_dim, opt_tensor, type_name};
 use crate::bindings::op::{functions, tensor_ops};
 use crate::bindings::reduce::values_indices;
 use crate::bindings::tensor::PyTensor;
@@ -131,11 +131,9 @@ tensor_ops! { mod functions;
     }
     /// The index of the bucket of each element among the 1-d sorted `boundaries`:
     /// `searchsorted(boundaries, input)`.
-    function fn bucketize(x: Operand, boundaries: &Obj<'_>, out_int32: bool, right: bool)
-        [boundaries, *, out_int32=false, right=false] -> Tensor {
-        let x = operand_tensor(x)?;
-        let b = extract_tensor("bucketize", "boundaries", boundaries)?;
-        Ok(sorting::bucketize(&x, &b, out_int32, right)?)
+    function fn bucketize(x: Operand, boundaries as "boundaries": &Obj<'_>, out_int32: bool,
+        right: bool) [boundaries, *, out_int32=false, right=false] -> Tensor {
+        Ok(sorting::bucketize(&operand_tensor(x)?, &boundaries, out_int32, right)?)
     }
     /// The unique elements (or slices along `dim`), sorted; with `return_inverse` each
     /// element's index among them, with `return_counts` how often each occurs.
@@ -185,9 +183,4 @@ functions! { mod search_fns;
         let sorter = opt_tensor(op, "sorter", sorter.filter(|s| !s.is_none()))?;
         Ok(sorting::searchsorted(&sorted_sequence, &values, out_int32, right, sorter.as_ref())?)
     }
-}
-
-pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    search_fns::register(m)?;
-    functions::register(m)
 }

@@ -1,7 +1,7 @@
 //! The Python `Tensor` class: attributes, conversions and the methods every tensor has.
 //! Op methods live beside their op families (`#[pymethods]` blocks in the other files).
 
-use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyTuple, PyType};
@@ -60,18 +60,13 @@ fn scalar_to_py<'py>(py: Python<'py>, t: &Tensor) -> PyResult<Bound<'py, PyAny>>
             t.numel()
         )));
     }
-    // NumPy's item() is the Python bool, int or float of each dtype.
-    numpy_copy(py, t)?.call_method0("item")
-}
-
-/// The values as a NumPy array; bfloat16, which NumPy lacks, as float32 (exact).
-fn numpy_copy<'py>(py: Python<'py>, t: &Tensor) -> PyResult<Bound<'py, PyAny>> {
-    match t.dtype() {
-        DType::BFloat16 => {
-            tensor_to_numpy(py, &ops::convert::to_dtype(&t.detach(), DType::Float32)?)
-        }
-        _ => tensor_to_numpy(py, &t.detach()),
-    }
+    // NumPy's item() is the Python bool, int or float of each dtype; bfloat16, which NumPy
+    // lacks, goes through float32 (exact).
+    let t = match t.dtype() {
+        DType::BFloat16 => ops::convert::to_dtype(&t.detach(), DType::Float32)?,
+        _ => t.detach(),
+    };
+    tensor_to_numpy(py, &t)?.call_method0("item")
 }
 
 #[pymethods]
@@ -158,18 +153,6 @@ impl PyTensor {
         Ok(out)
     }
 
-    #[pyo3(signature = (memory_format=None))]
-    fn contiguous(&self, memory_format: Option<&Obj<'_>>) -> PyResult<Tensor> {
-        let _ = memory_format;
-        Ok(ops::convert::contiguous(&self.t)?)
-    }
-
-    #[pyo3(signature = (memory_format=None))]
-    fn clone(&self, memory_format: Option<&Obj<'_>>) -> PyResult<Tensor> {
-        let _ = memory_format;
-        Ok(ops::convert::clone(&self.t)?)
-    }
-
     #[setter]
     fn set_data(&self, value: &Obj<'_>) -> PyResult<()> {
         let v = crate::bindings::convert::extract_tensor("data", "value", value)?;
@@ -206,6 +189,11 @@ tensor_ops! { mod assign_fns;
     method fn fill_(x: Py<PyTensor>, value: &Obj<'_>) [value] -> Py<PyTensor> {
         assign_all(x, extract_operand("fill_", value)?, true)
     }
+    method fn contiguous[false] | clone[true](x: Tensor, memory_format: Option<&Obj<'_>>)
+        [memory_format=None] -> Tensor {
+        let _ = memory_format;
+        Ok(if FLAG { ops::convert::clone(&x)? } else { ops::convert::contiguous(&x)? })
+    }
     method fn zero_(x: Py<PyTensor>) [] -> Py<PyTensor> {
         assign_all(x, ops::Operand::Scalar(ops::Scalar::Int(0)), false)
     }
@@ -228,8 +216,4 @@ attributes! { PyTensor.t;
     #[getter] fn get_data(t) -> Tensor = t.detach();
     /// The in-place version counter (bumped by every in-place change of the buffer).
     #[getter] fn _version(t) -> u64 = t.version();
-}
-
-pub fn value_error(msg: impl Into<String>) -> PyErr {
-    PyValueError::new_err(msg.into())
 }
