@@ -30,7 +30,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 /// Blocks smaller than this go straight to the system allocator (whose own bins serve them).
-pub const MIN_BYTES: usize = 256 << 10;
+/// 64 KiB, not more: the blocks from there to 256 KiB (attention's per-head tiles, LoRA's
+/// projections) were a third of the LoRA step's misses; caching them took its step from
+/// 3.00 to 2.55 s.
+pub const MIN_BYTES: usize = 64 << 10;
 const ALIGN: usize = 64;
 /// Room before the data for the block's size; keeps the data `ALIGN`-aligned.
 const HEADER: usize = ALIGN;

@@ -15,7 +15,7 @@ import pytest
 import gradstream as gs
 from gradstream import _core, memory
 
-MIN = 256 << 10  # the smallest cached block, bytes
+MIN = 64 << 10  # the smallest cached block, bytes
 
 
 def stats():
@@ -32,7 +32,7 @@ def fresh_cache():
 
 
 def test_a_freed_block_is_reused_for_the_same_size():
-    n = MIN // 4 * 4  # 4 MiB of float32
+    n = MIN // 4 * 4  # 4 MIN bytes of float32
     x = gs.ones(n)
     del x
     cached, hits0, _, enabled = stats()
@@ -63,8 +63,8 @@ def test_zeros_from_a_reused_block_are_zero():
 
 def test_a_miss_gives_back_at_least_what_it_asks_before_mapping():
     """Reserved bytes (live + cached) never grow while the cache holds enough to give back."""
-    blocks = [gs.ones(MIN // 4 * k) for k in (1, 2, 3)]  # 1, 2, 3 × 256 KiB
-    while blocks:  # freed in this order: 256 KiB first, the oldest
+    blocks = [gs.ones(MIN // 4 * k) for k in (1, 2, 3)]  # 1, 2, 3 × 4 MIN bytes
+    while blocks:  # freed in this order: the smallest first, the oldest
         blocks.pop(0)
     cached0 = stats()[0]
     assert cached0 == 6 * MIN
@@ -72,7 +72,7 @@ def test_a_miss_gives_back_at_least_what_it_asks_before_mapping():
     misses0 = stats()[2]
     big = gs.ones(MIN // 4 * 7)  # no cached block has this size, or half of it
     assert stats()[2] == misses0 + 1
-    # The oldest blocks went back until >= 1.75 MiB was released: 256 + 512 + 768 KiB.
+    # The oldest blocks went back until >= 7 MIN bytes were released: 4 + 8 + 12 MIN.
     assert stats()[0] == 0
     # More was asked than the cache held: everything went back first, so what is held is
     # what is live, as without a cache.
@@ -82,11 +82,11 @@ def test_a_miss_gives_back_at_least_what_it_asks_before_mapping():
 
 
 def test_a_smaller_request_takes_the_smallest_block_of_at_most_twice_its_size():
-    blocks = [gs.ones(MIN // 4 * k) for k in (4, 3, 8)]  # 1 MiB, 768 KiB, 2 MiB
+    blocks = [gs.ones(MIN // 4 * k) for k in (4, 3, 8)]  # 4, 3 and 8 MIN bytes
     while blocks:
         blocks.pop(0)
     hits0 = stats()[1]
-    x = gs.full((MIN // 4 * 2 + 1,), 2.0)  # just over 512 KiB: the 768 KiB block
+    x = gs.full((MIN // 4 * 2 + 1,), 2.0)  # just over 2 MIN bytes: the 3 MIN block
     assert stats()[1] == hits0 + 1
     assert stats()[0] == 12 * MIN
     slack = _core._block_cache_stats()[1]
@@ -129,17 +129,17 @@ def test_the_idle_tail_of_a_larger_block_is_handed_back_to_the_system():
 def test_faulting_in_a_handed_back_tail_first_gives_back_other_blocks():
     """Pages a hit will touch that its block no longer holds count like a new mapping: the
     cache first gives back as many bytes of other cached blocks."""
-    a = gs.ones(MIN // 4 * 8)  # 2 MiB
+    a = gs.ones(MIN // 4 * 8)  # 8 MIN bytes
     del a
-    b = gs.ones(MIN // 4 * 5)  # 1.25 MiB: served by the 2 MiB block, 0.75 MiB handed back
-    old = gs.ones(MIN // 4 * 3)  # 768 KiB, a block of its own
+    b = gs.ones(MIN // 4 * 5)  # 5 MIN bytes: served by the 8 MIN block, 3 MIN handed back
+    old = gs.ones(MIN // 4 * 3)  # 3 MIN bytes, a block of its own
     del old  # cached first: the oldest
-    del b  # the 2 MiB block, cached holding 1.25 MiB
+    del b  # the 8 MIN block, cached holding 5 MIN
     assert stats()[0] == 11 * MIN
     hits0 = stats()[1]
-    c = gs.ones(MIN // 4 * 8)  # the 2 MiB block at full size again: 0.75 MiB more pages
+    c = gs.ones(MIN // 4 * 8)  # the 8 MIN block at full size again: 3 MIN more pages
     assert stats()[1] == hits0 + 1
-    assert stats()[0] == 0  # the 768 KiB block went back to make room for them
+    assert stats()[0] == 0  # the 3 MIN block went back to make room for them
     np.testing.assert_array_equal(c.numpy()[::1024], np.ones(MIN // 4 * 8 // 1024, np.float32))
     del c
 

@@ -45,7 +45,7 @@ def max_memory_allocated(device=None) -> int:
 def memory_reserved(device=None) -> int:
     """`memory_allocated()` plus what the cache of freed large blocks holds.
 
-    Buffers of 256 KiB and more are not given back to the system when freed: a later request
+    Buffers of 64 KiB and more are not given back to the system when freed: a later request
     of the same size (or of at least half of it) reuses one, so its pages do not fault in
     again. Held: the cached free blocks, and the unused tail of blocks serving smaller
     requests (address space only: its pages are handed back to the system). Before the cache
