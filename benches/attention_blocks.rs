@@ -5,25 +5,16 @@
 //! cargo run --profile dev-release --example attention_blocks
 
 use std::hint::black_box;
-use std::time::Instant;
 
 const B: usize = 64;
 const E: usize = 64;
 const REPEAT: usize = 2000;
 
-fn median_us(mut f: impl FnMut()) -> f64 {
-    f();
-    let mut t: Vec<f64> = (0..7)
-        .map(|_| {
-            let s = Instant::now();
-            for _ in 0..REPEAT {
-                f();
-            }
-            s.elapsed().as_secs_f64() * 1e6 / REPEAT as f64
-        })
-        .collect();
-    t.sort_by(|a, b| a.total_cmp(b));
-    t[3]
+#[path = "timing.rs"]
+mod timing;
+
+fn median_us(f: impl FnMut()) -> f64 {
+    timing::median_ms(REPEAT, f) * 1e3
 }
 
 /// S (B×B) = Q (B×E) Kᵀ through gemm.

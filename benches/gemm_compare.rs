@@ -23,6 +23,9 @@ use candle_core::{Device, Tensor};
 use faer::{Accum, MatMut, MatRef, Par};
 use gemm::Parallelism;
 
+#[path = "timing.rs"]
+mod timing;
+
 /// One product `(m, k) @ (k, n)`: which operands are transposed views of row-major
 /// buffers, and whether it runs on one thread.
 #[derive(Clone, Copy)]
@@ -148,17 +151,7 @@ fn median_ms(mut f: impl FnMut()) -> f64 {
     f();
     let once = s.elapsed().as_secs_f64();
     let reps = ((0.02 / once.max(1e-9)) as usize).clamp(1, 10_000);
-    let mut t: Vec<f64> = (0..7)
-        .map(|_| {
-            let s = Instant::now();
-            for _ in 0..reps {
-                f();
-            }
-            s.elapsed().as_secs_f64() * 1e3 / reps as f64
-        })
-        .collect();
-    t.sort_by(|a, b| a.total_cmp(b));
-    t[3]
+    timing::median_ms(reps, f)
 }
 
 /// `(m, n)` output of `lhs @ rhs` into a fresh unfilled buffer through `gemm`.

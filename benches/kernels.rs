@@ -5,8 +5,6 @@
 //!
 //! cargo run --profile dev-release --example kernels
 
-use std::time::Instant;
-
 use _core::backend::candle::Candle;
 use _core::backend::cpu::Cpu;
 use _core::backend::{
@@ -15,21 +13,9 @@ use _core::backend::{
 };
 use candle_core::{Device, Tensor};
 
-/// Milliseconds per call: the median of 7 runs of `reps` calls each.
-fn median_ms(reps: usize, mut f: impl FnMut()) -> f64 {
-    f();
-    let mut t: Vec<f64> = (0..7)
-        .map(|_| {
-            let s = Instant::now();
-            for _ in 0..reps {
-                f();
-            }
-            s.elapsed().as_secs_f64() * 1e3 / reps as f64
-        })
-        .collect();
-    t.sort_by(|a, b| a.total_cmp(b));
-    t[3]
-}
+#[path = "timing.rs"]
+mod timing;
+use timing::median_ms;
 
 fn row(op: &str, size: &str, ours: impl FnMut(), candle: impl FnMut()) {
     row_reps(op, size, 1, ours, candle)
