@@ -7,24 +7,32 @@ import sys
 import pytest
 
 
-def test_budget_sweep_smoke(tmp_path, torch_ref):
-    out = tmp_path / "out"
+def run_sweep(out, workload):
+    """The sweep's budget_sweep.json for `workload` at the tiny sizes, and gradstream's
+    budgeted runs, each checked within its budget and with the unconstrained losses."""
     cmd = [
         sys.executable, "-m", "gradstream.bench", "--budget-sweep",
         "--preset", "tiny", "--steps", "1", "--threads", "1",
-        "--workloads", "nerf", "--out", str(out),
+        "--workloads", workload, "--out", str(out),
     ]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr
     result = json.loads((out / "budget_sweep.json").read_text())
-    records = result["records"]
-    mine = [r for r in records if r["system"] == "gradstream"]
-    assert mine[0]["budget"] is None and mine[0]["status"] == "ok"
+    mine = [r for r in result["records"] if r["system"] == "gradstream"]
     budgeted = [r for r in mine[1:] if r["status"] == "ok"]
     assert budgeted, mine
     for r in budgeted:
         assert r["exact_peak_bytes"] <= r["budget"]
         assert r["same_losses"], r
+    return result, budgeted
+
+
+def test_budget_sweep_smoke(tmp_path, torch_ref):
+    out = tmp_path / "out"
+    result, _ = run_sweep(out, "nerf")
+    records = result["records"]
+    mine = [r for r in records if r["system"] == "gradstream"]
+    assert mine[0]["budget"] is None and mine[0]["status"] == "ok"
     # The sweep stops at the first budget that cannot be met, or runs every fraction.
     last = mine[-1]
     assert last["status"] == "ok" or last["infeasible"], last
@@ -49,21 +57,9 @@ def test_budget_sweep_lora_and_cnn_stages(tmp_path, torch_ref):
     assert budget_sweep.stages(workloads.make("cnn", "tiny")) == len(
         workloads.make("cnn", "tiny").layers()
     )
-    out = tmp_path / "out"
-    cmd = [
-        sys.executable, "-m", "gradstream.bench", "--budget-sweep",
-        "--preset", "tiny", "--steps", "1", "--threads", "1",
-        "--workloads", "lora", "--out", str(out),
-    ]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr
-    records = json.loads((out / "budget_sweep.json").read_text())["records"]
-    mine = [r for r in records if r["system"] == "gradstream"]
-    budgeted = [r for r in mine[1:] if r["status"] == "ok"]
-    assert budgeted, mine
+    result, budgeted = run_sweep(tmp_path / "out", "lora")
+    records = result["records"]
     for r in budgeted:
-        assert r["exact_peak_bytes"] <= r["budget"]
-        assert r["same_losses"], r
         assert r["budget_stats"]["evictions"] > 0
     seq = [r for r in records if r["system"] == "torch-checkpoint_sequential"]
     layers = workloads.make("lora", "tiny").layers
