@@ -11,10 +11,14 @@
 //! size, and the pages of that block past the request are handed back to the system
 //! (`madvise(MADV_DONTNEED)`: the block keeps its address range, its idle tail costs no
 //! memory, and a later, larger request faults those pages in afresh). Each cached block
-//! records the bytes it may still hold resident, and the cache gives its oldest blocks back to
-//! the system until that many resident bytes are released, before a request maps a new block
-//! or faults in pages of a cached one. So the memory held (live + cached) only grows when the
-//! cache holds nothing more to give back, and the cache does not raise the peak footprint.
+//! records the bytes it may still hold resident. The cache keeps what it holds within the
+//! high-water mark of the bytes live blocks hold (since the start or the last `empty()`):
+//! before a request maps a new block or faults in pages of a cached one, the cache gives its
+//! oldest blocks back to the system until live + cached resident bytes fit under that mark
+//! (or under the new live total, when the request raises it). So the cache does not raise the
+//! peak footprint, and it keeps, as PyTorch's allocators do, the blocks a step freed for the
+//! next step: an earlier rule, which gave back as many bytes as each miss asked for, handed
+//! back during the backward the blocks the next forward would ask for.
 //! Best fit matters: with exact sizes only, the releases cascaded and half the NeRF step's
 //! requests missed; without handing the tail back, the cnn step's buffers, which halve and
 //! double layer by layer, peaked at 217 MiB RSS against 194 MiB with no cache.
@@ -42,6 +46,9 @@ const SLOTS: usize = 256;
 
 static ENABLED: AtomicBool = AtomicBool::new(false);
 static CACHED_BYTES: AtomicUsize = AtomicUsize::new(0);
+/// Resident bytes (header included) of the large blocks in use, and their high-water mark.
+static LIVE_BYTES: AtomicUsize = AtomicUsize::new(0);
+static HIGH_WATER: AtomicUsize = AtomicUsize::new(0);
 static SLACK_BYTES: AtomicUsize = AtomicUsize::new(0);
 static HITS: AtomicU64 = AtomicU64::new(0);
 static MISSES: AtomicU64 = AtomicU64::new(0);
@@ -55,10 +62,11 @@ struct Block {
     resident: usize,
 }
 
-/// Free blocks, oldest first.
+/// Free blocks, oldest first, and the sum of their resident bytes.
 struct Free {
     blocks: [Block; SLOTS],
     len: usize,
+    resident: usize,
 }
 
 static FREE: Mutex<Free> = Mutex::new(Free {
@@ -68,6 +76,7 @@ static FREE: Mutex<Free> = Mutex::new(Free {
         resident: 0,
     }; SLOTS],
     len: 0,
+    resident: 0,
 });
 
 impl Free {
@@ -92,6 +101,7 @@ impl Free {
         let b = self.blocks[i];
         self.blocks.copy_within(i + 1..self.len, i);
         self.len -= 1;
+        self.resident -= b.resident;
         CACHED_BYTES.fetch_sub(b.size, Ordering::Relaxed);
         b
     }
@@ -103,6 +113,7 @@ impl Free {
         }
         self.blocks[self.len] = block;
         self.len += 1;
+        self.resident += block.resident;
         CACHED_BYTES.fetch_add(block.size, Ordering::Relaxed);
     }
 
@@ -115,6 +126,13 @@ impl Free {
             unmap(b.base, b.size);
             released += b.resident;
         }
+    }
+
+    /// Give the oldest blocks back until live + cached resident bytes fit under the
+    /// high-water mark, once `live` bytes are live.
+    unsafe fn fit(&mut self, live: usize) {
+        let room = HIGH_WATER.load(Ordering::Relaxed).saturating_sub(live);
+        self.release(self.resident.saturating_sub(room));
     }
 }
 
@@ -193,6 +211,7 @@ pub fn empty() {
     let mut free = FREE.lock().unwrap_or_else(|e| e.into_inner());
     // SAFETY: every cached block was made by `map`.
     unsafe { free.release(usize::MAX) };
+    HIGH_WATER.store(LIVE_BYTES.load(Ordering::Relaxed), Ordering::Relaxed);
 }
 
 /// Bytes of freed blocks the cache holds now.
@@ -203,6 +222,31 @@ pub fn cached_bytes() -> usize {
 /// Bytes of blocks in use beyond what their requests asked for (served from a larger block).
 pub fn slack_bytes() -> usize {
     SLACK_BYTES.load(Ordering::Relaxed)
+}
+
+/// Resident bytes of the large blocks in use, those the cached blocks may hold, and the
+/// high-water mark the cache keeps their sum under. The second is 0 while another thread
+/// holds the cache.
+pub fn resident_bytes() -> (usize, usize, usize) {
+    let cached = FREE.try_lock().map_or(0, |free| free.resident);
+    (
+        LIVE_BYTES.load(Ordering::Relaxed),
+        cached,
+        HIGH_WATER.load(Ordering::Relaxed),
+    )
+}
+
+/// The bytes a block of `block` bytes holds resident while it serves `size` (its tail past
+/// them is handed back when it is served).
+fn resident(size: usize, block: usize) -> usize {
+    HEADER + size.next_multiple_of(page_size()).min(block)
+}
+
+/// Count `bytes` more live, raising the high-water mark with them; the new live total.
+fn add_live(bytes: usize) -> usize {
+    let live = LIVE_BYTES.fetch_add(bytes, Ordering::Relaxed) + bytes;
+    HIGH_WATER.fetch_max(live, Ordering::Relaxed);
+    live
 }
 
 /// Requests the cache served, and requests it could not (each since the start).
@@ -229,8 +273,10 @@ pub unsafe fn alloc(layout: Layout, zeroed: bool) -> *mut u8 {
     if ENABLED.load(Ordering::Relaxed) {
         if let Ok(mut free) = FREE.try_lock() {
             if let Some(b) = free.take(size) {
-                // The pages this request will touch that the block does not hold yet.
-                free.release((HEADER + size).saturating_sub(b.resident));
+                let serves = resident(size, b.size);
+                // Counted live before the fit, so the pages it will fault in past what it
+                // holds are made room for.
+                free.fit(add_live(serves));
                 drop(free);
                 HITS.fetch_add(1, Ordering::Relaxed);
                 SLACK_BYTES.fetch_add(b.size - size, Ordering::Relaxed);
@@ -241,11 +287,24 @@ pub unsafe fn alloc(layout: Layout, zeroed: bool) -> *mut u8 {
                 }
                 return data;
             }
-            free.release(size);
+            free.fit(add_live(HEADER + size));
+            drop(free);
+            MISSES.fetch_add(1, Ordering::Relaxed);
+            return map_counted(size, zeroed);
         }
         MISSES.fetch_add(1, Ordering::Relaxed);
     }
-    map(size, zeroed)
+    add_live(HEADER + size);
+    map_counted(size, zeroed)
+}
+
+/// A new block, already counted live: uncounted again when the system refuses it.
+unsafe fn map_counted(size: usize, zeroed: bool) -> *mut u8 {
+    let data = map(size, zeroed);
+    if data.is_null() {
+        LIVE_BYTES.fetch_sub(HEADER + size, Ordering::Relaxed);
+    }
+    data
 }
 
 /// Keep a freed block for reuse (the oldest cached one goes back to the system when full).
@@ -259,11 +318,10 @@ pub unsafe fn dealloc(ptr: *mut u8, layout: Layout) {
     let base = ptr.sub(HEADER);
     let block = (base as *const usize).read();
     SLACK_BYTES.fetch_sub(block - layout.size(), Ordering::Relaxed);
+    let resident = resident(layout.size(), block);
+    LIVE_BYTES.fetch_sub(resident, Ordering::Relaxed);
     if ENABLED.load(Ordering::Relaxed) {
         if let Ok(mut free) = FREE.try_lock() {
-            // What the block served was `layout.size()` bytes: its tail past them was handed
-            // back when it was served, so that is all it can hold resident.
-            let resident = HEADER + layout.size().next_multiple_of(page_size()).min(block);
             free.push(Block {
                 size: block,
                 base: base as usize,

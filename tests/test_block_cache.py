@@ -11,6 +11,8 @@ import threading
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import gradstream as gs
 from gradstream import _core, memory
@@ -20,7 +22,7 @@ MIN = 64 << 10  # the smallest cached block, bytes
 
 def stats():
     """(cached bytes, hits, misses, enabled)"""
-    cached, _slack, hits, misses, enabled = _core._block_cache_stats()
+    cached, _slack, hits, misses, enabled, _resident = _core._block_cache_stats()
     return cached, hits, misses, enabled
 
 
@@ -61,24 +63,98 @@ def test_zeros_from_a_reused_block_are_zero():
     np.testing.assert_array_equal(z.numpy(), np.zeros((512, 512), np.float32))
 
 
-def test_a_miss_gives_back_at_least_what_it_asks_before_mapping():
-    """Reserved bytes (live + cached) never grow while the cache holds enough to give back."""
-    blocks = [gs.ones(MIN // 4 * k) for k in (1, 2, 3)]  # 1, 2, 3 × 4 MIN bytes
-    while blocks:  # freed in this order: the smallest first, the oldest
+H = 64  # each block's header, bytes
+
+
+def resident():
+    """(live, cached, high-water mark): resident bytes of large blocks in use, of cached
+    blocks, and the mark the cache keeps their sum under."""
+    return _core._block_cache_stats()[5]
+
+
+def test_a_miss_gives_back_the_oldest_blocks_until_it_fits_under_the_high_water_mark():
+    live0 = resident()[0]  # the fixture's empty_cache() set the mark to this
+    blocks = [gs.ones(MIN // 4 * k) for k in (4, 1, 1)]  # 4, 1 and 1 MIN bytes
+    assert resident() == (live0 + 6 * MIN + 3 * H, 0, live0 + 6 * MIN + 3 * H)
+    while blocks:  # freed oldest first: the 4 MIN block is the oldest cached
         blocks.pop(0)
-    cached0 = stats()[0]
-    assert cached0 == 6 * MIN
-    reserved0 = memory.memory_reserved()
+    assert resident() == (live0, 6 * MIN + 3 * H, live0 + 6 * MIN + 3 * H)
     misses0 = stats()[2]
-    big = gs.ones(MIN // 4 * 7)  # no cached block has this size, or half of it
+    x = gs.ones(MIN // 4 * 5)  # 5 MIN bytes: no cached block of that size or of at most twice
     assert stats()[2] == misses0 + 1
-    # The oldest blocks went back until >= 7 MIN bytes were released: 4 + 8 + 12 MIN.
+    # Room left under the mark: MIN + 2H. The 4 MIN block and then one 1 MIN block went.
+    assert stats()[0] == MIN
+    assert resident() == (live0 + 5 * MIN + H, MIN + H, live0 + 6 * MIN + 3 * H)
+    y = gs.ones(MIN // 4 * 3)  # 3 MIN more: past the mark, so it rises and nothing is kept
     assert stats()[0] == 0
-    # More was asked than the cache held: everything went back first, so what is held is
-    # what is live, as without a cache.
-    assert memory.memory_reserved() == memory.memory_allocated()
-    assert memory.memory_allocated() - reserved0 <= 7 * MIN
-    del big
+    assert resident() == (live0 + 8 * MIN + 2 * H, 0, live0 + 8 * MIN + 2 * H)
+    del x, y
+
+
+def test_a_miss_keeps_what_fits_under_the_mark():
+    """The cache holds freed blocks up to the high-water mark: a miss that fits beside them
+    gives nothing back, so a step's freed blocks serve the next step."""
+    live0 = resident()[0]
+    x = gs.ones(MIN // 4 * 8)
+    del x  # the mark: live0 + 8 MIN + H
+    y = gs.ones(MIN // 4 * 3)  # a miss: the 8 MIN block does not fit beside it, and goes
+    assert stats()[0] == 0
+    del y
+    assert stats()[0] == 3 * MIN
+    misses0 = stats()[2]
+    z = gs.ones(MIN // 4)  # a miss that fits beside the cached 3 MIN block: it stays
+    assert stats()[2] == misses0 + 1
+    assert stats()[0] == 3 * MIN
+    assert resident() == (live0 + MIN + H, 3 * MIN + H, live0 + 8 * MIN + H)
+    hits0 = stats()[1]
+    w = gs.ones(MIN // 4 * 3)
+    assert stats()[1] == hits0 + 1
+    del z, w
+
+
+def test_empty_cache_lowers_the_mark_to_what_is_live():
+    keep = gs.ones(MIN // 4 * 2)
+    x = gs.ones(MIN // 4 * 8)
+    del x
+    live, cached, high = resident()
+    assert cached == 8 * MIN + H and high == live + cached
+    memory.empty_cache()
+    assert resident() == (live, 0, live)
+    y = gs.ones(MIN // 4)
+    del y
+    z = gs.ones(MIN // 4 * 3)  # a new mark of live + 3 MIN: the 1 MIN block cannot stay
+    assert stats()[0] == 0
+    assert resident() == (live + 3 * MIN + H, 0, live + 3 * MIN + H)
+    del keep, z
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.booleans(), st.integers(1, 12), st.integers(0, 7)),
+        min_size=1,
+        max_size=30,
+    )
+)
+def test_held_bytes_never_pass_the_most_ever_live(steps):
+    """Any sequence of large allocations and frees: live + cached never passes the most
+    bytes live at once since the last empty_cache(), which is the peak without a cache."""
+    memory.empty_cache()
+    live0 = resident()[0]
+    most = live0
+    held: list = []
+    for alloc, pages, which in steps:
+        if alloc or not held:
+            n = MIN // 4 + pages * 1024 + which  # float32s; sizes near and past page bounds
+            held.append(gs.full((n,), float(pages)))
+        else:
+            held.pop(which % len(held))
+        live, cached, high = resident()
+        most = max(most, live)
+        assert high == most
+        assert live + cached <= high
+    for t in held:
+        assert float(t[-1]) == float(t[0])
 
 
 def test_a_smaller_request_takes_the_smallest_block_of_at_most_twice_its_size():
@@ -165,7 +241,7 @@ def test_switched_off_by_the_environment():
     code = (
         "import gradstream as gs; from gradstream import _core\n"
         "x = gs.ones(1 << 20); del x\n"
-        "print(_core._block_cache_stats())"
+        "print(_core._block_cache_stats()[:5])"
     )
     env = dict(os.environ, GRADSTREAM_BLOCK_CACHE="0")
     out = subprocess.run(

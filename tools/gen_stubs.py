@@ -428,7 +428,7 @@ RETURNS = {
     "_memory_by_category": "dict[str, int]",
     "_memory_peak_by_category": "dict[str, int]",
     "_memory_counts": "tuple[int, int, int, int, int, int]",
-    "_block_cache_stats": "tuple[int, int, int, int, bool]",
+    "_block_cache_stats": "tuple[int, int, int, int, bool, tuple[int, int, int]]",
     "_empty_cache": "None",
     "_set_block_cache": "None",
     "_memory_history": "tuple[list[Any], dict[str, Any]]",

@@ -1115,9 +1115,11 @@ def _backward_pass() -> _int:
     `_backward_pass()`: the number of the backward pass this thread runs or ran last (0
     before any). A backward started inside another belongs to the outer pass.
     """
-def _block_cache_stats() -> tuple[_int, _int, _int, _int, _bool]:
+def _block_cache_stats() -> tuple[_int, _int, _int, _int, _bool, tuple[_int, _int, _int]]:
     """
-    The cache of freed large blocks: `(cached_bytes, slack_bytes, hits, misses, enabled)`.
+    The cache of freed large blocks: `(cached_bytes, slack_bytes, hits, misses, enabled,
+    (live, cached, high_water))`, the last the resident bytes of the large blocks in use,
+    those the cached blocks hold, and the mark the cache keeps their sum under.
     """
 def _clamp_(t: Tensor, lo: _float, hi: _float) -> None:
     """

@@ -36,11 +36,14 @@ type History<'py> = (Bound<'py, PyList>, Bound<'py, PyDict>);
 type Counts = (u64, u64, u64, u64, i64, i64);
 
 functions! { mod functions;
-    /// The cache of freed large blocks: `(cached_bytes, slack_bytes, hits, misses, enabled)`.
-    fn _block_cache_stats["memory"]() [] -> (usize, usize, u64, u64, bool) {
+    /// The cache of freed large blocks: `(cached_bytes, slack_bytes, hits, misses, enabled,
+    /// (live, cached, high_water))`, the last the resident bytes of the large blocks in use,
+    /// those the cached blocks hold, and the mark the cache keeps their sum under.
+    fn _block_cache_stats["memory"]() [] -> (usize, usize, u64, u64, bool, (usize, usize, usize)) {
         let (hits, misses) = block_cache::hits_and_misses();
         let (cached, slack) = (block_cache::cached_bytes(), block_cache::slack_bytes());
-        Ok((cached, slack, hits, misses, block_cache::enabled()))
+        let resident = block_cache::resident_bytes();
+        Ok((cached, slack, hits, misses, block_cache::enabled(), resident))
     }
     /// Turn the cache of freed large blocks on or off (off gives its blocks back).
     fn _set_block_cache["memory"](enabled: bool) [enabled] -> () {

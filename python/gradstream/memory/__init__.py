@@ -48,18 +48,20 @@ def memory_reserved(device=None) -> int:
     Buffers of 64 KiB and more are not given back to the system when freed: a later request
     of the same size (or of at least half of it) reuses one, so its pages do not fault in
     again. Held: the cached free blocks, and the unused tail of blocks serving smaller
-    requests (address space only: its pages are handed back to the system). Before the cache
-    maps a new block or faults in pages of a cached one, it gives back at least as many cached
-    bytes as that adds, so it does not raise the peak. `empty_cache()` gives the free blocks
-    back; ``GRADSTREAM_BLOCK_CACHE=0`` turns the cache off.
+    requests (address space only: its pages are handed back to the system). The cache keeps
+    what it holds under the high-water mark of the bytes live large blocks hold: before it
+    maps a new block or faults in pages of a cached one, it gives back its oldest blocks until
+    live + cached fits under that mark, so it does not raise the peak, and the blocks one
+    step frees serve the next. `empty_cache()` gives the free blocks back and resets the mark;
+    ``GRADSTREAM_BLOCK_CACHE=0`` turns the cache off.
     """
     cached, slack = _core._block_cache_stats()[:2]
     return memory_allocated() + cached + slack
 
 
 def max_memory_reserved(device=None) -> int:
-    """The peak of `memory_allocated()`: the cache gives blocks back before the process
-    maps new ones, so what it holds never adds to the peak (see `memory_reserved`)."""
+    """The peak of `memory_allocated()`: the cache keeps live + cached under the high-water
+    mark of live blocks, so what it holds never adds to the peak (see `memory_reserved`)."""
     return max_memory_allocated()
 
 
@@ -73,7 +75,8 @@ def reset_max_memory_allocated(device=None) -> None:
 
 
 def empty_cache() -> None:
-    """Give every freed block the cache holds back to the system."""
+    """Give every freed block the cache holds back to the system, and lower the mark it keeps
+    live + cached under to what is live now."""
     _core._empty_cache()
 
 
@@ -112,7 +115,7 @@ def memory_stats(device=None) -> dict[str, int]:
     for cat, b in memory_by_category().items():
         stats[f"allocated_bytes.{cat}.current"] = b
         stats[f"allocated_bytes.{cat}.peak"] = peaks[cat]
-    cached, slack, hits, misses, _ = _core._block_cache_stats()
+    cached, slack, hits, misses = _core._block_cache_stats()[:4]
     stats["reserved_bytes.all.current"] = current + cached + slack
     stats["block_cache.cached_bytes"] = cached
     stats["block_cache.slack_bytes"] = slack
