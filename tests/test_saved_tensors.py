@@ -22,7 +22,7 @@ def _pair(shape, dtype="float32", seed=0):
     return gs.tensor(a, requires_grad=True), a
 
 
-@pytest.mark.parametrize("shape", [(0,), (7,), (3, 5), (13, 9), (300, 131)])
+@pytest.mark.parametrize("shape", [(0,), (7,), (3, 5), (13, 9), (300, 131), (3, 40001)])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("bitmask", [True, False])
 def test_relu_forward_backward_vs_torch(torch_ref, shape, dtype, bitmask):

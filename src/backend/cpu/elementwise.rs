@@ -65,7 +65,7 @@ fn fill_rows<U: Send>(
 }
 
 /// A vector of `n` elements written by `init`, which must write every element.
-fn build<U>(n: usize, init: impl FnOnce(&mut [MaybeUninit<U>])) -> Vec<U> {
+pub(crate) fn build<U>(n: usize, init: impl FnOnce(&mut [MaybeUninit<U>])) -> Vec<U> {
     let mut v: Vec<U> = Vec::with_capacity(n);
     init(&mut v.spare_capacity_mut()[..n]);
     // SAFETY: every caller's `init` writes all `n` elements (one write per output index).

@@ -3,10 +3,14 @@
 //! candle's: candle has no bit masks (a bool mask is 8x larger, a float one 32x), and
 //! its compare and select run on one thread.
 
+use std::mem::MaybeUninit;
+
 use candle_core::{DType as CDType, WithDType};
+use multiversion::multiversion;
 use rayon::prelude::*;
 
 use super::dense::{from_vec, with_slice};
+use super::elementwise::build;
 use super::{Cpu, PAR_MIN};
 use crate::backend::MaskOps;
 use crate::error::{Error, Result};
@@ -16,31 +20,66 @@ use crate::error::{Error, Result};
 /// Elements per parallel task: a multiple of 8, so tasks own whole mask bytes.
 const TASK: usize = PAR_MIN;
 
-// The loops below take their scalars by value and select without branching: on signs that
-// are random (activations) a branch mispredicts half the time, which cost 10x.
+// The loops below select without branching (on random signs a branch mispredicts half the
+// time, which cost 10x), walk fixed groups of 8 so a mask byte packs and unpacks in vector
+// registers, and are compiled for each vector width (`multiversion`: AVX-512 or AVX2 where
+// the CPU has it; the wheel's baseline is SSE2).
 
-fn threshold_into<T: WithDType>(o: &mut [T], x: &[T], th: T, value: T) {
-    for (o, &v) in o.iter_mut().zip(x) {
-        *o = if v <= th { value } else { v };
-    }
-}
-
-/// One mask byte per 8 elements: bit k is set where element k passes (NaN passes).
-fn mask_into<T: WithDType>(m: &mut [u8], x: &[T], th: T) {
-    for (m, c) in m.iter_mut().zip(x.chunks(8)) {
+/// `x` with every element `<= th` replaced by `value` (NaN passes), and, when `m` is given,
+/// one mask byte per 8 elements whose bit k is set where element k passed.
+#[multiversion(targets = "simd")]
+fn threshold_into<T: WithDType>(
+    o: &mut [MaybeUninit<T>],
+    mut m: Option<&mut [MaybeUninit<u8>]>,
+    x: &[T],
+    th: T,
+    value: T,
+) {
+    let whole = x.len() / 8 * 8;
+    for (i, (o8, x8)) in o[..whole]
+        .chunks_exact_mut(8)
+        .zip(x[..whole].chunks_exact(8))
+        .enumerate()
+    {
         let mut byte = 0u8;
-        for (k, &v) in c.iter().enumerate() {
+        for k in 0..8 {
+            let v = x8[k];
             let stopped = v <= th;
+            o8[k].write(if stopped { value } else { v });
             byte |= u8::from(!stopped) << k;
         }
-        *m = byte;
+        if let Some(m) = m.as_deref_mut() {
+            m[i].write(byte);
+        }
+    }
+    let mut byte = 0u8;
+    for (k, (o, &v)) in o[whole..].iter_mut().zip(&x[whole..]).enumerate() {
+        let stopped = v <= th;
+        o.write(if stopped { value } else { v });
+        byte |= u8::from(!stopped) << k;
+    }
+    if let Some(m) = m.filter(|_| whole < x.len()) {
+        m[whole / 8].write(byte);
     }
 }
 
-fn select_into<T: WithDType>(o: &mut [T], m: &[u8], g: &[T], zero: T) {
-    for ((o, &m), g) in o.chunks_mut(8).zip(m).zip(g.chunks(8)) {
-        for (k, (o, &v)) in o.iter_mut().zip(g).enumerate() {
-            *o = if (m >> k) & 1 == 1 { v } else { zero };
+/// `g` where the mask bit is set, else zero.
+#[multiversion(targets = "simd")]
+fn select_into<T: WithDType>(o: &mut [MaybeUninit<T>], m: &[u8], g: &[T], zero: T) {
+    let whole = g.len() / 8 * 8;
+    for ((o8, &m), g8) in o[..whole]
+        .chunks_exact_mut(8)
+        .zip(m)
+        .zip(g[..whole].chunks_exact(8))
+    {
+        for k in 0..8 {
+            o8[k].write(if (m >> k) & 1 == 1 { g8[k] } else { zero });
+        }
+    }
+    if whole < g.len() {
+        let m = m[whole / 8];
+        for (k, (o, &v)) in o[whole..].iter_mut().zip(&g[whole..]).enumerate() {
+            o.write(if (m >> k) & 1 == 1 { v } else { zero });
         }
     }
 }
@@ -52,43 +91,47 @@ fn threshold_kernel<T: WithDType>(
     mask: bool,
 ) -> (Vec<T>, Option<Vec<u8>>) {
     let n = x.len();
-    let zero = T::from_f64(0.0);
-    let mut out = vec![zero; n];
-    if n >= PAR_MIN {
-        out.par_chunks_mut(TASK)
-            .zip(x.par_chunks(TASK))
-            .for_each(move |(o, xs)| threshold_into(o, xs, th, value));
-    } else {
-        threshold_into(&mut out, x, th, value);
+    let mut bits = mask.then(|| Vec::<u8>::with_capacity(n.div_ceil(8)));
+    let out = build(n, |out| {
+        let m = bits
+            .as_mut()
+            .map(|b| &mut b.spare_capacity_mut()[..n.div_ceil(8)]);
+        if n < PAR_MIN {
+            return threshold_into(out, m, x, th, value);
+        }
+        match m {
+            Some(m) => out
+                .par_chunks_mut(TASK)
+                .zip(m.par_chunks_mut(TASK / 8))
+                .zip(x.par_chunks(TASK))
+                .for_each(|((o, m), xs)| threshold_into(o, Some(m), xs, th, value)),
+            None => out
+                .par_chunks_mut(TASK)
+                .zip(x.par_chunks(TASK))
+                .for_each(|(o, xs)| threshold_into(o, None, xs, th, value)),
+        }
+    });
+    if let Some(b) = bits.as_mut() {
+        // SAFETY: `threshold_into` wrote one byte per 8 elements and one for the remainder.
+        unsafe { b.set_len(n.div_ceil(8)) };
     }
-    if !mask {
-        return (out, None);
-    }
-    let mut bits = vec![0u8; n.div_ceil(8)];
-    if n >= PAR_MIN {
-        bits.par_chunks_mut(TASK / 8)
-            .zip(x.par_chunks(TASK))
-            .for_each(move |(m, xs)| mask_into(m, xs, th));
-    } else {
-        mask_into(&mut bits, x, th);
-    }
-    (out, Some(bits))
+    (out, bits)
 }
 
 /// `g where bit else 0`.
 fn select_kernel<T: WithDType>(g: &[T], bits: &[u8]) -> Vec<T> {
     let n = g.len();
     let zero = T::from_f64(0.0);
-    let mut out = vec![zero; n];
-    if n >= PAR_MIN {
-        out.par_chunks_mut(TASK)
-            .zip(bits.par_chunks(TASK / 8))
-            .zip(g.par_chunks(TASK))
-            .for_each(move |((o, m), gs)| select_into(o, m, gs, zero));
-    } else {
-        select_into(&mut out, bits, g, zero);
-    }
-    out
+    build(n, |out| {
+        if n >= PAR_MIN {
+            out.par_chunks_mut(TASK)
+                .zip(bits.par_chunks(TASK / 8))
+                .zip(g.par_chunks(TASK))
+                .for_each(move |((o, m), gs)| select_into(o, m, gs, zero));
+        } else {
+            select_into(out, bits, g, zero);
+        }
+    })
 }
 
 impl MaskOps for Cpu {
