@@ -64,6 +64,34 @@ fn fill_rows<U: Send>(
     }
 }
 
+/// `row(out_row, row_starts(r))` for every row of `out` (rows of `inner` elements), on all
+/// threads above `PAR_MIN` elements.
+fn each_row<U: Send, S>(
+    out: &mut [MaybeUninit<U>],
+    inner: usize,
+    row_starts: impl Fn(usize) -> S + Sync,
+    row: impl Fn(&mut [MaybeUninit<U>], S) + Sync,
+) {
+    let inner = inner.max(1);
+    let body = |(r, o): (usize, &mut [MaybeUninit<U>])| row(o, row_starts(r));
+    if out.len() >= PAR_MIN {
+        out.par_chunks_mut(inner)
+            .enumerate()
+            .with_min_len((PAR_MIN / inner).max(1))
+            .for_each(body);
+    } else {
+        out.chunks_mut(inner).enumerate().for_each(body);
+    }
+}
+
+/// `out[i] = f(src[i])` on one thread.
+#[inline(always)]
+fn map_rows<T: Copy, U>(out: &mut [MaybeUninit<U>], src: &[T], f: impl Fn(T) -> U) {
+    out.iter_mut().zip(src).for_each(|(o, &x)| {
+        o.write(f(x));
+    });
+}
+
 /// A vector of `n` elements written by `init`, which must write every element.
 pub(crate) fn build<U>(n: usize, init: impl FnOnce(&mut [MaybeUninit<U>])) -> Vec<U> {
     let mut v: Vec<U> = Vec::with_capacity(n);
@@ -82,15 +110,9 @@ fn map_slice<T: Copy + Sync, U: Send>(
     if src.len() >= PAR_MIN {
         out.par_chunks_mut(PAR_MIN / 4)
             .zip(src.par_chunks(PAR_MIN / 4))
-            .for_each(|(o, s)| {
-                o.iter_mut().zip(s).for_each(|(o, &x)| {
-                    o.write(f(x));
-                })
-            });
+            .for_each(|(o, s)| map_rows(o, s, &f));
     } else {
-        out.iter_mut().zip(src).for_each(|(o, &x)| {
-            o.write(f(x));
-        });
+        map_rows(out, src, f);
     }
 }
 
@@ -110,6 +132,13 @@ pub fn map1<T: Copy + Send + Sync, U: Send>(
         } else {
             let (dims, strides) = (l.dims(), l.stride());
             let last = strides.last().copied().unwrap_or(0);
+            if last == 1 {
+                let inner = dims.last().copied().unwrap_or(1);
+                let start = |r| row_offset(dims, strides, l.start_offset(), r);
+                return each_row(out, inner, start, |o, a0| {
+                    map_rows(o, &src[a0..a0 + inner], &f)
+                });
+            }
             fill_rows(
                 out,
                 dims,
@@ -169,6 +198,35 @@ pub fn map2<T: Copy + Send + Sync, U: Send>(
                     sa.last().copied().unwrap_or(0),
                     sb.last().copied().unwrap_or(0),
                 );
+                let inner = dims.last().copied().unwrap_or(1);
+                let starts = |r| {
+                    (
+                        row_offset(dims, sa, la.start_offset(), r),
+                        row_offset(dims, sb, lb.start_offset(), r),
+                    )
+                };
+                // Rows whose elements are adjacent (a bias added to every row, a slice of
+                // a wider matrix) run the contiguous loop, which vectorises, row by row.
+                match (ka, kb) {
+                    (1, 1) => {
+                        return each_row(out, inner, starts, |o, (a0, b0)| {
+                            zip_write(o, &a[a0..a0 + inner], &b[b0..b0 + inner], &f)
+                        })
+                    }
+                    (1, 0) => {
+                        return each_row(out, inner, starts, |o, (a0, b0)| {
+                            let y = b[b0];
+                            map_rows(o, &a[a0..a0 + inner], |x| f(x, y))
+                        })
+                    }
+                    (0, 1) => {
+                        return each_row(out, inner, starts, |o, (a0, b0)| {
+                            let x = a[a0];
+                            map_rows(o, &b[b0..b0 + inner], |y| f(x, y))
+                        })
+                    }
+                    _ => {}
+                }
                 fill_rows(
                     out,
                     dims,
