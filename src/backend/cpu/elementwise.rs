@@ -47,21 +47,12 @@ fn fill_rows<U: Send>(
     row_starts: impl Fn(usize) -> (usize, usize) + Sync,
     f: impl Fn(usize, usize, usize) -> U + Sync,
 ) {
-    let inner = dims.last().copied().unwrap_or(1).max(1);
-    let body = |(r, chunk): (usize, &mut [MaybeUninit<U>])| {
-        let (a0, b0) = row_starts(r);
-        for (k, o) in chunk.iter_mut().enumerate() {
+    let inner = dims.last().copied().unwrap_or(1);
+    each_row(out, inner, row_starts, |o, (a0, b0)| {
+        for (k, o) in o.iter_mut().enumerate() {
             o.write(f(a0, b0, k));
         }
-    };
-    if out.len() >= PAR_MIN {
-        out.par_chunks_mut(inner)
-            .enumerate()
-            .with_min_len((PAR_MIN / inner).max(1))
-            .for_each(body);
-    } else {
-        out.chunks_mut(inner).enumerate().for_each(body);
-    }
+    });
 }
 
 /// `row(out_row, row_starts(r))` for every row of `out` (rows of `inner` elements), on all
