@@ -270,36 +270,33 @@ pub unsafe fn alloc(layout: Layout, zeroed: bool) -> *mut u8 {
     if size > isize::MAX as usize - 2 * ALIGN {
         return std::ptr::null_mut(); // no room for the header: as the system would refuse it
     }
-    if ENABLED.load(Ordering::Relaxed) {
-        if let Ok(mut free) = FREE.try_lock() {
-            if let Some(b) = free.take(size) {
-                let serves = resident(size, b.size);
-                // Counted live before the fit, so the pages it will fault in past what it
-                // holds are made room for.
-                free.fit(add_live(serves));
-                drop(free);
-                HITS.fetch_add(1, Ordering::Relaxed);
-                SLACK_BYTES.fetch_add(b.size - size, Ordering::Relaxed);
-                let data = (b.base as *mut u8).add(HEADER);
-                discard(data as usize + size, data as usize + b.size);
-                if zeroed {
-                    std::ptr::write_bytes(data, 0, size);
-                }
-                return data;
-            }
-            free.fit(add_live(HEADER + size));
+    let enabled = ENABLED.load(Ordering::Relaxed);
+    let mut free = if enabled { FREE.try_lock().ok() } else { None };
+    if let Some(f) = free.as_mut() {
+        if let Some(b) = f.take(size) {
+            // Counted live before the fit, so the pages it will fault in past what the block
+            // holds are made room for.
+            f.fit(add_live(resident(size, b.size)));
             drop(free);
-            MISSES.fetch_add(1, Ordering::Relaxed);
-            return map_counted(size, zeroed);
+            HITS.fetch_add(1, Ordering::Relaxed);
+            SLACK_BYTES.fetch_add(b.size - size, Ordering::Relaxed);
+            let data = (b.base as *mut u8).add(HEADER);
+            discard(data as usize + size, data as usize + b.size);
+            if zeroed {
+                std::ptr::write_bytes(data, 0, size);
+            }
+            return data;
         }
+    }
+    // A new block: counted live first, so the cache makes room for it under the mark (when
+    // it is not busy), and uncounted again if the system refuses it.
+    let live = add_live(HEADER + size);
+    if let Some(mut f) = free {
+        f.fit(live);
+    }
+    if enabled {
         MISSES.fetch_add(1, Ordering::Relaxed);
     }
-    add_live(HEADER + size);
-    map_counted(size, zeroed)
-}
-
-/// A new block, already counted live: uncounted again when the system refuses it.
-unsafe fn map_counted(size: usize, zeroed: bool) -> *mut u8 {
     let data = map(size, zeroed);
     if data.is_null() {
         LIVE_BYTES.fetch_sub(HEADER + size, Ordering::Relaxed);
