@@ -39,8 +39,8 @@ fn is_scalar_like(l: &Layout) -> bool {
         .all(|(&s, &d)| s == 0 || d == 1)
 }
 
-/// Fill `out` (uninitialised, `n` elements) by `f(i_a, i_b)`-style access, row by row.
-/// `get(row_off_a, row_off_b, k)` is called with the row's first offsets and the column.
+/// Fill `out` (uninitialised) row by row, for operands with any last-dim stride:
+/// `f(row_off_a, row_off_b, k)` is called with the row's first offsets and the column.
 fn fill_rows<U: Send>(
     out: &mut [MaybeUninit<U>],
     dims: &[usize],
