@@ -127,6 +127,57 @@ def _heads_view(ts, lib):
     return tuple(out)
 
 
+def _stored_as(order, offset):
+    """A view that gives q, k, v their logical (b, h, t, e) shape over storage laid out in
+    dim `order` (e last: rows read in place; else: columns strided, copied first), starting
+    `offset` rows' worth of elements into a wider buffer when `offset`."""
+    inverse = [order.index(i) for i in range(4)]
+
+    def view(ts, lib):
+        out = []
+        for x in ts:
+            y = x.permute(*order).contiguous()
+            if offset:
+                n = y.shape[-1]
+                y = lib.cat([y, y], -1)[..., n:]
+            out.append(y.permute(*inverse))
+        return tuple(out)
+
+    return view
+
+
+@SETTINGS
+@given(
+    order=st.permutations(range(4)),
+    offset=st.booleans(),
+    causal=st.booleans(),
+    dims=st.tuples(st.integers(1, 2), st.integers(1, 3), st.integers(1, 70), st.integers(1, 9)),
+    dtype=st.sampled_from(["float32", "float64"]),
+)
+def test_strided_operands_match_torch(order, offset, causal, dims, dtype):
+    """q, k, v whose storage is in any dim order, with an offset: the kernel reads rows in
+    place through their strides; values and gradients as PyTorch's."""
+    rng = np.random.default_rng(sum(dims))
+    q, k, v = (rng.standard_normal(dims) for _ in range(3))
+    _check(q, k, v, dtype=dtype, view=_stored_as(list(order), offset), is_causal=causal)
+
+
+def test_forward_of_split_heads_allocates_out_and_lse_only():
+    """q, k, v split out of one projection and viewed as (b, h, t, d), as every attention
+    block does: the forward's tensors are its output, contiguous as PyTorch's, and the
+    log-sum-exp."""
+    b, t, h, d = 2, 64, 3, 16
+    qkv = gs.randn(b, t, 3 * h * d, requires_grad=True)
+    q, k, v = (x.view(b, t, h, d).transpose(1, 2) for x in qkv.split(h * d, -1))
+    gc.collect()
+    base = memory.memory_allocated()
+    memory.reset_peak_memory_stats()
+    out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    assert memory.max_memory_allocated() - base == out.nbytes + b * h * t * 4
+    assert out.is_contiguous()
+    assert out.view(b * h, t, d).shape == (b * h, t, d)
+
+
 @pytest.mark.parametrize("t", [1, 5, 70])
 def test_noncontiguous_split_heads(t):
     rng = np.random.default_rng(t)

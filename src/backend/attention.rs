@@ -2,9 +2,11 @@
 //! and one log-sum-exp per query row; the backward recomputes the probabilities block by
 //! block from them, so no L×S matrix is ever stored.
 //!
-//! Inputs are dense, in a compute dtype (f32 or f64): `q` (Nq, L, E), `k` (Nk, S, E),
-//! `v` (Nv, S, Ev). Output batch item `n` (of `N`) reads `q[q_of[n]]`, `k[k_of[n]]` and
-//! `v[v_of[n]]`, which is how batch broadcasting and grouped-query heads reach a kernel.
+//! Operands are in a compute dtype (f32 or f64) and strided: each is a storage plus, for each
+//! output batch item `n` (of `N`), where its rows start ([`AttnRows`]); a row's elements are
+//! adjacent. That is how batch broadcasting and grouped-query heads reach a kernel (items
+//! share rows), and how heads sliced out of one projection, `(B, T, H, E)` viewed as
+//! `(B, H, T, E)`, are read in place instead of copied first.
 
 use candle_core::Tensor;
 
@@ -39,12 +41,24 @@ pub struct AttnDropout {
     pub seed: u64,
 }
 
+/// Where an operand's rows are in its storage: row `r` of batch item `n` starts at element
+/// `base[n] + r * row`, and its elements are adjacent.
+#[derive(Clone, Copy, Debug)]
+pub struct AttnRows<'a> {
+    pub base: &'a [usize],
+    pub row: usize,
+}
+
 /// Everything but the tensors.
 pub struct AttnArgs<'a> {
     pub shape: AttnShape,
-    pub q_of: &'a [usize],
-    pub k_of: &'a [usize],
-    pub v_of: &'a [usize],
+    pub q: AttnRows<'a>,
+    pub k: AttnRows<'a>,
+    pub v: AttnRows<'a>,
+    /// The saved output's and the incoming gradient's rows (read by the backward only; the
+    /// forward writes a dense (N, L, Ev) output).
+    pub out: AttnRows<'a>,
+    pub dout: AttnRows<'a>,
     pub mask: Option<AttnMask<'a>>,
     /// Query i attends to keys j <= i (the top-left lower triangle, as PyTorch).
     pub causal: bool,

@@ -17,7 +17,7 @@ use crate::autograd::grad_mode;
 use crate::autograd::remat;
 use crate::autograd::saved::SavedTensor;
 use crate::backend;
-use crate::backend::attention::{AttnArgs, AttnDropout, AttnNeeds};
+use crate::backend::attention::{AttnArgs, AttnDropout, AttnNeeds, AttnRows};
 use crate::dtype::DType;
 use crate::error::{CandleContext, Result};
 use crate::ops::convert::to_dtype;
@@ -47,32 +47,119 @@ struct Call {
     dropout: Option<AttnDropout>,
 }
 
+/// Where the rows of each tensor of one kernel call are (the output and its gradient only
+/// in the backward), and the mask.
+struct Operands<'a> {
+    q: &'a Rows,
+    k: &'a Rows,
+    v: &'a Rows,
+    out_dout: Option<(&'a Rows, &'a Rows)>,
+    mask: Option<&'a candle_core::Tensor>,
+}
+
+const NO_ROWS: AttnRows<'static> = AttnRows { base: &[], row: 0 };
+
 impl Call {
-    fn args<'a>(&'a self, mask: Option<&'a candle_core::Tensor>) -> AttnArgs<'a> {
+    fn args<'a>(&'a self, o: &Operands<'a>) -> AttnArgs<'a> {
         let p = &self.plan;
         AttnArgs {
             shape: p.shape,
-            q_of: &p.q_of,
-            k_of: &p.k_of,
-            v_of: &p.v_of,
-            mask: mask.map(|m| p.mask(m)),
+            q: o.q.view(),
+            k: o.k.view(),
+            v: o.v.view(),
+            out: o.out_dout.map_or(NO_ROWS, |(r, _)| r.view()),
+            dout: o.out_dout.map_or(NO_ROWS, |(_, r)| r.view()),
+            mask: o.mask.map(|m| p.mask(m)),
             causal: self.causal,
             scale: self.scale,
             dropout: self.dropout,
         }
     }
+
+    /// The output and log-sum-exp of q, k, v (in their own dtype) and an optional mask.
+    fn forward(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        mask: Option<&Tensor>,
+    ) -> Result<(Tensor, Tensor)> {
+        let cdt = q.dtype().compute();
+        let p = &self.plan;
+        let (qd, kd, vd) = (
+            Operand::of(q, cdt, &p.q_of)?,
+            Operand::of(k, cdt, &p.k_of)?,
+            Operand::of(v, cdt, &p.v_of)?,
+        );
+        let md = mask.map(|m| additive_mask(m, cdt)).transpose()?;
+        let ops = Operands {
+            q: &qd.rows,
+            k: &kd.rows,
+            v: &vd.rows,
+            out_dout: None,
+            mask: md.as_ref(),
+        };
+        let args = self.args(&ops);
+        let (out_d, lse_d) =
+            backend::on(&qd.data).flash_forward(OP, &qd.data, &kd.data, &vd.data, &args)?;
+        let mut dims = p.batch.clone();
+        dims.extend([p.shape.l, p.shape.ev]);
+        let out_d = out_d.reshape(dims.as_slice()).op(OP)?;
+        let out = to_dtype(&Tensor::new(out_d, cdt), q.dtype())?;
+        Ok((out, Tensor::new(lse_d, cdt)))
+    }
 }
 
-/// Dense data of `t` in dtype `dt`, shaped (items, rows, cols).
-fn dense(t: &Tensor, dt: DType) -> Result<candle_core::Tensor> {
-    let d = t.dims();
-    let (r, c) = (d[d.len() - 2], d[d.len() - 1]);
-    let items: usize = d[..d.len() - 2].iter().product();
-    to_dtype(t, dt)?
-        .data()
-        .contiguous()
-        .and_then(|x| x.reshape((items, r, c)))
-        .op(OP)
+/// Where each batch item's rows start in a storage, and the row stride.
+struct Rows {
+    base: Vec<usize>,
+    row: usize,
+}
+
+impl Rows {
+    fn view(&self) -> AttnRows<'_> {
+        AttnRows {
+            base: &self.base,
+            row: self.row,
+        }
+    }
+}
+
+/// A kernel operand: its data in the compute dtype, and where its rows are.
+struct Operand {
+    data: candle_core::Tensor,
+    rows: Rows,
+}
+
+impl Operand {
+    /// `t` in dtype `dt`, read in place where its rows' elements are adjacent (copied
+    /// first where not); `items[n]` is the batch item of `t` that output item `n` reads.
+    fn of(t: &Tensor, dt: DType, items: &[usize]) -> Result<Operand> {
+        let mut d = to_dtype(t, dt)?.data();
+        let r = d.rank();
+        if d.dims()[r - 1] > 1 && d.stride()[r - 1] != 1 {
+            d = d.contiguous().op(OP)?;
+        }
+        let (dims, stride) = (d.dims(), d.stride());
+        let start = d.layout().start_offset();
+        let base = items
+            .iter()
+            .map(|&i| {
+                let mut rest = i;
+                let mut at = start;
+                for ax in (0..r - 2).rev() {
+                    at += (rest % dims[ax]) * stride[ax];
+                    rest /= dims[ax];
+                }
+                at
+            })
+            .collect();
+        let row = stride[r - 2];
+        Ok(Operand {
+            data: d,
+            rows: Rows { base, row },
+        })
+    }
 }
 
 /// The mask as an additive float tensor in `dt`: a bool mask becomes 0 (attend) / -inf.
@@ -151,40 +238,17 @@ pub fn scaled_dot_product_attention(
         }),
         plan,
     });
-    let cdt = q.dtype().compute();
-    let (qd, kd, vd) = (dense(q, cdt)?, dense(k, cdt)?, dense(v, cdt)?);
-    let md = mask.map(|m| additive_mask(m, cdt)).transpose()?;
-    let (out_d, lse_d) =
-        backend::on(&qd).flash_forward(OP, &qd, &kd, &vd, &call.args(md.as_ref()))?;
-    drop((qd, kd, vd, md));
-    let mut out_dims = call.plan.batch.clone();
-    out_dims.extend([s.l, s.ev]);
-    let out = to_dtype(
-        &Tensor::new(out_d.reshape(out_dims.as_slice()).op(OP)?, cdt),
-        q.dtype(),
-    )?;
-    let lse = Tensor::new(lse_d, cdt);
+    let (out, lse) = call.forward(q, k, v, mask)?;
     let float_mask = mask.filter(|m| m.dtype() != DType::Bool);
     let mut inputs = vec![q, k, v];
     inputs.extend(float_mask);
     {
         // The recompute runs the same plan, scale and dropout seed: the same output.
-        let (call, out_dims, dtype) = (call.clone(), out_dims.clone(), q.dtype());
+        let call = call.clone();
         let mut remat_inputs = vec![q, k, v];
         remat_inputs.extend(mask);
         remat::note(OP, &out, &remat_inputs, move |ins| {
-            let (qd, kd, vd) = (
-                dense(&ins[0], cdt)?,
-                dense(&ins[1], cdt)?,
-                dense(&ins[2], cdt)?,
-            );
-            let md = ins.get(3).map(|m| additive_mask(m, cdt)).transpose()?;
-            let (out_d, _) =
-                backend::on(&qd).flash_forward(OP, &qd, &kd, &vd, &call.args(md.as_ref()))?;
-            to_dtype(
-                &Tensor::new(out_d.reshape(out_dims.as_slice()).op(OP)?, cdt),
-                dtype,
-            )
+            Ok(call.forward(&ins[0], &ins[1], &ins[2], ins.get(3))?.0)
         });
     }
     record(
@@ -221,22 +285,34 @@ pub fn scaled_dot_product_attention(
                 return Ok(grads);
             }
             let cdt = q.dtype().compute();
-            let (qd, kd, vd) = (dense(q, cdt)?, dense(k, cdt)?, dense(v, cdt)?);
-            let (od, gd) = (dense(out, cdt)?, dense(g, cdt)?);
+            let p = &call.plan;
+            let all: Vec<usize> = (0..p.shape.n).collect();
+            let (qd, kd, vd) = (
+                Operand::of(q, cdt, &p.q_of)?,
+                Operand::of(k, cdt, &p.k_of)?,
+                Operand::of(v, cdt, &p.v_of)?,
+            );
+            let (od, gd) = (Operand::of(out, cdt, &all)?, Operand::of(g, cdt, &all)?);
             let md = mask.map(|m| additive_mask(m, cdt)).transpose()?;
+            let ops = Operands {
+                q: &qd.rows,
+                k: &kd.rows,
+                v: &vd.rows,
+                out_dout: Some((&od.rows, &gd.rows)),
+                mask: md.as_ref(),
+            };
             let lsed = lse.data();
-            let (dq, dk, dv) = backend::on(&qd).flash_backward(
+            let (dq, dk, dv) = backend::on(&qd.data).flash_backward(
                 OP,
-                &qd,
-                &kd,
-                &vd,
-                &od,
+                &qd.data,
+                &kd.data,
+                &vd.data,
+                &od.data,
                 &lsed,
-                &gd,
-                &call.args(md.as_ref()),
+                &gd.data,
+                &call.args(&ops),
                 needs,
             )?;
-            let p = &call.plan;
             let grad = |d: Option<candle_core::Tensor>, t: &Tensor, rep: usize| {
                 d.map(|d| {
                     let mut dims = p.batch.clone();

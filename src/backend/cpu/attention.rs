@@ -3,17 +3,18 @@
 //! `BQ`×`BK` block of scores exists at a time. Backward: rayon over batch items; each
 //! walks key blocks (accumulating dK, dV in place) and, inside, query blocks (dQ), so no
 //! two tasks write one element and no atomics are needed. Block products go through the
-//! `gemm` crate (candle's own matmul kernel), single-threaded inside a task.
+//! `gemm` crate (candle's own matmul kernel), single-threaded inside a task, reading the
+//! operands in place through their row strides.
 
 use candle_core::Tensor;
 use gemm::Parallelism;
 use rayon::prelude::*;
 
-use super::dense::{by_float, from_vec, with_slice};
+use super::dense::{by_float, from_vec, with_slice, with_storage};
 use super::scalar::Real;
 use super::Cpu;
 use crate::backend::attention::{
-    dropout_keep, dropout_threshold, AttentionOps, AttnArgs, AttnGrads, AttnNeeds,
+    dropout_keep, dropout_threshold, AttentionOps, AttnArgs, AttnGrads, AttnNeeds, AttnRows,
 };
 use crate::error::Result;
 
@@ -102,6 +103,34 @@ fn mat<T>(data: &[T], rs: usize, cs: usize) -> Mat<'_, T> {
     Mat { data, rs, cs }
 }
 
+impl<'a, T> Mat<'a, T> {
+    /// Batch item `n`'s rows of an operand whose storage is `data`.
+    fn item(data: &'a [T], rows: AttnRows<'_>, n: usize) -> Self {
+        mat(&data[rows.base[n]..], rows.row, 1)
+    }
+
+    /// The rows from `r0` on.
+    fn rows_from(self, r0: usize) -> Self {
+        Mat {
+            data: &self.data[r0 * self.rs..],
+            ..self
+        }
+    }
+
+    fn t(self) -> Self {
+        Mat {
+            rs: self.cs,
+            cs: self.rs,
+            ..self
+        }
+    }
+
+    /// Row `r`'s first `len` elements (the columns of a row are adjacent).
+    fn row(self, r: usize, len: usize) -> &'a [T] {
+        &self.data[r * self.rs..r * self.rs + len]
+    }
+}
+
 /// `dst` (m×n, row stride `ld`) = `dst` (if `acc`, else 0) + `alpha` · lhs (m×k) × rhs (k×n).
 #[allow(clippy::too_many_arguments)]
 fn mm<T: Real + 'static>(
@@ -159,24 +188,22 @@ fn mm<T: Real + 'static>(
     }
 }
 
-/// The inputs of one batch item, as slices.
+/// The inputs of one batch item: (L, E), (S, E) and (S, Ev) matrices.
 struct Item<'a, T> {
     n: usize,
-    q: &'a [T],
-    k: &'a [T],
-    v: &'a [T],
+    q: Mat<'a, T>,
+    k: Mat<'a, T>,
+    v: Mat<'a, T>,
     mask: Option<&'a [T]>,
 }
 
 impl<'a, T: Flash> Item<'a, T> {
     fn new(n: usize, q: &'a [T], k: &'a [T], v: &'a [T], m: Option<&'a [T]>, a: &AttnArgs) -> Self {
-        let s = a.shape;
-        let (qs, ks, vs) = (s.l * s.e, s.s * s.e, s.s * s.ev);
         Item {
             n,
-            q: &q[a.q_of[n] * qs..(a.q_of[n] + 1) * qs],
-            k: &k[a.k_of[n] * ks..(a.k_of[n] + 1) * ks],
-            v: &v[a.v_of[n] * vs..(a.v_of[n] + 1) * vs],
+            q: Mat::item(q, a.q, n),
+            k: Mat::item(k, a.k, n),
+            v: Mat::item(v, a.v, n),
             mask: m,
         }
     }
@@ -190,13 +217,12 @@ impl<'a, T: Flash> Item<'a, T> {
         (i0, bq): (usize, usize),
         (j0, bk): (usize, usize),
     ) {
-        let e = a.shape.e;
         mm(
             sb,
             bk,
-            (bq, bk, e),
-            mat(&self.q[i0 * e..], e, 1),
-            mat(&self.k[j0 * e..], 1, e),
+            (bq, bk, a.shape.e),
+            self.q.rows_from(i0),
+            self.k.rows_from(j0).t(),
             false,
             T::of(a.scale),
         );
@@ -278,7 +304,7 @@ impl<'a, T: Flash> Item<'a, T> {
                 ev,
                 (bq, ev, bk),
                 mat(sb, bk, 1),
-                mat(&self.v[j0 * ev..], ev, 1),
+                self.v.rows_from(j0),
                 true,
                 T::one(),
             );
@@ -301,9 +327,9 @@ impl<'a, T: Flash> Item<'a, T> {
     fn backward(
         &self,
         a: &AttnArgs,
-        out: &[T],
+        out: Mat<'_, T>,
         lse: &[T],
-        dout: &[T],
+        dout: Mat<'_, T>,
         needs: AttnNeeds,
     ) -> (Vec<T>, Vec<T>, Vec<T>) {
         let s = a.shape;
@@ -318,7 +344,7 @@ impl<'a, T: Flash> Item<'a, T> {
         // D = rowsum(dO ∘ O).
         let dd: Vec<T> = (0..s.l)
             .map(|i| {
-                let (o, g) = (&out[i * ev..(i + 1) * ev], &dout[i * ev..(i + 1) * ev]);
+                let (o, g) = (out.row(i, ev), dout.row(i, ev));
                 o.iter().zip(g).fold(T::zero(), |acc, (&x, &y)| acc + x * y)
             })
             .collect();
@@ -353,14 +379,14 @@ impl<'a, T: Flash> Item<'a, T> {
                 } else {
                     pb
                 };
-                let go = &dout[i0 * ev..];
+                let go = dout.rows_from(i0);
                 if needs.v {
                     mm(
                         &mut dv[j0 * ev..],
                         ev,
                         (bk, ev, bq),
                         mat(pd, 1, bk),
-                        mat(go, ev, 1),
+                        go,
                         true,
                         T::one(),
                     );
@@ -374,8 +400,8 @@ impl<'a, T: Flash> Item<'a, T> {
                     ds,
                     bk,
                     (bq, bk, ev),
-                    mat(go, ev, 1),
-                    mat(&self.v[j0 * ev..], 1, ev),
+                    go,
+                    self.v.rows_from(j0).t(),
                     false,
                     T::one(),
                 );
@@ -392,7 +418,7 @@ impl<'a, T: Flash> Item<'a, T> {
                         e,
                         (bq, e, bk),
                         mat(ds, bk, 1),
-                        mat(&self.k[j0 * e..], e, 1),
+                        self.k.rows_from(j0),
                         true,
                         scale,
                     );
@@ -403,7 +429,7 @@ impl<'a, T: Flash> Item<'a, T> {
                         e,
                         (bk, e, bq),
                         mat(ds, 1, bk),
-                        mat(&self.q[i0 * e..], e, 1),
+                        self.q.rows_from(i0),
                         true,
                         scale,
                     );
@@ -455,12 +481,11 @@ fn backward<T: Flash>(
         .into_par_iter()
         .map(|n| {
             let item = Item::new(n, q, k, v, mask, a);
-            let (lo, lv) = (n * s.l, n * s.l * s.ev);
             item.backward(
                 a,
-                &out[lv..lv + s.l * s.ev],
-                &lse[lo..lo + s.l],
-                &dout[lv..lv + s.l * s.ev],
+                Mat::item(out, a.out, n),
+                &lse[n * s.l..(n + 1) * s.l],
+                Mat::item(dout, a.dout, n),
                 needs,
             )
         })
@@ -495,9 +520,9 @@ impl AttentionOps for Cpu {
         let s = a.shape;
         let mask = a.mask.as_ref().map(|m| m.data);
         Ok(by_float!(q.dtype(), |T| {
-            let (o, l) = with_slice::<T, _>(q, |q| {
-                with_slice::<T, _>(k, |k| {
-                    with_slice::<T, _>(v, |v| with_mask::<T, _>(mask, |m| forward(q, k, v, m, a)))
+            let (o, l) = with_storage::<T, _>(q, |q| {
+                with_storage::<T, _>(k, |k| {
+                    with_storage::<T, _>(v, |v| with_mask::<T, _>(mask, |m| forward(q, k, v, m, a)))
                 })
             })????;
             (from_vec(o, &[s.n, s.l, s.ev])?, from_vec(l, &[s.n, s.l])?)
@@ -520,13 +545,13 @@ impl AttentionOps for Cpu {
         let s = a.shape;
         let mask = a.mask.as_ref().map(|m| m.data);
         Ok(by_float!(q.dtype(), |T| {
-            let (dq, dk, dv) = with_slice::<T, _>(q, |q| {
-                with_slice::<T, _>(k, |k| {
-                    with_slice::<T, _>(v, |v| {
+            let (dq, dk, dv) = with_storage::<T, _>(q, |q| {
+                with_storage::<T, _>(k, |k| {
+                    with_storage::<T, _>(v, |v| {
                         with_mask::<T, _>(mask, |m| {
-                            with_slice::<T, _>(out, |o| {
+                            with_storage::<T, _>(out, |o| {
                                 with_slice::<T, _>(lse, |l| {
-                                    with_slice::<T, _>(dout, |g| {
+                                    with_storage::<T, _>(dout, |g| {
                                         backward((q, k, v), m, o, l, g, a, needs)
                                     })
                                 })

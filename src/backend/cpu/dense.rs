@@ -11,17 +11,26 @@ pub fn with_slice<T: WithDType, R>(
     f: impl FnOnce(&[T]) -> R,
 ) -> Result<R> {
     let t = t.contiguous().op("kernel")?;
-    let (s, l) = t.storage_and_layout();
+    let (a, b) = t
+        .layout()
+        .contiguous_offsets()
+        .ok_or_else(|| Error::shape("kernel: expected a contiguous tensor"))?;
+    with_storage(&t, |v: &[T]| f(&v[a..b]))
+}
+
+/// Run `f` on the whole storage under `t`, uncopied: the caller finds its elements through
+/// `t`'s layout.
+pub fn with_storage<T: WithDType, R>(
+    t: &candle_core::Tensor,
+    f: impl FnOnce(&[T]) -> R,
+) -> Result<R> {
+    let (s, _) = t.storage_and_layout();
     let Storage::Cpu(c) = &*s else {
         return Err(Error::NotImplemented(
             "kernel: only CPU tensors are supported".into(),
         ));
     };
-    let v = c.as_slice::<T>().op("kernel")?;
-    let (a, b) = l
-        .contiguous_offsets()
-        .ok_or_else(|| Error::shape("kernel: expected a contiguous tensor"))?;
-    Ok(f(&v[a..b]))
+    Ok(f(c.as_slice::<T>().op("kernel")?))
 }
 
 /// `v` as a CPU tensor of shape `dims`.
