@@ -147,7 +147,8 @@ impl InplaceOp1 for Fill {
     }
 }
 
-/// A dense copy of a strided tensor's elements (used where candle's own copy is absent).
+/// A copy of a contiguous view's elements: candle's `copy` clones the whole storage under
+/// the view.
 pub struct DenseCopy;
 
 impl CustomOp1 for DenseCopy {
@@ -155,20 +156,20 @@ impl CustomOp1 for DenseCopy {
         "dense-copy"
     }
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        fn copy<T: WithDType>(v: &[T], l: &Layout) -> Vec<T> {
+        fn copy<T: WithDType>(v: &[T], l: &Layout) -> candle_core::Result<Vec<T>> {
             match l.contiguous_offsets() {
-                Some((a, b)) => v[a..b].to_vec(),
-                None => StridedOffsets::new(l).map(|i| v[i]).collect(),
+                Some((a, b)) => Ok(v[a..b].to_vec()),
+                None => candle_core::bail!("dense copy: expected a contiguous view"),
             }
         }
         let out = match s {
-            CpuStorage::U8(v) => CpuStorage::U8(copy(v, l)),
-            CpuStorage::I32(v) => CpuStorage::I32(copy(v, l)),
-            CpuStorage::I64(v) => CpuStorage::I64(copy(v, l)),
-            CpuStorage::F16(v) => CpuStorage::F16(copy(v, l)),
-            CpuStorage::BF16(v) => CpuStorage::BF16(copy(v, l)),
-            CpuStorage::F32(v) => CpuStorage::F32(copy(v, l)),
-            CpuStorage::F64(v) => CpuStorage::F64(copy(v, l)),
+            CpuStorage::U8(v) => CpuStorage::U8(copy(v, l)?),
+            CpuStorage::I32(v) => CpuStorage::I32(copy(v, l)?),
+            CpuStorage::I64(v) => CpuStorage::I64(copy(v, l)?),
+            CpuStorage::F16(v) => CpuStorage::F16(copy(v, l)?),
+            CpuStorage::BF16(v) => CpuStorage::BF16(copy(v, l)?),
+            CpuStorage::F32(v) => CpuStorage::F32(copy(v, l)?),
+            CpuStorage::F64(v) => CpuStorage::F64(copy(v, l)?),
             d => candle_core::bail!("dense copy: unsupported dtype {:?}", d.dtype()),
         };
         Ok((out, l.shape().clone()))
@@ -183,6 +184,12 @@ impl InplaceOps for Cpu {
         dst.inplace_op1(&Fill(v)).op(name)
     }
     fn dense_copy(&self, name: &'static str, x: &Tensor) -> Result<Tensor> {
-        x.apply_op1_no_bwd(&DenseCopy).op(name)
+        if x.is_contiguous() {
+            x.apply_op1_no_bwd(&DenseCopy).op(name)
+        } else {
+            // Candle's strided copy moves runs of adjacent elements whole, into a buffer of
+            // exactly the elements' size.
+            x.contiguous().op(name)
+        }
     }
 }
