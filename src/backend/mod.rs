@@ -52,6 +52,7 @@ pub mod optim;
 pub mod pool;
 pub mod render;
 pub mod sort;
+pub mod strided;
 
 use candle_core::Device;
 

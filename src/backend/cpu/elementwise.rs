@@ -16,21 +16,11 @@ use rayon::prelude::*;
 
 use super::scalar::{signed, Int, Real};
 use super::{Cpu, PAR_MIN};
+use crate::backend::strided::row_offset;
 use crate::backend::{Bin, ElementwiseOps, Pred, UnaryOp};
 use crate::error::{CandleContext, Result};
 
 // ---------------------------------------------------------------- traversal
-
-/// The element offset of the first element of row `row` (rows = all dims but the last).
-fn row_offset(dims: &[usize], strides: &[usize], start: usize, mut row: usize) -> usize {
-    let mut off = start;
-    for d in (0..dims.len().saturating_sub(1)).rev() {
-        let n = dims[d];
-        off += (row % n) * strides[d];
-        row /= n;
-    }
-    off
-}
 
 fn is_scalar_like(l: &Layout) -> bool {
     l.stride()

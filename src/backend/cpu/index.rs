@@ -9,8 +9,8 @@ use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, CustomOp1, InplaceOp2, Layout, Shape, Tensor, WithDType};
 use rayon::prelude::*;
 
-use super::strided::StridedOffsets;
 use super::{Cpu, PAR_MIN};
+use crate::backend::strided::StridedOffsets;
 use crate::backend::IndexOps;
 use crate::error::{CandleContext, Result};
 use crate::ops::index::IndexPlan;

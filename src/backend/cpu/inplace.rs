@@ -8,8 +8,8 @@ use candle_core::{
 };
 use rayon::prelude::*;
 
-use super::strided::StridedOffsets;
 use super::{Cpu, PAR_MIN};
+use crate::backend::strided::StridedOffsets;
 use crate::backend::{InplaceOps, Update};
 use crate::error::{CandleContext, Result};
 

@@ -21,7 +21,6 @@ pub mod pool;
 pub mod render;
 pub mod scalar;
 pub mod sort;
-pub mod strided;
 
 /// Below this many elements a kernel stays on one thread.
 pub const PAR_MIN: usize = 1 << 15;

@@ -1,4 +1,6 @@
-//! Walking a strided layout: the element offsets of a view, in row-major order.
+//! Walking a strided layout: the element offsets of a view, in row-major order, and where
+//! each of its rows starts (what the CPU kernels walk, and what an op hands a kernel that
+//! reads its operands through their strides).
 
 use candle_core::Layout;
 
@@ -46,6 +48,17 @@ impl Iterator for StridedOffsets {
         }
         Some(cur)
     }
+}
+
+/// The element offset of the first element of row `row` (rows = all dims but the last).
+pub fn row_offset(dims: &[usize], strides: &[usize], start: usize, mut row: usize) -> usize {
+    let mut off = start;
+    for d in (0..dims.len().saturating_sub(1)).rev() {
+        let n = dims[d];
+        off += (row % n) * strides[d];
+        row /= n;
+    }
+    off
 }
 
 #[cfg(test)]
