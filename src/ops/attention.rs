@@ -18,6 +18,7 @@ use crate::autograd::remat;
 use crate::autograd::saved::SavedTensor;
 use crate::backend;
 use crate::backend::attention::{AttnArgs, AttnDropout, AttnNeeds, AttnRows};
+use crate::backend::strided::row_offset;
 use crate::dtype::DType;
 use crate::error::{CandleContext, Result};
 use crate::ops::convert::to_dtype;
@@ -47,33 +48,40 @@ struct Call {
     dropout: Option<AttnDropout>,
 }
 
-/// Where the rows of each tensor of one kernel call are (the output and its gradient only
-/// in the backward), and the mask.
-struct Operands<'a> {
-    q: &'a Rows,
-    k: &'a Rows,
-    v: &'a Rows,
-    out_dout: Option<(&'a Rows, &'a Rows)>,
-    mask: Option<&'a candle_core::Tensor>,
-}
-
 const NO_ROWS: AttnRows<'static> = AttnRows { base: &[], row: 0 };
 
 impl Call {
-    fn args<'a>(&'a self, o: &Operands<'a>) -> AttnArgs<'a> {
+    /// The kernel's arguments for q, k, v and the mask; the backward adds the output and its
+    /// incoming gradient.
+    fn args<'a>(
+        &'a self,
+        [q, k, v]: &'a [Operand; 3],
+        out_dout: Option<(&'a Operand, &'a Operand)>,
+        mask: Option<&'a candle_core::Tensor>,
+    ) -> AttnArgs<'a> {
         let p = &self.plan;
         AttnArgs {
             shape: p.shape,
-            q: o.q.view(),
-            k: o.k.view(),
-            v: o.v.view(),
-            out: o.out_dout.map_or(NO_ROWS, |(r, _)| r.view()),
-            dout: o.out_dout.map_or(NO_ROWS, |(_, r)| r.view()),
-            mask: o.mask.map(|m| p.mask(m)),
+            q: q.rows(),
+            k: k.rows(),
+            v: v.rows(),
+            out: out_dout.map_or(NO_ROWS, |(o, _)| o.rows()),
+            dout: out_dout.map_or(NO_ROWS, |(_, g)| g.rows()),
+            mask: mask.map(|m| p.mask(m)),
             causal: self.causal,
             scale: self.scale,
             dropout: self.dropout,
         }
+    }
+
+    /// q, k and v as kernel operands in the compute dtype `cdt`.
+    fn inputs(&self, q: &Tensor, k: &Tensor, v: &Tensor, cdt: DType) -> Result<[Operand; 3]> {
+        let p = &self.plan;
+        Ok([
+            Operand::of(q, cdt, &p.q_of)?,
+            Operand::of(k, cdt, &p.k_of)?,
+            Operand::of(v, cdt, &p.v_of)?,
+        ])
     }
 
     /// The output and log-sum-exp of q, k, v (in their own dtype) and an optional mask.
@@ -85,23 +93,13 @@ impl Call {
         mask: Option<&Tensor>,
     ) -> Result<(Tensor, Tensor)> {
         let cdt = q.dtype().compute();
-        let p = &self.plan;
-        let (qd, kd, vd) = (
-            Operand::of(q, cdt, &p.q_of)?,
-            Operand::of(k, cdt, &p.k_of)?,
-            Operand::of(v, cdt, &p.v_of)?,
-        );
+        let ins = self.inputs(q, k, v, cdt)?;
         let md = mask.map(|m| additive_mask(m, cdt)).transpose()?;
-        let ops = Operands {
-            q: &qd.rows,
-            k: &kd.rows,
-            v: &vd.rows,
-            out_dout: None,
-            mask: md.as_ref(),
-        };
-        let args = self.args(&ops);
+        let args = self.args(&ins, None, md.as_ref());
+        let [qd, kd, vd] = &ins;
         let (out_d, lse_d) =
             backend::on(&qd.data).flash_forward(OP, &qd.data, &kd.data, &vd.data, &args)?;
+        let p = &self.plan;
         let mut dims = p.batch.clone();
         dims.extend([p.shape.l, p.shape.ev]);
         let out_d = out_d.reshape(dims.as_slice()).op(OP)?;
@@ -110,25 +108,12 @@ impl Call {
     }
 }
 
-/// Where each batch item's rows start in a storage, and the row stride.
-struct Rows {
-    base: Vec<usize>,
-    row: usize,
-}
-
-impl Rows {
-    fn view(&self) -> AttnRows<'_> {
-        AttnRows {
-            base: &self.base,
-            row: self.row,
-        }
-    }
-}
-
-/// A kernel operand: its data in the compute dtype, and where its rows are.
+/// A kernel operand: its data in the compute dtype, where each batch item's rows start in
+/// the storage, and the row stride.
 struct Operand {
     data: candle_core::Tensor,
-    rows: Rows,
+    base: Vec<usize>,
+    row: usize,
 }
 
 impl Operand {
@@ -140,25 +125,22 @@ impl Operand {
         if d.dims()[r - 1] > 1 && d.stride()[r - 1] != 1 {
             d = d.contiguous().op(OP)?;
         }
-        let (dims, stride) = (d.dims(), d.stride());
+        // A batch item is a "row" of the dims before the last: its first row's offset.
+        let (dims, stride) = (&d.dims()[..r - 1], &d.stride()[..r - 1]);
         let start = d.layout().start_offset();
         let base = items
             .iter()
-            .map(|&i| {
-                let mut rest = i;
-                let mut at = start;
-                for ax in (0..r - 2).rev() {
-                    at += (rest % dims[ax]) * stride[ax];
-                    rest /= dims[ax];
-                }
-                at
-            })
+            .map(|&i| row_offset(dims, stride, start, i))
             .collect();
         let row = stride[r - 2];
-        Ok(Operand {
-            data: d,
-            rows: Rows { base, row },
-        })
+        Ok(Operand { data: d, base, row })
+    }
+
+    fn rows(&self) -> AttnRows<'_> {
+        AttnRows {
+            base: &self.base,
+            row: self.row,
+        }
     }
 }
 
@@ -287,31 +269,14 @@ pub fn scaled_dot_product_attention(
             let cdt = q.dtype().compute();
             let p = &call.plan;
             let all: Vec<usize> = (0..p.shape.n).collect();
-            let (qd, kd, vd) = (
-                Operand::of(q, cdt, &p.q_of)?,
-                Operand::of(k, cdt, &p.k_of)?,
-                Operand::of(v, cdt, &p.v_of)?,
-            );
+            let ins = call.inputs(q, k, v, cdt)?;
             let (od, gd) = (Operand::of(out, cdt, &all)?, Operand::of(g, cdt, &all)?);
             let md = mask.map(|m| additive_mask(m, cdt)).transpose()?;
-            let ops = Operands {
-                q: &qd.rows,
-                k: &kd.rows,
-                v: &vd.rows,
-                out_dout: Some((&od.rows, &gd.rows)),
-                mask: md.as_ref(),
-            };
+            let args = call.args(&ins, Some((&od, &gd)), md.as_ref());
+            let [qd, kd, vd] = &ins;
             let lsed = lse.data();
             let (dq, dk, dv) = backend::on(&qd.data).flash_backward(
-                OP,
-                &qd.data,
-                &kd.data,
-                &vd.data,
-                &od.data,
-                &lsed,
-                &gd.data,
-                &call.args(&ops),
-                needs,
+                OP, &qd.data, &kd.data, &vd.data, &od.data, &lsed, &gd.data, &args, needs,
             )?;
             let grad = |d: Option<candle_core::Tensor>, t: &Tensor, rep: usize| {
                 d.map(|d| {
