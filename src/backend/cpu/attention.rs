@@ -12,6 +12,7 @@ use rayon::prelude::*;
 
 use super::dense::{by_float, from_vec, with_slice, with_storage};
 use super::scalar::Real;
+use super::vmath;
 use super::Cpu;
 use crate::backend::attention::{
     dropout_keep, dropout_threshold, AttentionOps, AttnArgs, AttnGrads, AttnNeeds, AttnRows,
@@ -32,7 +33,7 @@ trait Flash: Real + num_traits::NumAssign + Send + Sync + 'static {
 impl Flash for f32 {
     fn exp_shifted(row: &mut [f32], shift: f32) {
         for x in row.iter_mut() {
-            *x = exp_f32(*x - shift);
+            *x = vmath::exp(*x - shift);
         }
     }
 }
@@ -42,29 +43,6 @@ impl Flash for f64 {
         for x in row.iter_mut() {
             *x = (*x - shift).exp();
         }
-    }
-}
-
-/// exp for f32 without branches (Cephes' polynomial, ~1 ulp), so a row loop vectorises;
-/// 0 below -87 (and for -inf).
-#[inline(always)]
-fn exp_f32(x: f32) -> f32 {
-    let xc = x.clamp(-87.0, 88.0);
-    // Round to nearest by adding and removing 1.5 * 2^23.
-    let n = (xc * std::f32::consts::LOG2_E + 12_582_912.0) - 12_582_912.0;
-    let r = xc - n * 0.693_359_4 + n * 2.121_944_4e-4;
-    let mut p = 1.987_569_1e-4f32;
-    p = p * r + 1.398_199_9e-3;
-    p = p * r + 8.333_452e-3;
-    p = p * r + 4.166_579_6e-2;
-    p = p * r + 1.666_666_5e-1;
-    p = p * r + 0.5;
-    let y = p * r * r + r + 1.0;
-    let pow2n = f32::from_bits(((n as i32 + 127) as u32) << 23);
-    if x < -87.0 {
-        0.0
-    } else {
-        y * pow2n
     }
 }
 

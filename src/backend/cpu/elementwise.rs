@@ -6,12 +6,13 @@
 //! softplus, Python-style floor division and remainder, integer powers, and the fused
 //! one-pass backward of the pointwise activations.
 
-use std::f64::consts::{FRAC_1_SQRT_2, PI};
+use std::f64::consts::PI;
 use std::mem::MaybeUninit;
 
 use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Shape, Tensor};
 use half::{bf16, f16};
+use multiversion::multiversion;
 use rayon::prelude::*;
 
 use super::scalar::{signed, Int, Real};
@@ -88,12 +89,21 @@ fn map_slice<T: Copy + Sync, U: Send>(
     out: &mut [MaybeUninit<U>],
     f: impl Fn(T) -> U + Sync,
 ) {
+    map_slice_by(src, out, |o, s| map_rows(o, s, &f))
+}
+
+/// `map_slice` with the loop over a run of elements given.
+fn map_slice_by<T: Copy + Sync, U: Send>(
+    src: &[T],
+    out: &mut [MaybeUninit<U>],
+    rows: impl Fn(&mut [MaybeUninit<U>], &[T]) + Sync,
+) {
     if src.len() >= PAR_MIN {
         out.par_chunks_mut(PAR_MIN / 4)
             .zip(src.par_chunks(PAR_MIN / 4))
-            .for_each(|(o, s)| map_rows(o, s, &f));
+            .for_each(|(o, s)| rows(o, s));
     } else {
-        map_rows(out, src, f);
+        rows(out, src);
     }
 }
 
@@ -103,22 +113,30 @@ pub fn map1<T: Copy + Send + Sync, U: Send>(
     l: &Layout,
     f: impl Fn(T) -> U + Sync,
 ) -> Vec<U> {
+    map1_by(src, l, &f, |o, s| map_rows(o, s, &f))
+}
+
+/// `map1` with the loop over a run of adjacent elements given.
+pub(crate) fn map1_by<T: Copy + Send + Sync, U: Send>(
+    src: &[T],
+    l: &Layout,
+    f: &(impl Fn(T) -> U + Sync),
+    rows: impl Fn(&mut [MaybeUninit<U>], &[T]) + Sync,
+) -> Vec<U> {
     let n = l.shape().elem_count();
     build(n, |out| {
         if n == 0 {
             return;
         }
         if let Some((a, b)) = l.contiguous_offsets() {
-            map_slice(&src[a..b], out, f);
+            map_slice_by(&src[a..b], out, rows);
         } else {
             let (dims, strides) = (l.dims(), l.stride());
             let last = strides.last().copied().unwrap_or(0);
             if last == 1 {
                 let inner = dims.last().copied().unwrap_or(1);
                 let start = |r| row_offset(dims, strides, l.start_offset(), r);
-                return each_row(out, inner, start, |o, a0| {
-                    map_rows(o, &src[a0..a0 + inner], &f)
-                });
+                return each_row(out, inner, start, |o, a0| rows(o, &src[a0..a0 + inner]));
             }
             fill_rows(
                 out,
@@ -147,6 +165,18 @@ pub fn map2<T: Copy + Send + Sync, U: Send>(
     lb: &Layout,
     f: impl Fn(T, T) -> U + Sync,
 ) -> Vec<U> {
+    map2_by(a, la, b, lb, &f, |o, x, y| zip_write(o, x, y, &f))
+}
+
+/// `map2` with the loop over runs of adjacent elements in both operands given.
+pub(crate) fn map2_by<T: Copy + Send + Sync, U: Send>(
+    a: &[T],
+    la: &Layout,
+    b: &[T],
+    lb: &Layout,
+    f: &(impl Fn(T, T) -> U + Sync),
+    zip: impl Fn(&mut [MaybeUninit<U>], &[T], &[T]) + Sync,
+) -> Vec<U> {
     let n = la.shape().elem_count();
     build(n, |out| {
         if n == 0 {
@@ -159,9 +189,9 @@ pub fn map2<T: Copy + Send + Sync, U: Send>(
                     let c = PAR_MIN / 4;
                     out.par_chunks_mut(c)
                         .zip(a.par_chunks(c).zip(b.par_chunks(c)))
-                        .for_each(|(o, (x, y))| zip_write(o, x, y, &f));
+                        .for_each(|(o, (x, y))| zip(o, x, y));
                 } else {
-                    zip_write(out, a, b, &f);
+                    zip(out, a, b);
                 }
             }
             (Some((a0, a1)), None) if is_scalar_like(lb) => {
@@ -191,7 +221,7 @@ pub fn map2<T: Copy + Send + Sync, U: Send>(
                 match (ka, kb) {
                     (1, 1) => {
                         return each_row(out, inner, starts, |o, (a0, b0)| {
-                            zip_write(o, &a[a0..a0 + inner], &b[b0..b0 + inner], &f)
+                            zip(o, &a[a0..a0 + inner], &b[b0..b0 + inner])
                         })
                     }
                     (1, 0) => {
@@ -229,6 +259,23 @@ pub fn map2<T: Copy + Send + Sync, U: Send>(
 #[inline(always)]
 pub(crate) fn sigmoid<F: Real>(x: F) -> F {
     F::of(1.0) / (F::of(1.0) + (-x).exp())
+}
+
+// GELU's loops are compiled for each vector width (`multiversion`: the wheel's baseline is
+// SSE2): f32's GELU is branch-free math (`vmath`) that vectorises.
+
+#[multiversion(targets = "simd")]
+fn gelu_rows<F: Real>(out: &mut [MaybeUninit<F>], x: &[F]) {
+    for (o, &v) in out.iter_mut().zip(x) {
+        o.write(v.gelu());
+    }
+}
+
+#[multiversion(targets = "simd")]
+fn gelu_grad_rows<F: Real>(out: &mut [MaybeUninit<F>], g: &[F], x: &[F]) {
+    for (o, (&g, &v)) in out.iter_mut().zip(g.iter().zip(x)) {
+        o.write(g * v.gelu_grad());
+    }
 }
 
 fn float_un<F: Real>(op: UnaryOp, v: &[F], l: &Layout) -> candle_core::Result<Vec<F>> {
@@ -283,10 +330,7 @@ fn float_un<F: Real>(op: UnaryOp, v: &[F], l: &Layout) -> candle_core::Result<Ve
                 }
             })
         }
-        UnaryOp::Gelu => {
-            let r = F::of(std::f64::consts::FRAC_1_SQRT_2);
-            map1(v, l, move |x| F::of(0.5) * x * (one + (x * r).erf()))
-        }
+        UnaryOp::Gelu => map1_by(v, l, &|x: F| x.gelu(), gelu_rows),
         UnaryOp::GeluTanh => {
             let k = F::of((2.0 / std::f64::consts::PI).sqrt());
             let c = F::of(0.044715);
@@ -541,12 +585,14 @@ fn float_grad<F: Real>(
             let sg = sigmoid(x);
             g * sg * (one + x * (one - sg))
         }),
-        UnaryOp::Gelu => {
-            let (r, k) = (F::of(FRAC_1_SQRT_2), F::of(1.0 / (2.0 * PI).sqrt()));
-            map2(g, lg, s, ls, move |g, x| {
-                g * (half * (one + (x * r).erf()) + x * k * (-half * x * x).exp())
-            })
-        }
+        UnaryOp::Gelu => map2_by(
+            g,
+            lg,
+            s,
+            ls,
+            &|g: F, x: F| g * x.gelu_grad(),
+            gelu_grad_rows,
+        ),
         UnaryOp::GeluTanh => {
             let (k, c) = (F::of((2.0 / PI).sqrt()), F::of(0.044715));
             let c3 = F::of(3.0 * 0.044715);

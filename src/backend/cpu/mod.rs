@@ -21,6 +21,7 @@ pub mod pool;
 pub mod render;
 pub mod scalar;
 pub mod sort;
+pub mod vmath;
 
 /// Below this many elements a kernel stays on one thread.
 pub const PAR_MIN: usize = 1 << 15;

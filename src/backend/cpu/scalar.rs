@@ -16,16 +16,27 @@ pub trait Real: Float + WithDType {
         <Self as WithDType>::to_f64(self)
     }
     fn erf(self) -> Self;
+    /// GELU, x·Φ(x), and its derivative (f32: `vmath`'s vectorisable forms).
+    fn gelu(self) -> Self;
+    fn gelu_grad(self) -> Self;
     /// Round half to even, as PyTorch's `round`.
     fn round_even(self) -> Self;
 }
 
 macro_rules! real {
-    ($t:ty, $erf:path) => {
+    ($t:ty, $erf:path, $gelu:path, $gelu_grad:path) => {
         impl Real for $t {
             #[inline(always)]
             fn erf(self) -> Self {
                 $erf(self)
+            }
+            #[inline(always)]
+            fn gelu(self) -> Self {
+                $gelu(self)
+            }
+            #[inline(always)]
+            fn gelu_grad(self) -> Self {
+                $gelu_grad(self)
             }
             #[inline(always)]
             fn round_even(self) -> Self {
@@ -35,8 +46,23 @@ macro_rules! real {
     };
 }
 
-real!(f32, candle_core::cpu::erf::erf_f32);
-real!(f64, candle_core::cpu::erf::erf_f64);
+real!(
+    f32,
+    candle_core::cpu::erf::erf_f32,
+    super::vmath::gelu,
+    super::vmath::gelu_grad
+);
+real!(f64, candle_core::cpu::erf::erf_f64, gelu_f64, gelu_grad_f64);
+
+fn gelu_f64(x: f64) -> f64 {
+    0.5 * x * (1.0 + candle_core::cpu::erf::erf_f64(x * std::f64::consts::FRAC_1_SQRT_2))
+}
+
+fn gelu_grad_f64(x: f64) -> f64 {
+    let cdf = 0.5 * (1.0 + candle_core::cpu::erf::erf_f64(x * std::f64::consts::FRAC_1_SQRT_2));
+    let pdf = (-0.5 * x * x).exp() / (2.0 * std::f64::consts::PI).sqrt();
+    cdf + x * pdf
+}
 
 /// u8, i32, i64: num-traits' primitive integers with wrapping arithmetic, like PyTorch's
 /// integer kernels.
