@@ -7,6 +7,7 @@
 
 use _core::backend::candle::Candle;
 use _core::backend::cpu::Cpu;
+use _core::backend::nn::Affine;
 use _core::backend::{
     AdamBase, AdamStep, Bin, ElementwiseOps, GradPrep, InplaceOps, LineKernel, MaskOps, NnOps,
     OptimOps, ReduceOps, SortOps, StepRule, UnaryOp, Update,
@@ -237,11 +238,49 @@ fn main() {
             || drop(cdl.lines(&rows, 1, k).unwrap()),
         );
     }
+    let (w, b) = (rows.get(0).unwrap(), rows.get(1).unwrap());
+    let affine = Affine {
+        weight: Some(&w),
+        bias: Some(&b),
+    };
     row(
-        "layer_norm",
+        "layer_norm (affine)",
         size,
-        || drop(cpu.layer_norm("layer_norm", &rows, 256, 1e-5).unwrap()),
-        || drop(cdl.layer_norm("layer_norm", &rows, 256, 1e-5).unwrap()),
+        || {
+            drop(
+                cpu.layer_norm("layer_norm", &rows, affine, 256, 1e-5)
+                    .unwrap(),
+            )
+        },
+        || {
+            drop(
+                cdl.layer_norm("layer_norm", &rows, affine, 256, 1e-5)
+                    .unwrap(),
+            )
+        },
+    );
+    let (_, mean, rstd) = cpu
+        .layer_norm("layer_norm", &rows, affine, 256, 1e-5)
+        .unwrap();
+    let grad = |be: &dyn NnOps| {
+        drop(
+            be.layer_norm_backward(
+                "layer_norm",
+                &rows,
+                &rows,
+                (&mean, &rstd),
+                Some(&w),
+                256,
+                true,
+            )
+            .unwrap(),
+        )
+    };
+    row(
+        "layer_norm backward (affine)",
+        size,
+        || grad(&cpu),
+        || grad(&cdl),
     );
     row(
         "sum (dim 0, bias grad)",

@@ -32,6 +32,7 @@ mod tests {
 
     use super::Candle;
     use crate::backend::cpu::Cpu;
+    use crate::backend::nn::Affine;
     use crate::backend::{
         Bin, ElementwiseOps, InplaceOps, LineKernel, MaskOps, NnOps, ReduceOps, UnaryOp, Update,
     };
@@ -87,10 +88,26 @@ mod tests {
             &flat(Candle.lines(&rows, 1, soft).unwrap()),
             &flat(Cpu.lines(&rows, 1, soft).unwrap()),
         );
-        let (h1, _, r1) = Candle.layer_norm("ln", &rows, 8, 1e-5).unwrap();
-        let (h2, _, r2) = Cpu.layer_norm("ln", &rows, 8, 1e-5).unwrap();
+        let (w, b) = (g.narrow(0, 0, 8).unwrap(), g.narrow(0, 8, 8).unwrap());
+        let affine = Affine {
+            weight: Some(&w),
+            bias: Some(&b),
+        };
+        let (h1, m1, r1) = Candle.layer_norm("ln", &rows, affine, 8, 1e-5).unwrap();
+        let (h2, _, r2) = Cpu.layer_norm("ln", &rows, affine, 8, 1e-5).unwrap();
         close(&flat(h1), &flat(h2));
         close(&r1, &r2);
+        let gy = g.reshape((8, 8)).unwrap();
+        let (gx1, p1) = Candle
+            .layer_norm_backward("ln", &gy, &rows, (&m1, &r1), Some(&w), 8, true)
+            .unwrap();
+        let (gx2, p2) = Cpu
+            .layer_norm_backward("ln", &gy, &rows, (&m1, &r1), Some(&w), 8, true)
+            .unwrap();
+        close(&flat(gx1), &flat(gx2));
+        let ((dw1, db1), (dw2, db2)) = (p1.unwrap(), p2.unwrap());
+        close(&dw1, &dw2);
+        close(&db1, &db2);
         let (d1, d2) = (x.copy().unwrap(), x.copy().unwrap());
         Candle.update("add_", &d1, &g, Update::Add).unwrap();
         Cpu.update("add_", &d2, &g, Update::Add).unwrap();

@@ -14,13 +14,23 @@ pub struct Targets<'a> {
     pub ignore: i64,
 }
 
+/// layer_norm's elementwise affine parameters, where given: n elements each, dense, in the
+/// input's compute dtype.
+#[derive(Clone, Copy, Default)]
+pub struct Affine<'a> {
+    pub weight: Option<&'a Tensor>,
+    pub bias: Option<&'a Tensor>,
+}
+
 pub trait NnOps {
-    /// Rows of `n` elements of `x`, normalised: `(x - mean) * rstd` in x's shape, and
+    /// Rows of `n` elements of `x`, normalised and, where given, scaled by `w` and shifted
+    /// by `b` (n elements each, x's dtype): `(x - mean) * rstd * w + b` in x's shape, and
     /// per row `mean` and `rstd = 1 / sqrt(var + eps)` (biased variance), flat.
     fn layer_norm(
         &self,
         name: &'static str,
         x: &Tensor,
+        affine: Affine<'_>,
         n: usize,
         eps: f64,
     ) -> Result<(Tensor, Tensor, Tensor)> {
@@ -34,8 +44,56 @@ pub trait NnOps {
                 .affine(1.0, eps)?
                 .sqrt()?
                 .recip()?;
-            let xhat = centred.broadcast_mul(&rstd)?.reshape(x.shape())?;
-            Ok((xhat, mean.flatten_all()?, rstd.flatten_all()?))
+            let mut y = centred.broadcast_mul(&rstd)?;
+            if let Some(w) = affine.weight {
+                y = y.broadcast_mul(&w.reshape((1, n))?)?;
+            }
+            if let Some(b) = affine.bias {
+                y = y.broadcast_add(&b.reshape((1, n))?)?;
+            }
+            Ok((
+                y.reshape(x.shape())?,
+                mean.flatten_all()?,
+                rstd.flatten_all()?,
+            ))
+        })()
+        .op(name)
+    }
+
+    /// layer_norm's backward over rows of `n`, from the gradient `g` of its output, its
+    /// input `x`, the rows' `mean` and `rstd` and the weight `w`: the input's gradient and,
+    /// with `params`, the weight's and the bias' (Σ over rows of g·x̂, and of g; n each).
+    #[allow(clippy::too_many_arguments)]
+    fn layer_norm_backward(
+        &self,
+        name: &'static str,
+        g: &Tensor,
+        x: &Tensor,
+        stats: (&Tensor, &Tensor),
+        w: Option<&Tensor>,
+        n: usize,
+        params: bool,
+    ) -> Result<(Tensor, Option<(Tensor, Tensor)>)> {
+        (|| {
+            let (g2, x2) = (g.reshape(((), n))?, x.reshape(((), n))?);
+            let (mu, rs) = (stats.0.reshape(((), 1))?, stats.1.reshape(((), 1))?);
+            let xh = x2.broadcast_sub(&mu)?.broadcast_mul(&rs)?;
+            let gh = match w {
+                Some(w) => g2.broadcast_mul(&w.reshape((1, n))?)?,
+                None => g2.clone(),
+            };
+            let mg = gh.mean_keepdim(1)?;
+            let mgx = (&gh * &xh)?.mean_keepdim(1)?;
+            let gx = gh
+                .broadcast_sub(&mg)?
+                .sub(&xh.broadcast_mul(&mgx)?)?
+                .broadcast_mul(&rs)?
+                .reshape(x.shape())?;
+            let p = match params {
+                true => Some(((&g2 * &xh)?.sum(0)?, g2.sum(0)?)),
+                false => None,
+            };
+            Ok((gx, p))
         })()
         .op(name)
     }

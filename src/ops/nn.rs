@@ -12,10 +12,10 @@ use crate::autograd::grad_mode;
 use crate::autograd::remat;
 use crate::autograd::saved::SavedTensor;
 use crate::backend;
-use crate::backend::nn::Targets;
+use crate::backend::nn::{Affine, Targets};
 use crate::dtype::DType;
 use crate::error::{CandleContext, Error, Result};
-use crate::ops::binary::{add, add_scalar, mul, mul_scalar, sub};
+use crate::ops::binary::{add_scalar, mul, mul_scalar, sub};
 use crate::ops::convert::to_dtype;
 use crate::ops::reduce::{mean, sum};
 use crate::ops::shape as shp;
@@ -48,7 +48,9 @@ pub(crate) fn finish(data: candle_core::Tensor, dtype: DType) -> Result<Tensor> 
     Ok(Tensor::new(data, dtype))
 }
 
-/// `layer_norm` over the last `k` dims, with optional elementwise affine weight and bias.
+/// `layer_norm` over the last `k` dims, with optional elementwise affine weight and bias:
+/// one kernel forward and one backward (`NativeLayerNormBackward0`), saving the input and
+/// the rows' mean and rstd, as PyTorch's does.
 pub fn layer_norm(
     x: &Tensor,
     k: usize,
@@ -64,6 +66,7 @@ pub fn layer_norm(
         )));
     }
     let norm_dims = dims[dims.len() - k..].to_vec();
+    let (xd, cdt) = compute_data("layer_norm", x)?;
     for (name, t) in [("weight", weight), ("bias", bias)] {
         if let Some(t) = t {
             if t.dims() != norm_dims {
@@ -73,78 +76,153 @@ pub fn layer_norm(
                     shape_str(&norm_dims)
                 )));
             }
+            // PyTorch's rule: a parameter has the input's dtype, or float32 under a half input.
+            if t.dtype() != x.dtype() && t.dtype() != cdt {
+                return Err(Error::dtype(format!(
+                    "layer_norm: expected {name} to have dtype {} (the input's), got {}",
+                    x.dtype().name(),
+                    t.dtype().name()
+                )));
+            }
         }
     }
     let n: usize = norm_dims.iter().product();
-    let (xd, _) = compute_data("layer_norm", x)?;
     let lead: Vec<usize> = dims[..dims.len() - k].to_vec();
     let stat_dims: Vec<usize> = lead
         .iter()
         .copied()
         .chain(std::iter::repeat_n(1, k))
         .collect();
-    let (xhat_data, mean_data, rstd_data) =
-        backend::on(&xd).layer_norm("layer_norm", &xd.contiguous().op("layer_norm")?, n, eps)?;
-    let mean_data = mean_data.reshape(stat_dims.as_slice()).op("layer_norm")?;
-    let rstd_data = rstd_data.reshape(stat_dims.as_slice()).op("layer_norm")?;
-    let xhat = finish(xhat_data, x.dtype())?;
-    remat::note("layer_norm", &xhat, &[x], move |ins| {
-        let (xd, _) = compute_data("layer_norm", &ins[0])?;
+    let (has_w, has_b) = (weight.is_some(), bias.is_some());
+    let (w_dt, b_dt) = (weight.map(|w| w.dtype()), bias.map(|b| b.dtype()));
+    let run = move |x: &Tensor, w: Option<&Tensor>, b: Option<&Tensor>| {
+        let (xd, cdt) = compute_data("layer_norm", x)?;
+        let param = |p: Option<&Tensor>| -> Result<Option<candle_core::Tensor>> {
+            p.map(|p| -> Result<_> {
+                let d = p.data().to_dtype(cdt.candle()).op("layer_norm")?;
+                d.contiguous().op("layer_norm")
+            })
+            .transpose()
+        };
+        let (wd, bd) = (param(w)?, param(b)?);
+        let affine = Affine {
+            weight: wd.as_ref(),
+            bias: bd.as_ref(),
+        };
         let xd = xd.contiguous().op("layer_norm")?;
-        let (xhat, _, _) = backend::on(&xd).layer_norm("layer_norm", &xd, n, eps)?;
-        finish(xhat, ins[0].dtype())
-    });
-    let mean_t = finish(mean_data, x.dtype())?;
-    let rstd_t = finish(rstd_data, x.dtype())?;
-    // The affine part is recorded as ordinary ops on top of the normalised input.
-    let normed = {
-        let out = xhat.clone();
-        let red: Vec<usize> = (dims.len() - k..dims.len()).collect();
-        let ninv = 1.0 / n as f64;
-        record(
-            "NativeLayerNormBackward0",
-            &out,
-            &[x],
-            || {
-                vec![
-                    SavedTensor::input(x),
-                    SavedTensor::input(&mean_t),
-                    SavedTensor::input(&rstd_t),
-                ]
-            },
-            move |ctx, g| {
-                let (x, mut mu, mut rstd) =
-                    (&ctx.saved[0], ctx.saved[1].clone(), ctx.saved[2].clone());
-                if grad_mode::is_enabled() {
-                    // create_graph: recompute the statistics with recorded ops.
-                    mu = mean(x, Some(&red), true)?;
-                    let c = sub(x, &mu)?;
-                    let var = mean(&mul(&c, &c)?, Some(&red), true)?;
-                    rstd = crate::ops::binary::div(
-                        &crate::ops::creation::ones_like(&var)?,
-                        &crate::ops::unary::unary(
-                            crate::ops::unary::UnaryOp::Sqrt,
-                            &add_scalar(&var, eps)?,
-                        )?,
-                    )?;
-                }
-                let xh = mul(&sub(x, &mu)?, &rstd)?;
-                let mg = mul_scalar(&sum(g, Some(&red), true)?, ninv)?;
-                let mgx = mul_scalar(&sum(&mul(g, &xh)?, Some(&red), true)?, ninv)?;
-                let gx = mul(&rstd, &sub(&sub(g, &mg)?, &mul(&xh, &mgx)?)?)?;
-                Ok(vec![Some(gx)])
-            },
-        );
-        out
+        backend::on(&xd).layer_norm("layer_norm", &xd, affine, n, eps)
     };
-    let mut out = normed;
-    if let Some(w) = weight {
-        out = mul(&out, w)?;
-    }
-    if let Some(b) = bias {
-        out = add(&out, b)?;
-    }
+    let (y, mean_data, rstd_data) = run(x, weight, bias)?;
+    drop(xd);
+    let out = finish(y, x.dtype())?;
+    let mut inputs = vec![x];
+    inputs.extend(weight);
+    inputs.extend(bias);
+    remat::note("layer_norm", &out, &inputs, move |ins| {
+        let w = has_w.then(|| &ins[1]);
+        let b = has_b.then(|| &ins[1 + usize::from(has_w)]);
+        finish(run(&ins[0], w, b)?.0, ins[0].dtype())
+    });
+    // The statistics stay in the compute dtype (float32 under a half input), as PyTorch's.
+    let stat = |d: candle_core::Tensor| -> Result<Tensor> {
+        Ok(Tensor::new(
+            d.reshape(stat_dims.as_slice()).op("layer_norm")?,
+            cdt,
+        ))
+    };
+    let (mean_t, rstd_t) = (stat(mean_data)?, stat(rstd_data)?);
+    let red: Vec<usize> = (dims.len() - k..dims.len()).collect();
+    let lead_dims: Vec<usize> = (0..dims.len() - k).collect();
+    record(
+        "NativeLayerNormBackward0",
+        &out,
+        &inputs,
+        || {
+            let mut saved = vec![
+                SavedTensor::input(x),
+                SavedTensor::internal(&mean_t),
+                SavedTensor::internal(&rstd_t),
+            ];
+            saved.extend(weight.map(SavedTensor::input));
+            saved
+        },
+        move |ctx, g| {
+            let (x, mu, rstd) = (&ctx.saved[0], &ctx.saved[1], &ctx.saved[2]);
+            let w = has_w.then(|| &ctx.saved[3]);
+            let params = (1..ctx.needs.len()).any(|i| ctx.needs(i));
+            let (gx, sums) = if grad_mode::is_enabled() {
+                layer_norm_grad_recorded(g, x, w, (&red, &lead_dims), eps, params)?
+            } else {
+                let (gd, _) = compute_data("layer_norm", g)?;
+                let (xd, cdt) = compute_data("layer_norm", x)?;
+                let wd = w
+                    .map(|w| w.data().to_dtype(cdt.candle()).op("layer_norm"))
+                    .transpose()?;
+                let (gx, sums) = backend::on(&xd).layer_norm_backward(
+                    "layer_norm",
+                    &gd.contiguous().op("layer_norm")?,
+                    &xd.contiguous().op("layer_norm")?,
+                    (&mu.data(), &rstd.data()),
+                    wd.as_ref(),
+                    n,
+                    params,
+                )?;
+                let sums = sums.map(|(dw, db)| (Tensor::new(dw, cdt), Tensor::new(db, cdt)));
+                (finish(gx, x.dtype())?, sums)
+            };
+            let mut grads = vec![Some(gx)];
+            let (dw, db) = sums.unzip();
+            let mut i = 1;
+            for (dt, grad) in [(w_dt, dw), (b_dt, db)] {
+                if let Some(dt) = dt {
+                    grads.push(match (ctx.needs(i), grad) {
+                        (true, Some(t)) => Some(to_dtype(&shp::reshape(&t, &norm_dims)?, dt)?),
+                        _ => None,
+                    });
+                    i += 1;
+                }
+            }
+            Ok(grads)
+        },
+    );
     Ok(out)
+}
+
+/// layer_norm's backward with recorded ops (`create_graph=True`): the input's gradient and,
+/// with `params`, the weight's and bias' gradients, summed over the leading dims.
+fn layer_norm_grad_recorded(
+    g: &Tensor,
+    x: &Tensor,
+    w: Option<&Tensor>,
+    (red, lead): (&[usize], &[usize]),
+    eps: f64,
+    params: bool,
+) -> Result<(Tensor, Option<(Tensor, Tensor)>)> {
+    let ninv = 1.0 / red.iter().map(|&d| x.dims()[d]).product::<usize>() as f64;
+    let mu = mean(x, Some(red), true)?;
+    let c = sub(x, &mu)?;
+    let var = mean(&mul(&c, &c)?, Some(red), true)?;
+    let rstd = crate::ops::binary::div(
+        &crate::ops::creation::ones_like(&var)?,
+        &crate::ops::unary::unary(crate::ops::unary::UnaryOp::Sqrt, &add_scalar(&var, eps)?)?,
+    )?;
+    let xh = mul(&c, &rstd)?;
+    let gh = match w {
+        Some(w) => mul(g, w)?,
+        None => g.clone(),
+    };
+    let mg = mul_scalar(&sum(&gh, Some(red), true)?, ninv)?;
+    let mgx = mul_scalar(&sum(&mul(&gh, &xh)?, Some(red), true)?, ninv)?;
+    let gx = mul(&rstd, &sub(&sub(&gh, &mg)?, &mul(&xh, &mgx)?)?)?;
+    let over_lead = |t: &Tensor| match lead.is_empty() {
+        true => Ok(t.clone()),
+        false => sum(t, Some(lead), false),
+    };
+    let sums = match params {
+        true => Some((over_lead(&mul(g, &xh)?)?, over_lead(g)?)),
+        false => None,
+    };
+    Ok((gx, sums))
 }
 
 fn index_data(op: &'static str, idx: &Tensor) -> Result<Vec<i64>> {

@@ -7,53 +7,194 @@
 use candle_core::Tensor;
 use rayon::prelude::*;
 
+use std::mem::MaybeUninit;
+
 use super::dense::{by_float, from_vec, with_slice};
+use super::elementwise::build;
 use super::scalar::Real;
 use super::{Cpu, PAR_MIN};
-use crate::backend::nn::{NnOps, Targets};
+use crate::backend::nn::{Affine, NnOps, Targets};
 use crate::error::Result;
 
-/// One row of a row-wise kernel: (output, input), (mean, rstd).
-type RowChunk<'a, T> = ((&'a mut [T], &'a [T]), (&'a mut T, &'a mut T));
+/// Σ f(e) over a row in f64, with 8 partial sums so the loop vectorises.
+#[inline(always)]
+fn row_sum<T: Real>(r: &[T], f: impl Fn(T) -> f64) -> f64 {
+    let mut acc = [0.0f64; 8];
+    let mut chunks = r.chunks_exact(8);
+    for c in &mut chunks {
+        for (a, &e) in acc.iter_mut().zip(c) {
+            *a += f(e);
+        }
+    }
+    let tail: f64 = chunks.remainder().iter().map(|&e| f(e)).sum();
+    acc.iter().sum::<f64>() + tail
+}
 
-fn layer_norm_rows<T: Real>(s: &[T], n: usize, eps: f64) -> (Vec<T>, Vec<T>, Vec<T>) {
+/// Rows per parallel task: about `PAR_MIN` elements each.
+fn rows_per_task(n: usize) -> usize {
+    (PAR_MIN / n.max(1)).max(1)
+}
+
+fn layer_norm_rows<T: Real>(
+    s: &[T],
+    w: Option<&[T]>,
+    b: Option<&[T]>,
+    n: usize,
+    eps: f64,
+) -> (Vec<T>, Vec<T>, Vec<T>) {
     let rows = s.len().checked_div(n).unwrap_or(0);
-    let mut xh = vec![T::of(0.0); s.len()];
-    let mut mu = vec![T::of(0.0); rows];
-    let mut rs = vec![T::of(0.0); rows];
-    let row = |((o, r), (m, q)): RowChunk<'_, T>| {
-        let mut acc = 0.0f64;
-        for &e in r {
-            acc += e.widen();
-        }
-        let mean = acc / n as f64;
-        let mut var = 0.0f64;
-        for &e in r {
-            let c = e.widen() - mean;
-            var += c * c;
-        }
-        let rstd = 1.0 / (var / n as f64 + eps).sqrt();
-        let (mt, rt) = (T::of(mean), T::of(rstd));
-        for (oi, &e) in o.iter_mut().zip(r) {
-            *oi = (e - mt) * rt;
+    let (mut mu, mut rs) = (vec![T::of(0.0); rows], vec![T::of(0.0); rows]);
+    let row = |o: &mut [MaybeUninit<T>], r: &[T], m: &mut T, q: &mut T| {
+        let mean = row_sum(r, |e| e.widen()) / n as f64;
+        let var = row_sum(r, |e| (e.widen() - mean).powi(2)) / n as f64;
+        let (mt, rt) = (T::of(mean), T::of(1.0 / (var + eps).sqrt()));
+        match (w, b) {
+            (Some(w), Some(b)) => {
+                for (((o, &e), &w), &b) in o.iter_mut().zip(r).zip(w).zip(b) {
+                    o.write((e - mt) * rt * w + b);
+                }
+            }
+            (Some(w), None) => {
+                for ((o, &e), &w) in o.iter_mut().zip(r).zip(w) {
+                    o.write((e - mt) * rt * w);
+                }
+            }
+            (None, Some(b)) => {
+                for ((o, &e), &b) in o.iter_mut().zip(r).zip(b) {
+                    o.write((e - mt) * rt + b);
+                }
+            }
+            (None, None) => {
+                for (o, &e) in o.iter_mut().zip(r) {
+                    o.write((e - mt) * rt);
+                }
+            }
         }
         *m = mt;
         *q = rt;
     };
-    if n > 0 {
+    let y = build(s.len(), |y| {
+        if n == 0 {
+            return;
+        }
+        let k = rows_per_task(n);
+        let task = |((o, r), (m, q)): RowTask<'_, T>| {
+            for (((o, r), m), q) in o.chunks_mut(n).zip(r.chunks(n)).zip(m).zip(q) {
+                row(o, r, m, q);
+            }
+        };
         if s.len() >= PAR_MIN {
-            xh.par_chunks_mut(n)
-                .zip(s.par_chunks(n))
-                .zip(mu.par_iter_mut().zip(rs.par_iter_mut()))
-                .for_each(row);
+            y.par_chunks_mut(k * n)
+                .zip(s.par_chunks(k * n))
+                .zip(mu.par_chunks_mut(k).zip(rs.par_chunks_mut(k)))
+                .for_each(task);
         } else {
-            xh.chunks_mut(n)
-                .zip(s.chunks(n))
-                .zip(mu.iter_mut().zip(rs.iter_mut()))
-                .for_each(row);
+            task(((y, s), (&mut mu[..], &mut rs[..])));
+        }
+    });
+    (y, mu, rs)
+}
+
+/// A task's rows: (output, input), (means, rstds).
+type RowTask<'a, T> = (
+    (&'a mut [MaybeUninit<T>], &'a [T]),
+    (&'a mut [T], &'a mut [T]),
+);
+
+/// A backward task's rows: ((input gradient, output gradient), input), (means, rstds).
+type GradTask<'a, T> = (
+    ((&'a mut [MaybeUninit<T>], &'a [T]), &'a [T]),
+    (&'a [T], &'a [T]),
+);
+
+/// Per-column sums of g·x̂ and of g over a task's rows (the weight's and bias' gradients).
+type ParamSums = Option<(Vec<f64>, Vec<f64>)>;
+
+/// A row's Σ g·w and Σ g·w·x̂ in f64, with 8 partial sums each so the loop vectorises.
+#[inline(always)]
+fn grad_row_sums<T: Real>(g: &[T], x: &[T], w: &[T], m: T, r: T) -> (f64, f64) {
+    let (mut s, mut sx) = ([0.0f64; 8], [0.0f64; 8]);
+    let (gc, xc, wc) = (g.chunks_exact(8), x.chunks_exact(8), w.chunks_exact(8));
+    let tail = (gc.remainder(), xc.remainder(), wc.remainder());
+    for ((g, x), w) in gc.zip(xc).zip(wc) {
+        for l in 0..8 {
+            let h = (g[l] * w[l]).widen();
+            s[l] += h;
+            sx[l] += h * ((x[l] - m) * r).widen();
         }
     }
-    (xh, mu, rs)
+    let (mut s1, mut sx1) = (s.iter().sum::<f64>(), sx.iter().sum::<f64>());
+    for ((&g, &x), &w) in tail.0.iter().zip(tail.1).zip(tail.2) {
+        let h = (g * w).widen();
+        s1 += h;
+        sx1 += h * ((x - m) * r).widen();
+    }
+    (s1, sx1)
+}
+
+/// layer_norm's backward in two passes per row: the row's Σ g·w and Σ g·w·x̂, then
+/// `gx = rstd · (g·w - mean(g·w) - x̂ · mean(g·w·x̂))`; with `params`, each task also sums
+/// g·x̂ and g per column.
+fn layer_norm_grad_rows<T: Real>(
+    g: &[T],
+    x: &[T],
+    (mu, rs): (&[T], &[T]),
+    w: Option<&[T]>,
+    n: usize,
+    params: bool,
+) -> (Vec<T>, ParamSums) {
+    let ones;
+    let w = match w {
+        Some(w) => w,
+        None => {
+            ones = vec![T::of(1.0); n];
+            &ones
+        }
+    };
+    let mut sums: ParamSums = None;
+    let gx = build(g.len(), |gx| {
+        if n == 0 {
+            return;
+        }
+        let task = |(((o, g), x), (mu, rs)): GradTask<'_, T>| {
+            let mut p = params.then(|| (vec![0.0f64; n], vec![0.0f64; n]));
+            let rows = o.chunks_mut(n).zip(g.chunks(n)).zip(x.chunks(n));
+            for (((o, g), x), (&m, &r)) in rows.zip(mu.iter().zip(rs)) {
+                let (s, sx) = grad_row_sums(g, x, w, m, r);
+                let (mg, mgx) = (T::of(s / n as f64), T::of(sx / n as f64));
+                for (((o, &g), &x), &w) in o.iter_mut().zip(g).zip(x).zip(w) {
+                    o.write(r * (g * w - mg - (x - m) * r * mgx));
+                }
+                if let Some((dw, db)) = p.as_mut() {
+                    for (((dw, db), &g), &x) in dw.iter_mut().zip(db.iter_mut()).zip(g).zip(x) {
+                        *dw += (g * ((x - m) * r)).widen();
+                        *db += g.widen();
+                    }
+                }
+            }
+            p
+        };
+        let add = |a: ParamSums, b: ParamSums| match (a, b) {
+            (Some((mut aw, mut ab)), Some((bw, bb))) => {
+                aw.iter_mut().zip(bw).for_each(|(a, b)| *a += b);
+                ab.iter_mut().zip(bb).for_each(|(a, b)| *a += b);
+                Some((aw, ab))
+            }
+            (a, b) => a.or(b),
+        };
+        let k = rows_per_task(n);
+        sums = if g.len() >= PAR_MIN {
+            gx.par_chunks_mut(k * n)
+                .zip(g.par_chunks(k * n))
+                .zip(x.par_chunks(k * n))
+                .zip(mu.par_chunks(k).zip(rs.par_chunks(k)))
+                .map(task)
+                .reduce(|| None, add)
+        } else {
+            task((((gx, g), x), (mu, rs)))
+        };
+    });
+    (gx, sums)
 }
 
 impl NnOps for Cpu {
@@ -62,18 +203,59 @@ impl NnOps for Cpu {
         &self,
         _name: &'static str,
         x: &Tensor,
+        affine: Affine<'_>,
         n: usize,
         eps: f64,
     ) -> Result<(Tensor, Tensor, Tensor)> {
         let dims = x.dims().to_vec();
         Ok(by_float!(x.dtype(), |T| {
-            let (xh, mu, rs) = with_slice::<T, _>(x, |s| layer_norm_rows(s, n, eps))?;
+            let param =
+                |p: Option<&Tensor>| p.map(|p| with_slice::<T, _>(p, <[T]>::to_vec)).transpose();
+            let (w, b) = (param(affine.weight)?, param(affine.bias)?);
+            let (y, mu, rs) = with_slice::<T, _>(x, |s| {
+                layer_norm_rows(s, w.as_deref(), b.as_deref(), n, eps)
+            })?;
             let rows = mu.len();
             (
-                from_vec(xh, &dims)?,
+                from_vec(y, &dims)?,
                 from_vec(mu, &[rows])?,
                 from_vec(rs, &[rows])?,
             )
+        }))
+    }
+
+    /// See `NnOps::layer_norm_backward`.
+    fn layer_norm_backward(
+        &self,
+        _name: &'static str,
+        g: &Tensor,
+        x: &Tensor,
+        stats: (&Tensor, &Tensor),
+        w: Option<&Tensor>,
+        n: usize,
+        params: bool,
+    ) -> Result<(Tensor, Option<(Tensor, Tensor)>)> {
+        let dims = x.dims().to_vec();
+        Ok(by_float!(x.dtype(), |T| {
+            let w = w
+                .map(|w| with_slice::<T, _>(w, <[T]>::to_vec))
+                .transpose()?;
+            let (mu, rs) = (
+                with_slice::<T, _>(stats.0, <[T]>::to_vec)?,
+                with_slice::<T, _>(stats.1, <[T]>::to_vec)?,
+            );
+            let (gx, sums) = with_slice::<T, _>(g, |g| {
+                with_slice::<T, _>(x, |x| {
+                    layer_norm_grad_rows(g, x, (&mu, &rs), w.as_deref(), n, params)
+                })
+            })??;
+            let column = |v: Vec<f64>| from_vec(v.into_iter().map(T::of).collect(), &[n]);
+            let sums = match sums {
+                Some((dw, db)) => Some((column(dw)?, column(db)?)),
+                None if params => Some((column(vec![0.0; n])?, column(vec![0.0; n])?)),
+                None => None,
+            };
+            (from_vec(gx, &dims)?, sums)
         }))
     }
 
