@@ -11,24 +11,11 @@ use std::mem::MaybeUninit;
 
 use super::dense::{by_float, from_vec, with_slice};
 use super::elementwise::build;
+use super::norm::lane_sum;
 use super::scalar::Real;
 use super::{Cpu, PAR_MIN};
 use crate::backend::nn::{Affine, NnOps, Targets};
 use crate::error::Result;
-
-/// Σ f(e) over a row in f64, with 8 partial sums so the loop vectorises.
-#[inline(always)]
-fn row_sum<T: Real>(r: &[T], f: impl Fn(T) -> f64) -> f64 {
-    let mut acc = [0.0f64; 8];
-    let mut chunks = r.chunks_exact(8);
-    for c in &mut chunks {
-        for (a, &e) in acc.iter_mut().zip(c) {
-            *a += f(e);
-        }
-    }
-    let tail: f64 = chunks.remainder().iter().map(|&e| f(e)).sum();
-    acc.iter().sum::<f64>() + tail
-}
 
 /// Rows per parallel task: about `PAR_MIN` elements each.
 fn rows_per_task(n: usize) -> usize {
@@ -45,8 +32,8 @@ fn layer_norm_rows<T: Real>(
     let rows = s.len().checked_div(n).unwrap_or(0);
     let (mut mu, mut rs) = (vec![T::of(0.0); rows], vec![T::of(0.0); rows]);
     let row = |o: &mut [MaybeUninit<T>], r: &[T], m: &mut T, q: &mut T| {
-        let mean = row_sum(r, |e| e.widen()) / n as f64;
-        let var = row_sum(r, |e| (e.widen() - mean).powi(2)) / n as f64;
+        let mean = lane_sum(r, |e| e) / n as f64;
+        let var = lane_sum(r, |e| (e - mean).powi(2)) / n as f64;
         let (mt, rt) = (T::of(mean), T::of(1.0 / (var + eps).sqrt()));
         match (w, b) {
             (Some(w), Some(b)) => {

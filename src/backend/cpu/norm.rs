@@ -58,7 +58,7 @@ fn per_row<T: Real>(
 /// `sum f(e)` over `row` in f64 with 8 independent accumulators, so the adds pipeline
 /// instead of waiting on each other.
 #[inline]
-fn lane_sum<T: Real>(row: &[T], f: impl Fn(f64) -> f64) -> f64 {
+pub(super) fn lane_sum<T: Real>(row: &[T], f: impl Fn(f64) -> f64) -> f64 {
     let mut acc = [0.0f64; 8];
     let chunks = row.chunks_exact(8);
     let rest = chunks.remainder();
