@@ -54,14 +54,18 @@ real!(
 );
 real!(f64, candle_core::cpu::erf::erf_f64, gelu_f64, gelu_grad_f64);
 
+/// Φ(x), the standard normal CDF, in f64.
+fn normal_cdf_f64(x: f64) -> f64 {
+    0.5 * (1.0 + candle_core::cpu::erf::erf_f64(x * std::f64::consts::FRAC_1_SQRT_2))
+}
+
 fn gelu_f64(x: f64) -> f64 {
-    0.5 * x * (1.0 + candle_core::cpu::erf::erf_f64(x * std::f64::consts::FRAC_1_SQRT_2))
+    x * normal_cdf_f64(x)
 }
 
 fn gelu_grad_f64(x: f64) -> f64 {
-    let cdf = 0.5 * (1.0 + candle_core::cpu::erf::erf_f64(x * std::f64::consts::FRAC_1_SQRT_2));
     let pdf = (-0.5 * x * x).exp() / (2.0 * std::f64::consts::PI).sqrt();
-    cdf + x * pdf
+    normal_cdf_f64(x) + x * pdf
 }
 
 /// u8, i32, i64: num-traits' primitive integers with wrapping arithmetic, like PyTorch's
