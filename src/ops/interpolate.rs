@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use crate::backend::pool::Taps;
 use crate::error::{Error, Result};
-use crate::ops::nn::compute_data;
+use crate::ops::nn::compute_dtype;
 use crate::ops::pool::{resample, Planes};
 use crate::tensor::{shape_str, Tensor};
 
@@ -97,7 +97,7 @@ pub fn interpolate(
             shape_str(&dims)
         )));
     }
-    compute_data(op, x)?;
+    compute_dtype(op, x)?;
     let p = Planes::of_batched(x, spatial);
     if p.hw.contains(&0) || size.contains(&0) {
         return Err(Error::runtime(format!(

@@ -21,21 +21,33 @@ use crate::ops::reduce::{mean, sum};
 use crate::ops::shape as shp;
 use crate::tensor::{shape_str, Tensor};
 
-/// The data of a floating point tensor in its compute dtype (f32 for half types).
-pub(crate) fn compute_data(op: &str, x: &Tensor) -> Result<(candle_core::Tensor, DType)> {
-    let dt = x.dtype();
-    match dt {
-        DType::Float32 | DType::Float64 => Ok((x.data(), dt)),
-        DType::Float16 | DType::BFloat16 => Ok((
-            x.data().to_dtype(candle_core::DType::F32).op("nn")?,
-            DType::Float32,
-        )),
+/// The dtype a floating point tensor computes in (f32 for half types).
+pub(crate) fn compute_dtype(op: &str, x: &Tensor) -> Result<DType> {
+    match x.dtype() {
+        dt @ (DType::Float32 | DType::Float64) => Ok(dt),
+        DType::Float16 | DType::BFloat16 => Ok(DType::Float32),
         other => Err(Error::dtype(format!(
             "{op}: expected a floating point tensor, got {} (shape {})",
             other.name(),
             shape_str(&x.dims())
         ))),
     }
+}
+
+/// The data of a floating point tensor in its compute dtype (f32 for half types).
+pub(crate) fn compute_data(op: &str, x: &Tensor) -> Result<(candle_core::Tensor, DType)> {
+    let dt = compute_dtype(op, x)?;
+    let data = match dt == x.dtype() {
+        true => x.data(),
+        false => x.data().to_dtype(dt.candle()).op("nn")?,
+    };
+    Ok((data, dt))
+}
+
+/// layer_norm's weight or bias as dense data in the input's compute dtype `cdt`.
+fn param_data(p: &Tensor, cdt: DType) -> Result<candle_core::Tensor> {
+    let d = p.data().to_dtype(cdt.candle()).op("layer_norm")?;
+    d.contiguous().op("layer_norm")
 }
 
 /// Wrap a computed result back in the input's dtype.
@@ -66,7 +78,7 @@ pub fn layer_norm(
         )));
     }
     let norm_dims = dims[dims.len() - k..].to_vec();
-    let (xd, cdt) = compute_data("layer_norm", x)?;
+    let cdt = compute_dtype("layer_norm", x)?;
     for (name, t) in [("weight", weight), ("bias", bias)] {
         if let Some(t) = t {
             if t.dims() != norm_dims {
@@ -97,13 +109,7 @@ pub fn layer_norm(
     let (w_dt, b_dt) = (weight.map(|w| w.dtype()), bias.map(|b| b.dtype()));
     let run = move |x: &Tensor, w: Option<&Tensor>, b: Option<&Tensor>| {
         let (xd, cdt) = compute_data("layer_norm", x)?;
-        let param = |p: Option<&Tensor>| -> Result<Option<candle_core::Tensor>> {
-            p.map(|p| -> Result<_> {
-                let d = p.data().to_dtype(cdt.candle()).op("layer_norm")?;
-                d.contiguous().op("layer_norm")
-            })
-            .transpose()
-        };
+        let param = |p: Option<&Tensor>| p.map(|p| param_data(p, cdt)).transpose();
         let (wd, bd) = (param(w)?, param(b)?);
         let affine = Affine {
             weight: wd.as_ref(),
@@ -113,7 +119,6 @@ pub fn layer_norm(
         backend::on(&xd).layer_norm("layer_norm", &xd, affine, n, eps)
     };
     let (y, mean_data, rstd_data) = run(x, weight, bias)?;
-    drop(xd);
     let out = finish(y, x.dtype())?;
     let mut inputs = vec![x];
     inputs.extend(weight);
@@ -155,9 +160,7 @@ pub fn layer_norm(
             } else {
                 let (gd, _) = compute_data("layer_norm", g)?;
                 let (xd, cdt) = compute_data("layer_norm", x)?;
-                let wd = w
-                    .map(|w| w.data().to_dtype(cdt.candle()).op("layer_norm"))
-                    .transpose()?;
+                let wd = w.map(|w| param_data(w, cdt)).transpose()?;
                 let (gx, sums) = backend::on(&xd).layer_norm_backward(
                     "layer_norm",
                     &gd.contiguous().op("layer_norm")?,

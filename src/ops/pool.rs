@@ -13,7 +13,7 @@ use crate::backend;
 use crate::backend::pool::{Taps, Window, WindowAxis};
 use crate::dtype::DType;
 use crate::error::{CandleContext, Error, Result};
-use crate::ops::nn::{compute_data, finish};
+use crate::ops::nn::{compute_data, compute_dtype, finish};
 use crate::tensor::{shape_str, Tensor};
 
 /// A pooling op's input seen as planes: its leading dims, and (H, W) (H = 1 for 1-d).
@@ -369,7 +369,7 @@ pub fn avg_pool(
     avg: AvgArgs,
 ) -> Result<Tensor> {
     let p = Planes::of(op, x, spatial)?;
-    compute_data(op, x)?;
+    compute_dtype(op, x)?;
     if avg.divisor_override == Some(0) {
         return Err(Error::runtime(format!(
             "{op}: divisor must be not zero (input shape {})",
@@ -411,7 +411,7 @@ pub fn adaptive_avg_pool(
     out: [usize; 2],
 ) -> Result<Tensor> {
     let p = Planes::of(op, x, spatial)?;
-    compute_data(op, x)?;
+    compute_dtype(op, x)?;
     let rows = adaptive_taps(p.hw[0], out[0]);
     let cols = adaptive_taps(p.hw[1], out[1]);
     resample(op, x, Arc::new(rows), Arc::new(cols), p.dims(out), false)
