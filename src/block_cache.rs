@@ -270,6 +270,7 @@ pub unsafe fn alloc(layout: Layout, zeroed: bool) -> *mut u8 {
     if size > isize::MAX as usize - 2 * ALIGN {
         return std::ptr::null_mut(); // no room for the header: as the system would refuse it
     }
+    crate::memory::before_large_alloc(size);
     let enabled = ENABLED.load(Ordering::Relaxed);
     let mut free = if enabled { FREE.try_lock().ok() } else { None };
     if let Some(f) = free.as_mut() {

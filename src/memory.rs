@@ -450,6 +450,27 @@ fn fit_budget(key: usize, bytes: usize, budget: u64) {
     }
 }
 
+/// Under a budget, a large buffer is about to be allocated: evict for it now, so the
+/// process's footprint stays within the budget. Evicting only when the buffer is registered,
+/// after the op has made it, let the footprint pass the budget by that buffer's size (12 MiB
+/// on the lora step) while the count stayed within it. Best effort: it evicts only on a
+/// thread outside the accounting and outside rayon's workers, and never raises; `register`
+/// still enforces the budget on the count.
+pub fn before_large_alloc(bytes: usize) {
+    let Some(b) = budget() else {
+        return;
+    };
+    if IN_REGISTRY.try_with(|g| g.get()).unwrap_or(true)
+        || rayon::current_thread_index().is_some()
+        || mode() == Mode::Off
+    {
+        return;
+    }
+    if memory_allocated() + bytes as i64 > b as i64 {
+        crate::autograd::budget::make_room_early(bytes, b);
+    }
+}
+
 /// A gradstream tensor now wraps this buffer.
 pub fn register(key: usize, bytes: usize) {
     if mode() == Mode::Off {

@@ -3,6 +3,7 @@ the budget, evicted activations are recomputed bit for bit, and a budget that ca
 raises `OutOfMemoryError` without touching the model or its optimizer."""
 
 import gc
+import os
 
 import numpy as np
 import pytest
@@ -10,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import gradstream as gs
-from gradstream import memory
+from gradstream import _core, memory
 
 
 class Model:
@@ -627,4 +628,26 @@ def test_bench_workloads_recompute_bit_identical(workload):
     assert got[0] == want[0]
     for g, w in zip(got[1], want[1], strict=True):
         np.testing.assert_array_equal(g, w)
+    assert memory.budget_stats()["evictions"] > 0
+
+
+@pytest.mark.parametrize("fraction", [0.8, 0.5])
+def test_large_blocks_stay_within_the_budget(fraction):
+    """The budget evicts before a large buffer is allocated, so the bytes of live large blocks
+    (the allocator's own count, with each block's header and last page) stay within it, not
+    only the count of registered bytes. Evicting only once the op's result was counted let
+    the blocks pass the budget by that result's size."""
+    m = Model(points=16384)
+    b = budgets(m, [fraction])[0]
+    m.step(budget=b)  # the blocks this step frees serve the next
+    gc.collect()
+    memory.empty_cache()  # the high-water mark of live blocks restarts at what is live
+    live = _core._block_cache_stats()[5][0]
+    base = memory.memory_allocated()
+    _, _, peak = m.step(budget=b)
+    high_water = _core._block_cache_stats()[5][2]
+    blocks = _core._memory_counts()[5]  # the most buffers alive at once in the step
+    rounding = blocks * (64 + os.sysconf("SC_PAGE_SIZE"))
+    assert peak <= b
+    assert high_water - live <= b - base + rounding, (high_water - live, b - base, rounding)
     assert memory.budget_stats()["evictions"] > 0

@@ -1,6 +1,6 @@
-//! The memory budget: before a new tensor buffer is counted (`memory::register`), if it
-//! would take the live bytes past the budget, saved activations are evicted, lowest DTR
-//! score first (Kirisame et al., ICLR 2021), until it fits. The score of a buffer is
+//! The memory budget: before a large buffer is allocated (`memory::before_large_alloc`) and
+//! before a new tensor buffer is counted (`memory::register`), if it would take the live
+//! bytes past the budget, saved activations are evicted, lowest DTR score first (Kirisame et al., ICLR 2021), until it fits. The score of a buffer is
 //! cost / (bytes × staleness): cost is the measured time of the ops of the cells holding it
 //! plus that of the evicted inputs their recompute would rebuild first (DTR's evicted
 //! neighbourhood, ancestors only, followed up to `remat::MAX_DEPTH` levels); staleness is
@@ -100,12 +100,30 @@ pub fn check() -> Result<()> {
 /// A new buffer of `bytes` is about to be counted and would pass `budget`: evict until it
 /// fits, or leave an `OutOfMemoryError` to be raised.
 pub fn make_room(bytes: usize, budget: u64) {
+    evict_for(bytes, budget, true);
+}
+
+/// A buffer of `bytes` is about to be allocated and would pass `budget`: evict what can be
+/// evicted now, and nothing else (the allocator calls this, so the thread may be adding to
+/// the candidates: then it does nothing).
+pub fn make_room_early(bytes: usize, budget: u64) {
+    evict_for(bytes, budget, false);
+}
+
+fn evict_for(bytes: usize, budget: u64, strict: bool) {
     if EVICTING.with(|e| e.replace(true)) {
         return;
     }
     let fits = || memory::memory_allocated() + bytes as i64 <= budget as i64;
     let candidates: Vec<Arc<Cell>> = {
-        let mut p = pool().lock();
+        let p = match strict {
+            true => Some(pool().lock()),
+            false => pool().try_lock(),
+        };
+        let Some(mut p) = p else {
+            EVICTING.with(|e| e.set(false));
+            return;
+        };
         p.retain(|w| w.upgrade().is_some_and(|c| c.holds_data()));
         p.sort_by_key(|w| w.as_ptr() as usize);
         p.dedup_by_key(|w| w.as_ptr() as usize);
@@ -158,7 +176,7 @@ pub fn make_room(bytes: usize, budget: u64) {
         s.evictions += 1;
         s.evicted_bytes += bytes as u64;
     }
-    if !fits() {
+    if strict && !fits() {
         *PENDING.lock() = Some(message(bytes, budget));
     }
     EVICTING.with(|e| e.set(false));

@@ -3,7 +3,9 @@
 Inside a budget, whenever a new tensor would take the live tensor bytes
 (`memory_allocated()`) past it, the engine evicts saved activations that it can recompute,
 lowest score first, and recomputes them from their recorded op and inputs (recursively)
-when the backward needs them. The score is Dynamic Tensor Rematerialization's (Kirisame
+when the backward needs them. It evicts before a large buffer (64 KiB or more) is allocated,
+not only when the op's result is counted, so the process's footprint stays within the
+budget too, not only the count. The score is Dynamic Tensor Rematerialization's (Kirisame
 et al., ICLR 2021): the op's measured time, plus that of its inputs that are evicted too,
 over the bytes freed times the staleness (how long since it was last used). So cheap,
 large, long-unused activations go first.
