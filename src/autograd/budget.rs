@@ -1,6 +1,7 @@
 //! The memory budget: before a large buffer is allocated (`memory::before_large_alloc`) and
 //! before a new tensor buffer is counted (`memory::register`), if it would take the live
-//! bytes past the budget, saved activations are evicted, lowest DTR score first (Kirisame et al., ICLR 2021), until it fits. The score of a buffer is
+//! bytes past the budget, saved activations are evicted, lowest DTR score first (Kirisame
+//! et al., ICLR 2021), until it fits. The score of a buffer is
 //! cost / (bytes × staleness): cost is the measured time of the ops of the cells holding it
 //! plus that of the evicted inputs their recompute would rebuild first (DTR's evicted
 //! neighbourhood, ancestors only, followed up to `remat::MAX_DEPTH` levels); staleness is
@@ -22,7 +23,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 
 use crate::autograd::remat::{self, Cell};
 use crate::error::{Error, Result};
@@ -100,35 +101,41 @@ pub fn check() -> Result<()> {
 /// A new buffer of `bytes` is about to be counted and would pass `budget`: evict until it
 /// fits, or leave an `OutOfMemoryError` to be raised.
 pub fn make_room(bytes: usize, budget: u64) {
-    evict_for(bytes, budget, true);
+    if evicting(|| evict_until_fits(bytes, budget, pool().lock())) == Some(false) {
+        *PENDING.lock() = Some(message(bytes, budget));
+    }
 }
 
 /// A buffer of `bytes` is about to be allocated and would pass `budget`: evict what can be
 /// evicted now, and nothing else (the allocator calls this, so the thread may be adding to
 /// the candidates: then it does nothing).
 pub fn make_room_early(bytes: usize, budget: u64) {
-    evict_for(bytes, budget, false);
+    evicting(|| {
+        pool()
+            .try_lock()
+            .map(|p| evict_until_fits(bytes, budget, p))
+    });
 }
 
-fn evict_for(bytes: usize, budget: u64, strict: bool) {
+/// `f()`, unless this thread is evicting already (evicting frees and allocates buffers).
+fn evicting<R>(f: impl FnOnce() -> R) -> Option<R> {
     if EVICTING.with(|e| e.replace(true)) {
-        return;
+        return None;
     }
+    let r = f();
+    EVICTING.with(|e| e.set(false));
+    Some(r)
+}
+
+/// Evict the candidates in `pool`, lowest score first, until `bytes` more fit `budget`;
+/// whether they do.
+fn evict_until_fits(bytes: usize, budget: u64, mut pool: MutexGuard<'_, Vec<Weak<Cell>>>) -> bool {
     let fits = || memory::memory_allocated() + bytes as i64 <= budget as i64;
-    let candidates: Vec<Arc<Cell>> = {
-        let p = match strict {
-            true => Some(pool().lock()),
-            false => pool().try_lock(),
-        };
-        let Some(mut p) = p else {
-            EVICTING.with(|e| e.set(false));
-            return;
-        };
-        p.retain(|w| w.upgrade().is_some_and(|c| c.holds_data()));
-        p.sort_by_key(|w| w.as_ptr() as usize);
-        p.dedup_by_key(|w| w.as_ptr() as usize);
-        p.iter().filter_map(Weak::upgrade).collect()
-    };
+    pool.retain(|w| w.upgrade().is_some_and(|c| c.holds_data()));
+    pool.sort_by_key(|w| w.as_ptr() as usize);
+    pool.dedup_by_key(|w| w.as_ptr() as usize);
+    let candidates: Vec<Arc<Cell>> = pool.iter().filter_map(Weak::upgrade).collect();
+    drop(pool);
     let now = tick();
     let mut groups: HashMap<usize, Vec<Arc<Cell>>> = HashMap::new();
     for c in candidates {
@@ -176,10 +183,7 @@ fn evict_for(bytes: usize, budget: u64, strict: bool) {
         s.evictions += 1;
         s.evicted_bytes += bytes as u64;
     }
-    if strict && !fits() {
-        *PENDING.lock() = Some(message(bytes, budget));
-    }
-    EVICTING.with(|e| e.set(false));
+    fits()
 }
 
 fn message(bytes: usize, budget: u64) -> String {
