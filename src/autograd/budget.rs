@@ -2,10 +2,13 @@
 //! before a new tensor buffer is counted (`memory::register`), if it would take the live
 //! bytes past the budget, saved activations are evicted, lowest DTR score first (Kirisame
 //! et al., ICLR 2021), until it fits. The score of a buffer is
-//! cost / (bytes × staleness): cost is the measured time of the ops of the cells holding it
+//! cost / (bytes × distance): cost is the measured time of the ops of the cells holding it
 //! plus that of the evicted inputs their recompute would rebuild first (DTR's evicted
-//! neighbourhood, ancestors only, followed up to `remat::MAX_DEPTH` levels); staleness is
-//! the budget clock's ticks since the buffer was last used.
+//! neighbourhood, ancestors only, followed up to `remat::MAX_DEPTH` levels). In the forward
+//! the distance is DTR's staleness, the budget clock's ticks since the buffer was last
+//! used. In the backward the engine knows what comes next (nodes run in decreasing
+//! sequence order, and each saved cell knows the node that saved it), so the distance is
+//! how far off the next read is (see `score`).
 //! Evicted activations are recomputed from their recipe (`remat`) when the backward needs
 //! them. The unit of eviction is a buffer: the cells holding it (an activation and its
 //! saved views) drop it together, and only when nothing else holds it: never parameters,
@@ -85,6 +88,59 @@ pub fn count_recompute(bytes: usize, seconds: f64) {
 
 thread_local! {
     static EVICTING: LocalCell<bool> = const { LocalCell::new(false) };
+    /// Where the backward pass running on this thread is.
+    static POSITION: LocalCell<Option<Position>> = const { LocalCell::new(None) };
+}
+
+/// Where a backward pass is: the sequence number of the node it runs, and the first one
+/// made after the pass began. Nodes run in decreasing sequence order, so a saved tensor's
+/// next use is its saver's distance below the running node.
+#[derive(Clone, Copy, Debug)]
+pub struct Position {
+    node: u64,
+    start: u64,
+}
+
+impl Position {
+    /// How many nodes run before node `saver`: `None` when it ran already or never runs.
+    pub fn distance(self, saver: u64) -> Option<u64> {
+        if saver >= self.start {
+            Some(1) // made inside this pass (a checkpoint's forward): its backward is next
+        } else if saver <= self.node {
+            Some(self.node - saver + 1)
+        } else {
+            None
+        }
+    }
+}
+
+/// A backward pass began on this thread: until the guard drops, the budget scores by next
+/// use (see `evict_until_fits`).
+pub fn enter_pass() -> PassGuard {
+    let start = crate::autograd::node::next_sequence_nr();
+    let at = Position { node: start, start };
+    PassGuard(POSITION.with(|p| p.replace(Some(at))))
+}
+
+/// The pass is about to run node `sequence_nr` (a leaf's sink, numbered last, leaves the
+/// position where it was).
+pub fn at_node(sequence_nr: u64) {
+    POSITION.with(|p| {
+        if let Some(at) = p.get().filter(|at| sequence_nr < at.start) {
+            p.set(Some(Position {
+                node: sequence_nr,
+                ..at
+            }));
+        }
+    });
+}
+
+pub struct PassGuard(Option<Position>);
+
+impl Drop for PassGuard {
+    fn drop(&mut self) {
+        POSITION.with(|p| p.set(self.0));
+    }
 }
 
 /// The error waiting to be raised, from a buffer that did not fit.
@@ -131,41 +187,34 @@ fn evicting<R>(f: impl FnOnce() -> R) -> Option<R> {
 /// whether they do.
 fn evict_until_fits(bytes: usize, budget: u64, mut pool: MutexGuard<'_, Vec<Weak<Cell>>>) -> bool {
     let fits = || memory::memory_allocated() + bytes as i64 <= budget as i64;
-    pool.retain(|w| w.upgrade().is_some_and(|c| c.holds_data()));
+    pool.retain(|w| w.upgrade().is_some_and(|c| c.in_use()));
     pool.sort_by_key(|w| w.as_ptr() as usize);
     pool.dedup_by_key(|w| w.as_ptr() as usize);
-    let candidates: Vec<Arc<Cell>> = pool.iter().filter_map(Weak::upgrade).collect();
+    let cells: Vec<Arc<Cell>> = pool.iter().filter_map(Weak::upgrade).collect();
     drop(pool);
     let now = tick();
+    let at = POSITION.with(LocalCell::get);
+    // Inside a backward, an evicted cell that a node reads is recomputed from its
+    // materialised ancestors when that node runs: they are read then at the latest.
+    let mut reads: HashMap<usize, u64> = HashMap::new();
+    if let Some(at) = at {
+        for c in &cells {
+            c.note_recompute_reads(at, &mut reads);
+        }
+    }
     let mut groups: HashMap<usize, Vec<Arc<Cell>>> = HashMap::new();
-    for c in candidates {
+    for c in cells {
         if let Some(k) = c.held_key() {
             groups.entry(k).or_default().push(c);
         }
     }
-    // DTR's score over a buffer's cells: their recompute cost over the buffer's bytes
-    // times the staleness of its most recent use. Lowest goes first.
     let mut scored: Vec<(f64, usize, Vec<Arc<Cell>>)> = groups
         .into_iter()
         .filter(|(k, cells)| remat::evictable(*k, cells.len()))
         .filter_map(|(_, cells)| {
-            let mut cost = 0.0;
-            let mut last = 0;
-            for c in &cells {
-                let (c, l) = c.cost_and_last_use()?;
-                cost += c;
-                last = last.max(l);
-            }
             let bytes = cells.iter().map(|c| c.bytes).max().unwrap_or(0);
-            if cells.iter().all(|c| c.is_scratch()) {
-                return Some((0.0, bytes, cells)); // kept only in case there is room
-            }
-            let stale = now.saturating_sub(last) + 1;
-            Some((
-                (cost + 1e-9) / (bytes.max(1) as f64 * stale as f64),
-                bytes,
-                cells,
-            ))
+            let score = score(&cells, bytes, now, at, &reads)?;
+            Some((score, bytes, cells))
         })
         .collect();
     scored.sort_by(|a, b| a.0.total_cmp(&b.0));
@@ -184,6 +233,43 @@ fn evict_until_fits(bytes: usize, budget: u64, mut pool: MutexGuard<'_, Vec<Weak
         s.evicted_bytes += bytes as u64;
     }
     fits()
+}
+
+/// DTR's score of a buffer held by `cells`: their recompute cost over its bytes times how
+/// long it would stay evicted. Lowest goes first; `None` when a cell is busy.
+///
+/// In the forward that is DTR's staleness, the clock ticks since the last use (the
+/// backward reads the most recent first). In the backward it is the square root of the
+/// nodes still to run before one reads it, itself or through the recompute of an evicted
+/// descendant: the root, because the distance in nodes is a rough guide to time (a
+/// recompute can run a long chain at one node), and the full distance let far chains be
+/// evicted that cost more to remake than they freed (nerf at 50%: 30% more recomputed).
+fn score(
+    cells: &[Arc<Cell>],
+    bytes: usize,
+    now: u64,
+    at: Option<Position>,
+    reads: &HashMap<usize, u64>,
+) -> Option<f64> {
+    if cells.iter().all(|c| c.is_scratch()) {
+        return Some(0.0); // kept only in case there is room
+    }
+    let mut cost = 0.0;
+    let mut last = 0;
+    let mut next: Option<u64> = None;
+    for c in cells {
+        let u = c.usage(at)?;
+        cost += u.cost;
+        last = last.max(u.last_use);
+        let read = reads.get(&(Arc::as_ptr(c) as usize)).copied();
+        next = next.into_iter().chain(u.next_use).chain(read).min();
+    }
+    let distance = match (at, next) {
+        (None, _) => (now.saturating_sub(last) + 1) as f64,
+        (Some(_), Some(d)) => (d as f64).sqrt(),
+        (Some(_), None) => return Some(0.0), // no node reads it again
+    };
+    Some((cost + 1e-9) / (bytes.max(1) as f64 * distance))
 }
 
 fn message(bytes: usize, budget: u64) -> String {
@@ -213,5 +299,25 @@ fn fmt_bytes(n: u64) -> String {
         format!("{:.2} MiB", n as f64 / MIB)
     } else {
         format!("{n} bytes")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Position;
+
+    #[test]
+    fn distance_counts_the_nodes_down_to_the_saver() {
+        let at = Position {
+            node: 100,
+            start: 120,
+        };
+        assert_eq!(at.distance(100), Some(1)); // the running node
+        assert_eq!(at.distance(90), Some(11));
+        assert_eq!(at.distance(0), Some(101));
+        assert_eq!(at.distance(110), None); // ran already, or never runs
+        assert_eq!(at.distance(119), None);
+        assert_eq!(at.distance(120), Some(1)); // made inside the pass
+        assert_eq!(at.distance(500), Some(1));
     }
 }

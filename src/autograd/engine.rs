@@ -358,7 +358,9 @@ fn run_nodes(
     let mut held = Vec::new();
     let watch = interrupt::watch();
     let _scratch = ScratchGuard;
-    while let Some(Ready(_, k)) = ready.0.pop() {
+    let _pass = crate::autograd::budget::enter_pass();
+    while let Some(Ready(sequence_nr, k)) = ready.0.pop() {
+        crate::autograd::budget::at_node(sequence_nr);
         if watch.pending() {
             (opts.check_interrupt)()?;
         }

@@ -47,6 +47,12 @@ pub fn graph_leaves(t: &Tensor) -> Vec<Tensor> {
 
 static SEQUENCE: AtomicU64 = AtomicU64::new(0);
 
+/// The sequence number the next node will get (a node's saved tensors are made just
+/// before it).
+pub fn next_sequence_nr() -> u64 {
+    SEQUENCE.load(Ordering::Relaxed)
+}
+
 /// What every node has: its creation order, its edges, and the hooks on its outputs.
 pub struct NodeBase {
     pub sequence_nr: u64,

@@ -19,6 +19,7 @@
 //! rebuilding it again; scratch is the budget's first victim (see `budget`).
 
 use std::cell::Cell as LocalCell;
+use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 use std::time::Instant;
 
@@ -82,14 +83,24 @@ struct State {
     pins: usize,
     /// The op's output as the caller holds it: used while alive, never kept alive.
     out: Weak<TensorImpl>,
-    /// Saved tensors that read this cell.
-    saved: usize,
+    /// The sequence numbers of the nodes whose saved tensors read this cell, one per
+    /// saved tensor: the budget's guess of when the backward uses it next.
+    savers: Vec<u64>,
     /// Seconds the forward took (measured again at each recompute).
     cost: f64,
     /// The budget clock at the last use, for the staleness term of the score.
     last_use: u64,
     /// `data` is a recomputed input kept only until the running backward node ends.
     scratch: bool,
+}
+
+/// What the budget scores a cell by (see `Cell::usage`).
+pub struct Usage {
+    pub cost: f64,
+    pub last_use: u64,
+    /// Inside a backward pass: how many nodes run before the next one that reads the cell
+    /// (`None`: none will).
+    pub next_use: Option<u64>,
 }
 
 /// One recorded op's output under a budget: its recipe and, while saved, its data.
@@ -216,7 +227,7 @@ fn attach(
             data: None,
             pins: 0,
             out: out.downgrade(),
-            saved: 0,
+            savers: Vec::new(),
             cost,
             last_use: budget::tick(),
             scratch: false,
@@ -226,15 +237,17 @@ fn attach(
 }
 
 impl Cell {
-    /// A node saves this cell's output `t`: keep an alias of it (`t` is alive, so this
-    /// costs no bytes even if the cell was evicted before).
-    pub fn save(self: &Arc<Cell>, t: &Tensor) {
+    /// The node about to be made saves this cell's output `t`: keep an alias of it (`t` is
+    /// alive, so this costs no bytes even if the cell was evicted before). Returns the
+    /// node's sequence number, for `release`.
+    pub fn save(self: &Arc<Cell>, t: &Tensor) -> u64 {
+        let saver = crate::autograd::node::next_sequence_nr();
         if let Some(root) = &self.root {
             root.state.lock().pins += 1;
         }
         let alias = t.detach();
         let mut st = self.state.lock();
-        st.saved += 1;
+        st.savers.push(saver);
         st.last_use = budget::tick();
         st.scratch = false;
         if st.data.is_none() {
@@ -243,17 +256,20 @@ impl Cell {
             drop(st);
             budget::track(self);
         }
+        saver
     }
 
-    /// A node released its saved tensor: the last release drops the data.
-    pub fn release(&self) {
+    /// Node `saver` released its saved tensor: the last release drops the data.
+    pub fn release(&self, saver: u64) {
         if let Some(root) = &self.root {
             root.unpin();
         }
         let data = {
             let mut st = self.state.lock();
-            st.saved = st.saved.saturating_sub(1);
-            if st.saved > 0 || st.pins > 0 {
+            if let Some(i) = st.savers.iter().position(|&s| s == saver) {
+                st.savers.swap_remove(i);
+            }
+            if !st.savers.is_empty() || st.pins > 0 {
                 return;
             }
             st.data.take()
@@ -268,7 +284,7 @@ impl Cell {
         let data = {
             let mut st = self.state.lock();
             st.pins = st.pins.saturating_sub(1);
-            if st.saved > 0 || st.pins > 0 {
+            if !st.savers.is_empty() || st.pins > 0 {
                 return;
             }
             st.data.take()
@@ -318,7 +334,7 @@ impl Cell {
             if !self.view {
                 budget::count_recompute(self.bytes, st.cost);
             }
-            let saved = st.saved > 0 || st.pins > 0;
+            let saved = !st.savers.is_empty() || st.pins > 0;
             // An input that other ops read too: their recomputes may need it next.
             let scratch = !saved && !self.view && self.readers() > 1;
             if saved || scratch {
@@ -356,15 +372,21 @@ impl Cell {
         }
     }
 
-    /// What DTR's score needs: recompute cost (with that of evicted inputs, which a
-    /// recompute would also pay) and the clock at the last use.
-    pub fn cost_and_last_use(&self) -> Option<(f64, u64)> {
-        let (cost, last) = {
+    /// What the budget's score needs: recompute cost (with that of evicted inputs, which a
+    /// recompute would also pay), the clock at the last use, and, inside a backward pass
+    /// at `at`, how soon a node reads it; `None` when the cell is busy.
+    pub fn usage(&self, at: Option<budget::Position>) -> Option<Usage> {
+        let (cost, last_use, next_use) = {
             let st = self.state.try_lock()?;
-            (st.cost, st.last_use)
+            let next = at.and_then(|at| st.savers.iter().filter_map(|&s| at.distance(s)).min());
+            (st.cost, st.last_use, next)
         };
         let inputs: f64 = self.inputs.iter().map(|s| s.rebuild_cost(MAX_DEPTH)).sum();
-        Some((cost + inputs, last))
+        Some(Usage {
+            cost: cost + inputs,
+            last_use,
+            next_use,
+        })
     }
 
     /// Its own recompute time plus that of the evicted inputs a recompute would rebuild
@@ -392,8 +414,43 @@ impl Cell {
             .is_some_and(|st| st.scratch && st.data.is_some())
     }
 
-    pub fn holds_data(&self) -> bool {
-        self.state.try_lock().is_none_or(|st| st.data.is_some())
+    /// It holds data, or a node will read it (it may be evicted).
+    pub fn in_use(&self) -> bool {
+        self.state
+            .try_lock()
+            .is_none_or(|st| st.data.is_some() || !st.savers.is_empty() || st.pins > 0)
+    }
+
+    /// Inside a backward at `at`, when this cell is evicted and a node reads it `d` nodes
+    /// from now: its recompute reads its materialised ancestors then, so their next use is
+    /// at most `d`. Records the soonest such use of each ancestor (by address) in `reads`.
+    pub fn note_recompute_reads(&self, at: budget::Position, reads: &mut HashMap<usize, u64>) {
+        let d = {
+            let Some(st) = self.state.try_lock() else {
+                return;
+            };
+            if st.data.is_some() || st.out.strong_count() > 0 {
+                return;
+            }
+            match st.savers.iter().filter_map(|&s| at.distance(s)).min() {
+                Some(d) => d,
+                None => return,
+            }
+        };
+        let mut stack: Vec<(&Cell, usize)> = vec![(self, MAX_DEPTH)];
+        while let Some((cell, depth)) = stack.pop() {
+            for s in &cell.inputs {
+                let Source::Cell(c) = s else { continue };
+                let key = Arc::as_ptr(c) as usize;
+                if reads.get(&key).is_some_and(|&e| e <= d) {
+                    continue;
+                }
+                reads.insert(key, d);
+                if depth > 0 && c.is_evicted() {
+                    stack.push((c, depth - 1));
+                }
+            }
+        }
     }
 }
 
@@ -408,7 +465,7 @@ pub fn drop_scratch() {
                 continue;
             }
             st.scratch = false;
-            if st.saved > 0 || st.pins > 0 {
+            if !st.savers.is_empty() || st.pins > 0 {
                 continue; // saved since: a node's to release
             }
             st.data.take()

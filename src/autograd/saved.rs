@@ -50,6 +50,8 @@ enum Store {
     /// the budget evicts it, and recomputes it on unpack (see `remat`).
     Cell {
         cell: Arc<Cell>,
+        /// The sequence number of the node that saved it.
+        saver: u64,
         witness: Tensor,
         dims: Vec<usize>,
         edge: Option<Edge>,
@@ -108,10 +110,11 @@ impl SavedTensor {
         }
         if let Some(cell) = t.remat_cell().filter(|_| budget::is_active()) {
             if let Ok(witness) = empty_view(t) {
-                cell.save(t);
+                let saver = cell.save(t);
                 return SavedTensor {
                     store: Store::Cell {
                         cell,
+                        saver,
                         witness,
                         dims: t.dims(),
                         edge: edge(),
@@ -228,6 +231,7 @@ impl SavedTensor {
                 witness,
                 dims,
                 edge,
+                ..
             } => {
                 if witness.version() != self.version {
                     let now = witness.version();
@@ -321,7 +325,7 @@ impl Drop for SavedTensor {
     fn drop(&mut self) {
         match &self.store {
             Store::Plain { data, .. } => data.set_role(Role::Activation, false),
-            Store::Cell { cell, .. } => cell.release(),
+            Store::Cell { cell, saver, .. } => cell.release(*saver),
             _ => {}
         }
     }
