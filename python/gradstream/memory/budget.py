@@ -7,8 +7,11 @@ when the backward needs them. It evicts before a large buffer (64 KiB or more) i
 not only when the op's result is counted, so the process's footprint stays within the
 budget too, not only the count. The score is Dynamic Tensor Rematerialization's (Kirisame
 et al., ICLR 2021): the op's measured time, plus that of its inputs that are evicted too,
-over the bytes freed times the staleness (how long since it was last used). So cheap,
-large, long-unused activations go first.
+over the bytes freed times how long it would stay unused. In the forward that is the
+staleness (how long since it was last used); in the backward, where the engine knows the
+order the nodes run in, the square root of the number of nodes before the next one that
+reads it (directly, or to recompute an evicted tensor made from it). So cheap, large
+activations that are needed last go first.
 
 Never evicted: parameters, gradients, optimizer state, and any tensor that something else
 holds (a Python reference, a view the user keeps). Ops that recompute: linear, conv1d/2d and
