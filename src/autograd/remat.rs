@@ -94,6 +94,23 @@ struct State {
     scratch: bool,
 }
 
+impl State {
+    /// A node saved this cell, or a saved view of its buffer.
+    fn is_saved(&self) -> bool {
+        !self.savers.is_empty() || self.pins > 0
+    }
+
+    /// Neither data nor the op's output is alive: using it means recomputing it.
+    fn is_evicted(&self) -> bool {
+        self.data.is_none() && self.out.strong_count() == 0
+    }
+
+    /// Inside a backward at `at`: how many nodes run before the next saver reads it.
+    fn next_read(&self, at: budget::Position) -> Option<u64> {
+        self.savers.iter().filter_map(|&s| at.distance(s)).min()
+    }
+}
+
 /// What the budget scores a cell by (see `Cell::usage`).
 pub struct Usage {
     pub cost: f64,
@@ -269,7 +286,7 @@ impl Cell {
             if let Some(i) = st.savers.iter().position(|&s| s == saver) {
                 st.savers.swap_remove(i);
             }
-            if !st.savers.is_empty() || st.pins > 0 {
+            if st.is_saved() {
                 return;
             }
             st.data.take()
@@ -284,7 +301,7 @@ impl Cell {
         let data = {
             let mut st = self.state.lock();
             st.pins = st.pins.saturating_sub(1);
-            if !st.savers.is_empty() || st.pins > 0 {
+            if st.is_saved() {
                 return;
             }
             st.data.take()
@@ -296,9 +313,7 @@ impl Cell {
 
     /// Neither saved data nor the op's output is alive: using it means recomputing it.
     pub fn is_evicted(&self) -> bool {
-        self.state
-            .try_lock()
-            .is_some_and(|st| st.data.is_none() && st.out.strong_count() == 0)
+        self.state.try_lock().is_some_and(|st| st.is_evicted())
     }
 
     /// The output, recomputed if it was evicted (or freed, for cells no node saved).
@@ -334,7 +349,7 @@ impl Cell {
             if !self.view {
                 budget::count_recompute(self.bytes, st.cost);
             }
-            let saved = !st.savers.is_empty() || st.pins > 0;
+            let saved = st.is_saved();
             // An input that other ops read too: their recomputes may need it next.
             let scratch = !saved && !self.view && self.readers() > 1;
             if saved || scratch {
@@ -378,7 +393,7 @@ impl Cell {
     pub fn usage(&self, at: Option<budget::Position>) -> Option<Usage> {
         let (cost, last_use, next_use) = {
             let st = self.state.try_lock()?;
-            let next = at.and_then(|at| st.savers.iter().filter_map(|&s| at.distance(s)).min());
+            let next = at.and_then(|at| st.next_read(at));
             (st.cost, st.last_use, next)
         };
         let inputs: f64 = self.inputs.iter().map(|s| s.rebuild_cost(MAX_DEPTH)).sum();
@@ -418,7 +433,7 @@ impl Cell {
     pub fn in_use(&self) -> bool {
         self.state
             .try_lock()
-            .is_none_or(|st| st.data.is_some() || !st.savers.is_empty() || st.pins > 0)
+            .is_none_or(|st| st.data.is_some() || st.is_saved())
     }
 
     /// Inside a backward at `at`, when this cell is evicted and a node reads it `d` nodes
@@ -429,10 +444,7 @@ impl Cell {
             let Some(st) = self.state.try_lock() else {
                 return;
             };
-            if st.data.is_some() || st.out.strong_count() > 0 {
-                return;
-            }
-            match st.savers.iter().filter_map(|&s| at.distance(s)).min() {
+            match st.next_read(at).filter(|_| st.is_evicted()) {
                 Some(d) => d,
                 None => return,
             }
@@ -465,7 +477,7 @@ pub fn drop_scratch() {
                 continue;
             }
             st.scratch = false;
-            if !st.savers.is_empty() || st.pins > 0 {
+            if st.is_saved() {
                 continue; // saved since: a node's to release
             }
             st.data.take()
