@@ -141,8 +141,13 @@ pub struct Cell {
 thread_local! {
     /// Cells whose recomputed data is scratch, dropped when the running backward node ends.
     static SCRATCH: std::cell::RefCell<Vec<Arc<Cell>>> = const { std::cell::RefCell::new(Vec::new()) };
-    /// When the previous op on this thread noted its output: the time since is this op's cost.
+    /// When the previous cell on this thread was made: the time since is the next one's cost.
     static LAST_OP: LocalCell<Option<Instant>> = const { LocalCell::new(None) };
+}
+
+/// A backward pass ended: the time until the next forward's first op is no op's cost.
+pub fn restart_clock() {
+    LAST_OP.with(|l| l.set(None));
 }
 
 fn op_seconds() -> f64 {
@@ -213,7 +218,6 @@ fn attach(
     root: Option<Arc<Cell>>,
     view: bool,
 ) {
-    let cost = op_seconds();
     let mut sources = Vec::with_capacity(inputs.len());
     for t in inputs {
         let source = match t.remat_cell() {
@@ -226,6 +230,9 @@ fn attach(
         };
         sources.push(source);
     }
+    // Only now, so that the time of inner ops that made no cell (the product inside
+    // `linear` on a batch, whose reshape back has no recipe) counts toward the op that does.
+    let cost = op_seconds();
     for s in &sources {
         if let Source::Cell(c) = s {
             c.readers.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
