@@ -1,8 +1,9 @@
 //! A cache of freed large buffers, like PyTorch's caching allocators but for the CPU.
 //!
-//! Why: a large allocation is a fresh mapping from the system (glibc maps everything past its
-//! mmap threshold, at most 32 MiB, and the bench sets 64 KiB for every system), so every page
-//! of every large tensor faults in again each step, zero-filled by the kernel. On the NeRF
+//! Why: a large allocation is a fresh mapping from the system (each large block is a mapping of
+//! its own, `pages`; glibc too maps everything past its mmap threshold, at most 32 MiB, and the
+//! bench sets 64 KiB for every system), so every page of every large tensor would fault in
+//! again each step, zero-filled by the kernel. On the NeRF
 //! step that was about 590,000 faults a step, and `y = x * 2` on 64 MiB took 7× as long on a
 //! fresh buffer as on a reused one (`benches/block_cache.py`). A training step frees and
 //! allocates the same sizes step after step, so freed blocks are kept and handed out again.
@@ -19,19 +20,27 @@
 //! peak footprint, and it keeps, as PyTorch's allocators do, the blocks a step freed for the
 //! next step: an earlier rule, which gave back as many bytes as each miss asked for, handed
 //! back during the backward the blocks the next forward would ask for.
+//!
+//! A miss moves the pages of the blocks it gives back, and then of the oldest cached ones,
+//! into its new block instead of faulting in fresh ones (`pages::Fill`); a block it takes only
+//! the start of stays cached with the rest. Under a tight memory budget nearly every miss gives
+//! blocks back: on the lora step at 55%, moving their pages cut the faults from about 300,000
+//! to 100,000 a step.
 //! Best fit matters: with exact sizes only, the releases cascaded and half the NeRF step's
 //! requests missed; without handing the tail back, the cnn step's buffers, which halve and
 //! double layer by layer, peaked at 217 MiB RSS against 194 MiB with no cache.
 //!
-//! Each large block starts with a 64-byte header holding its size, so a free needs no lookup,
-//! and the cache's lock is only ever `try_lock`ed: a request that finds it busy (another
-//! thread, or a child forked while a thread held it) goes straight to the system allocator,
-//! so the allocator cannot deadlock. Blocks are 64-byte aligned and serve any alignment up
+//! Each large block starts with a header holding its size (`pages::HEADER`), so a free needs no
+//! lookup, and the cache's lock is only ever `try_lock`ed: a request that finds it busy (another
+//! thread, or a child forked while a thread held it) maps a new block or gives its block back
+//! to the system, so the allocator cannot deadlock. Blocks are 64-byte aligned and serve any alignment up
 //! to 64; larger alignments bypass the cache.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
+
+use crate::pages::{self, page_size, Fill, HEADER};
 
 /// Blocks smaller than this go straight to the system allocator (whose own bins serve them).
 /// 64 KiB, the bench's mmap threshold: blocks from there to 256 KiB (attention's per-head
@@ -39,8 +48,6 @@ use std::sync::Mutex;
 /// from 3.00 to 2.55 s.
 pub const MIN_BYTES: usize = 64 << 10;
 const ALIGN: usize = 64;
-/// Room before the data for the block's size; keeps the data `ALIGN`-aligned.
-const HEADER: usize = ALIGN;
 /// Free blocks the cache holds at most; past it the oldest is given back.
 const SLOTS: usize = 256;
 
@@ -109,7 +116,7 @@ impl Free {
     fn push(&mut self, block: Block) {
         if self.len == SLOTS {
             // SAFETY: cached blocks are the system's, made by `map`.
-            unsafe { self.release(1) };
+            unsafe { self.release(1, None) };
         }
         self.blocks[self.len] = block;
         self.len += 1;
@@ -117,36 +124,72 @@ impl Free {
         CACHED_BYTES.fetch_add(block.size, Ordering::Relaxed);
     }
 
-    /// Give the oldest blocks back to the system until `bytes` resident bytes are released (or
-    /// none is left).
-    unsafe fn release(&mut self, bytes: usize) {
+    /// Give the oldest blocks back until `bytes` resident bytes are released (or none is
+    /// left): their pages into `into` while it lacks any, the rest to the system. A block
+    /// that `into` took only the start of keeps its rest cached when what was moved already
+    /// makes up the bytes asked for.
+    unsafe fn release(&mut self, bytes: usize, mut into: Option<&mut Fill>) {
         let mut released = 0;
         while released < bytes && self.len > 0 {
-            let b = self.remove(0);
-            unmap(b.base, b.size);
-            released += b.resident;
+            released += match into.as_mut() {
+                Some(fill) => self.move_oldest(fill, |moved| released + moved >= bytes),
+                None => {
+                    let b = self.remove(0);
+                    pages::unmap(b.base as *mut u8);
+                    b.resident
+                }
+            };
         }
+    }
+
+    /// Move the pages of the oldest blocks into `fill` until it lacks none (or the blocks
+    /// run out), keeping the rest of the last one cached.
+    unsafe fn lend(&mut self, fill: &mut Fill) {
+        while fill.lacks() && self.len > 0 && self.move_oldest(fill, |_| true) > 0 {}
+    }
+
+    /// Move the start of the oldest block into `fill`, and keep its rest cached, as the
+    /// oldest, if `keep(moved)` (and it is large enough), else give it back: the resident
+    /// bytes that left the cache.
+    unsafe fn move_oldest(&mut self, fill: &mut Fill, keep: impl FnOnce(usize) -> bool) -> usize {
+        let b = self.remove(0);
+        let rest = fill.take(b.base as *mut u8);
+        // Resident pages are a prefix of the block: those past `moved` stay with the rest.
+        let moved = b.resident.min(rest.moved);
+        let kept = if keep(moved) {
+            rest.keep(MIN_BYTES)
+        } else {
+            rest.give_back();
+            None
+        };
+        match kept {
+            Some((base, size)) => {
+                self.push_oldest(Block {
+                    size,
+                    base: base as usize,
+                    resident: b.resident - moved,
+                });
+                moved
+            }
+            None => b.resident,
+        }
+    }
+
+    /// Cache `block` as the oldest, the first to be given back (there is room: one was
+    /// just taken).
+    fn push_oldest(&mut self, block: Block) {
+        self.blocks.copy_within(..self.len, 1);
+        self.blocks[0] = block;
+        self.len += 1;
+        self.resident += block.resident;
+        CACHED_BYTES.fetch_add(block.size, Ordering::Relaxed);
     }
 
     /// Give the oldest blocks back until live + cached resident bytes fit under the
     /// high-water mark, once `live` bytes are live.
-    unsafe fn fit(&mut self, live: usize) {
+    unsafe fn fit(&mut self, live: usize, into: Option<&mut Fill>) {
         let room = HIGH_WATER.load(Ordering::Relaxed).saturating_sub(live);
-        self.release(self.resident.saturating_sub(room));
-    }
-}
-
-fn page_size() -> usize {
-    static PAGE: AtomicUsize = AtomicUsize::new(0);
-    match PAGE.load(Ordering::Relaxed) {
-        0 => {
-            // SAFETY: sysconf reads a constant of the system.
-            let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-            let p = if p > 0 { p as usize } else { 4096 };
-            PAGE.store(p, Ordering::Relaxed);
-            p
-        }
-        p => p,
+        self.release(self.resident.saturating_sub(room), into);
     }
 }
 
@@ -164,28 +207,13 @@ unsafe fn discard(start: usize, end: usize) {
     }
 }
 
-fn block_layout(size: usize) -> Layout {
-    // SAFETY: ALIGN is a power of two, and `size` came from a valid `Layout` whose size,
-    // rounded up to its alignment (at most ALIGN), fits `isize` with room for the header.
-    unsafe { Layout::from_size_align_unchecked(size + HEADER, ALIGN) }
-}
-
 /// A new block of `size` data bytes from the system: its data pointer, or null.
-unsafe fn map(size: usize, zeroed: bool) -> *mut u8 {
-    let base = if zeroed {
-        System.alloc_zeroed(block_layout(size))
-    } else {
-        System.alloc(block_layout(size))
-    };
+unsafe fn map(size: usize) -> *mut u8 {
+    let base = pages::map(size);
     if base.is_null() {
         return base;
     }
-    (base as *mut usize).write(size);
     base.add(HEADER)
-}
-
-unsafe fn unmap(base: usize, size: usize) {
-    System.dealloc(base as *mut u8, block_layout(size))
 }
 
 /// Blocks of this layout have a header, cache on or off, so any of them can be freed into
@@ -210,7 +238,7 @@ pub fn enabled() -> bool {
 pub fn empty() {
     let mut free = FREE.lock().unwrap_or_else(|e| e.into_inner());
     // SAFETY: every cached block was made by `map`.
-    unsafe { free.release(usize::MAX) };
+    unsafe { free.release(usize::MAX, None) };
     HIGH_WATER.store(LIVE_BYTES.load(Ordering::Relaxed), Ordering::Relaxed);
 }
 
@@ -267,7 +295,7 @@ pub unsafe fn alloc(layout: Layout, zeroed: bool) -> *mut u8 {
         };
     }
     let size = layout.size();
-    if size > isize::MAX as usize - 2 * ALIGN {
+    if size > isize::MAX as usize - HEADER - page_size() {
         return std::ptr::null_mut(); // no room for the header: as the system would refuse it
     }
     crate::memory::before_large_alloc(size);
@@ -277,7 +305,7 @@ pub unsafe fn alloc(layout: Layout, zeroed: bool) -> *mut u8 {
         if let Some(b) = f.take(size) {
             // Counted live before the fit, so the pages it will fault in past what the block
             // holds are made room for.
-            f.fit(add_live(resident(size, b.size)));
+            f.fit(add_live(resident(size, b.size)), None);
             drop(free);
             HITS.fetch_add(1, Ordering::Relaxed);
             SLACK_BYTES.fetch_add(b.size - size, Ordering::Relaxed);
@@ -290,15 +318,27 @@ pub unsafe fn alloc(layout: Layout, zeroed: bool) -> *mut u8 {
         }
     }
     // A new block: counted live first, so the cache makes room for it under the mark (when
-    // it is not busy), and uncounted again if the system refuses it.
+    // it is not busy), and uncounted again if the system refuses it. The pages the cache gives
+    // back to make that room are moved into it rather than faulted in afresh.
     let live = add_live(HEADER + size);
-    if let Some(mut f) = free {
-        f.fit(live);
-    }
     if enabled {
         MISSES.fetch_add(1, Ordering::Relaxed);
     }
-    let data = map(size, zeroed);
+    let data = match free {
+        Some(mut f) => match Fill::new(size) {
+            Some(mut fill) => {
+                f.fit(live, Some(&mut fill));
+                f.lend(&mut fill);
+                drop(f);
+                fill.finish(zeroed).add(HEADER)
+            }
+            None => {
+                f.fit(live, None);
+                std::ptr::null_mut()
+            }
+        },
+        None => map(size),
+    };
     if data.is_null() {
         LIVE_BYTES.fetch_sub(HEADER + size, Ordering::Relaxed);
     }
@@ -328,7 +368,7 @@ pub unsafe fn dealloc(ptr: *mut u8, layout: Layout) {
             return;
         }
     }
-    unmap(base as usize, block)
+    pages::unmap(base)
 }
 
 /// A resized block: through the cache when either size is large, else the system's `realloc`.

@@ -12,6 +12,7 @@ pub mod error;
 pub mod memory;
 pub mod ops;
 pub mod optim;
+pub mod pages;
 pub mod random;
 pub mod tensor;
 

@@ -1118,8 +1118,9 @@ def _backward_pass() -> _int:
 def _block_cache_stats() -> tuple[_int, _int, _int, _int, _bool, tuple[_int, _int, _int]]:
     """
     The cache of freed large blocks: `(cached_bytes, slack_bytes, hits, misses, enabled,
-    (live, cached, high_water))`, the last the resident bytes of the large blocks in use,
-    those the cached blocks hold, and the mark the cache keeps their sum under.
+    (live, cached, high_water), moved_bytes)`: the resident bytes of the large blocks in
+    use, those the cached blocks hold, and the mark the cache keeps their sum under; then
+    the bytes of pages moved from given-back blocks into new ones.
     """
 def _clamp_(t: Tensor, lo: _float, hi: _float) -> None:
     """

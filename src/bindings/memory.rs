@@ -37,13 +37,15 @@ type Counts = (u64, u64, u64, u64, i64, i64);
 
 functions! { mod functions;
     /// The cache of freed large blocks: `(cached_bytes, slack_bytes, hits, misses, enabled,
-    /// (live, cached, high_water))`, the last the resident bytes of the large blocks in use,
-    /// those the cached blocks hold, and the mark the cache keeps their sum under.
-    fn _block_cache_stats["memory"]() [] -> (usize, usize, u64, u64, bool, (usize, usize, usize)) {
+    /// (live, cached, high_water), moved_bytes)`: the resident bytes of the large blocks in
+    /// use, those the cached blocks hold, and the mark the cache keeps their sum under; then
+    /// the bytes of pages moved from given-back blocks into new ones.
+    fn _block_cache_stats["memory"]() [] -> (usize, usize, u64, u64, bool, (usize, usize, usize), usize) {
         let (hits, misses) = block_cache::hits_and_misses();
         let (cached, slack) = (block_cache::cached_bytes(), block_cache::slack_bytes());
         let resident = block_cache::resident_bytes();
-        Ok((cached, slack, hits, misses, block_cache::enabled(), resident))
+        let moved = crate::pages::moved_bytes();
+        Ok((cached, slack, hits, misses, block_cache::enabled(), resident, moved))
     }
     /// Turn the cache of freed large blocks on or off (off gives its blocks back).
     fn _set_block_cache["memory"](enabled: bool) [enabled] -> () {

@@ -97,7 +97,8 @@ def memory_stats(device=None) -> dict[str, int]:
     counts), ``allocated_bytes.<category>.{current,peak}``, ``num_allocs``, ``num_frees``;
     ``active_bytes`` equals ``allocated_bytes``; ``reserved_bytes.all.current`` adds what
     the block cache holds (`memory_reserved`), and
-    ``block_cache.{cached_bytes,slack_bytes,hits,misses}`` count its work.
+    ``block_cache.{cached_bytes,slack_bytes,hits,misses,moved_bytes}`` count its work
+    (``moved_bytes``: pages of given-back blocks moved into new ones instead of faulted in).
     """
     allocs, frees, bytes_alloc, bytes_freed, live, live_peak = _core._memory_counts()
     current, peak = memory_allocated(), max_memory_allocated()
@@ -115,12 +116,13 @@ def memory_stats(device=None) -> dict[str, int]:
     for cat, b in memory_by_category().items():
         stats[f"allocated_bytes.{cat}.current"] = b
         stats[f"allocated_bytes.{cat}.peak"] = peaks[cat]
-    cached, slack, hits, misses = _core._block_cache_stats()[:4]
+    cached, slack, hits, misses, _on, _resident, moved = _core._block_cache_stats()
     stats["reserved_bytes.all.current"] = current + cached + slack
     stats["block_cache.cached_bytes"] = cached
     stats["block_cache.slack_bytes"] = slack
     stats["block_cache.hits"] = hits
     stats["block_cache.misses"] = misses
+    stats["block_cache.moved_bytes"] = moved
     stats["num_allocs"] = allocs
     stats["num_frees"] = frees
     stats["num_ooms"] = 0
