@@ -651,3 +651,70 @@ def test_large_blocks_stay_within_the_budget(fraction):
     assert peak <= b
     assert high_water - live <= b - base + rounding, (high_water - live, b - base, rounding)
     assert memory.budget_stats()["evictions"] > 0
+
+
+def _relu_chain(depth=6, width=64, points=1024, keep_pre=None, leaf_input=False):
+    """`relu(linear(h))` `depth` times and a squared sum: every saved activation is a relu's
+    output, and a linear's output is saved by nothing (relu saves a bit mask). With
+    `leaf_input`, the input is a leaf that requires grad and goes through a relu first."""
+    rng = np.random.default_rng(1)
+    layers = [gs.nn.Linear(width, width) for _ in range(depth)]
+    x = gs.from_numpy(rng.standard_normal((points, width)).astype(np.float32))
+    params = [p for layer in layers for p in layer.parameters()]
+    if leaf_input:
+        x.requires_grad_()
+        params.append(x)
+
+    def loss():
+        if keep_pre is not None:
+            keep_pre.clear()
+        h = gs.relu(x) if leaf_input else x
+        for layer in layers:
+            z = layer(h)
+            if keep_pre is not None:
+                keep_pre.append(z)
+            h = gs.relu(z)
+        return (h * h).sum()
+
+    return loss, params, points * width * 4
+
+
+def test_a_relu_recompute_overwrites_the_linear_output_it_rebuilt():
+    """Rebuilding an evicted relu output recomputes the linear before it, whose output only the
+    recompute holds: relu overwrites it in place, so each rebuilt layer allocates one
+    activation-sized buffer, not two, and the result is bit for bit the same."""
+    loss_fn, params, act = _relu_chain()
+    memory.record_history("all")
+    try:
+        memory.reset_budget_stats()
+        got, want, peak, b = _budgeted_step(loss_fn, params, 0.5)
+        stats = memory.budget_stats()
+        events = memory.snapshot()["gradstream"]["events"]
+    finally:
+        memory.record_history(None)
+    assert peak <= b
+    _assert_bit_identical(got, want)
+    rebuilt = [
+        e for e in events if e["kind"] == "alloc" and e["phase"] == "recompute" and e["size"] == act
+    ]
+    # Every recomputation is a linear (which allocates) or the relu after it (which does not).
+    assert stats["recomputations"] > 0 and stats["recomputations"] % 2 == 0
+    assert len(rebuilt) == stats["recomputations"] // 2
+
+
+def test_a_relu_recompute_leaves_inputs_others_hold_alone():
+    """A recompute of a relu whose input someone else holds (a linear's output the user kept,
+    a leaf the step started from) reads that tensor: it must not be overwritten."""
+    held: list = []
+    loss_fn, params, _ = _relu_chain(keep_pre=held, leaf_input=True)
+    leaf = params[-1]
+    loss_fn()
+    want_pre = [z.detach().numpy().copy() for z in held]
+    want_leaf = leaf.detach().numpy().copy()
+    got, want, peak, b = _budgeted_step(loss_fn, params, 0.7)
+    assert memory.budget_stats()["recomputations"] > 0
+    assert peak <= b
+    _assert_bit_identical(got, want)
+    for z, w in zip(held, want_pre, strict=True):  # the budgeted step's
+        np.testing.assert_array_equal(z.detach().numpy(), w)
+    np.testing.assert_array_equal(leaf.detach().numpy(), want_leaf)

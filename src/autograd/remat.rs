@@ -473,6 +473,16 @@ impl Cell {
     }
 }
 
+/// Whether `t`, an input a recompute was handed, is a transient of that recompute: made by
+/// it and held by nothing else (no cell kept it, no caller holds it, no view shares its
+/// buffer), so the op may overwrite it in place instead of taking a second buffer.
+pub fn is_transient(t: &Tensor) -> bool {
+    Arc::strong_count(&t.0) == 1
+        && t.grad_fn().is_none()
+        && t.storage_key().is_some_and(|k| memory::refs(k) == 1)
+        && t.data().is_contiguous()
+}
+
 /// A backward node ended: drop the scratch its recomputes kept (the engine calls this
 /// after every node, and when a pass ends, failed or not).
 pub fn drop_scratch() {

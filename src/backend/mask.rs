@@ -4,6 +4,7 @@
 
 use candle_core::Tensor;
 
+use super::inplace::write_all;
 use super::no_fallback;
 use crate::error::{CandleContext, Result};
 
@@ -24,6 +25,19 @@ pub trait MaskOps {
         })()
         .op(name)?;
         Ok((out, None))
+    }
+
+    /// `threshold` written over the contiguous `x`'s own buffer, no mask: a recompute's
+    /// input that nothing else holds, so the recompute needs no second buffer.
+    fn threshold_in_place(
+        &self,
+        name: &'static str,
+        x: &Tensor,
+        th: f64,
+        value: f64,
+    ) -> Result<()> {
+        let (out, _) = self.threshold(name, x, th, value, false)?;
+        write_all(name, x, &out)
     }
 
     no_fallback! {

@@ -14,7 +14,7 @@
 //! | `ElementwiseOps::binary`      | all of `Bin` (Python `//` and `%`, int pow, fused backward) | add/sub/mul/div/max/min               |
 //! | `ElementwiseOps::predicate`   | isnan/isinf/isfinite                               | candle comparisons                       |
 //! | `InplaceOps`                  | strided `copy_`/`add_`..., `fill_`, dense copy     | contiguous destinations (`slice_set`)    |
-//! | `MaskOps`                     | relu/threshold with a 1-bit mask                   | candle's compare + where, no mask        |
+//! | `MaskOps`                     | relu/threshold with a 1-bit mask, or in place      | candle's compare + where, no mask        |
 //! | `ReduceOps::lines`            | scans, max/argmax, prod, softmax per line          | softmax, max/min, argmax/argmin, cumsum (O(n²)) |
 //! | `ReduceOps::block_sum`        | parallel sum over a block of dims                  | none: candle's `sum_keepdim` runs        |
 //! | `NnOps`                       | layer_norm rows, nll gather/scatter, embedding     | layer_norm, embedding (`index_select`)   |

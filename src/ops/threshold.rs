@@ -71,7 +71,14 @@ fn threshold_op(
         return Ok(out);
     }
     remat::note(name, &out, &[x], move |ins| {
-        threshold_op(name, node, &ins[0], th, value)
+        let x = &ins[0];
+        if remat::is_transient(x) {
+            // The linear before a relu, recomputed for it: relu it where it lies.
+            let xd = x.data();
+            backend::on(&xd).threshold_in_place(name, &xd, th, value)?;
+            return Ok(x.clone());
+        }
+        threshold_op(name, node, x, th, value)
     });
     let dims = x.dims();
     if let Some(mask) = mask {

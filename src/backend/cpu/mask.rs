@@ -1,11 +1,13 @@
 //! relu/threshold on the CPU, writing the output and a packed 1-bit mask of the
-//! elements that passed in one pass, and the backward's select by that mask. Why not
-//! candle's: candle has no bit masks (a bool mask is 8x larger, a float one 32x), and
-//! its compare and select run on one thread.
+//! elements that passed in one pass, or over the input in place (a budget's recompute),
+//! and the backward's select by that mask. Why not candle's: candle has no bit masks (a
+//! bool mask is 8x larger, a float one 32x) and no in-place ops, and its compare and
+//! select run on one thread.
 
 use std::mem::MaybeUninit;
 
-use candle_core::{DType as CDType, WithDType};
+use candle_core::backend::BackendStorage;
+use candle_core::{CpuStorage, DType as CDType, InplaceOp1, Layout, WithDType};
 use multiversion::multiversion;
 use rayon::prelude::*;
 
@@ -13,7 +15,7 @@ use super::dense::{from_vec, with_slice};
 use super::elementwise::build;
 use super::{Cpu, PAR_MIN};
 use crate::backend::MaskOps;
-use crate::error::{Error, Result};
+use crate::error::{CandleContext, Error, Result};
 
 // ---------------------------------------------------------------- kernels
 
@@ -60,6 +62,55 @@ fn threshold_into<T: WithDType>(
     }
     if let Some(m) = m.filter(|_| whole < x.len()) {
         m[whole / 8].write(byte);
+    }
+}
+
+/// `threshold_into` over `x` itself, without a mask.
+#[multiversion(targets = "simd")]
+fn threshold_over<T: WithDType>(x: &mut [T], th: T, value: T) {
+    for v in x {
+        *v = if *v <= th { value } else { *v };
+    }
+}
+
+/// `threshold` in place on a contiguous layout (the caller checks).
+struct ThresholdOver {
+    th: f64,
+    value: f64,
+}
+
+impl InplaceOp1 for ThresholdOver {
+    fn name(&self) -> &'static str {
+        "threshold_"
+    }
+    fn cpu_fwd(&self, s: &mut CpuStorage, l: &Layout) -> candle_core::Result<()> {
+        fn go<T: WithDType>(
+            v: &mut [T],
+            l: &Layout,
+            th: f64,
+            value: f64,
+        ) -> candle_core::Result<()> {
+            let Some((a, b)) = l.contiguous_offsets() else {
+                candle_core::bail!("threshold_: the layout is not contiguous");
+            };
+            let (th, value) = (T::from_f64(th), T::from_f64(value));
+            v[a..b]
+                .par_chunks_mut(TASK)
+                .for_each(|c| threshold_over(c, th, value));
+            Ok(())
+        }
+        let (th, value) = (self.th, self.value);
+        match s {
+            CpuStorage::F32(v) => go(v, l, th, value),
+            CpuStorage::F64(v) => go(v, l, th, value),
+            CpuStorage::F16(v) => go(v, l, th, value),
+            CpuStorage::BF16(v) => go(v, l, th, value),
+            CpuStorage::U8(v) => go(v, l, th, value),
+            CpuStorage::U32(v) => go(v, l, th, value),
+            CpuStorage::I32(v) => go(v, l, th, value),
+            CpuStorage::I64(v) => go(v, l, th, value),
+            other => candle_core::bail!("threshold_: no kernel for {:?}", other.dtype()),
+        }
     }
 }
 
@@ -135,6 +186,16 @@ fn select_kernel<T: WithDType>(g: &[T], bits: &[u8]) -> Vec<T> {
 }
 
 impl MaskOps for Cpu {
+    fn threshold_in_place(
+        &self,
+        name: &'static str,
+        x: &candle_core::Tensor,
+        th: f64,
+        value: f64,
+    ) -> Result<()> {
+        x.inplace_op1(&ThresholdOver { th, value }).op(name)
+    }
+
     /// The output and, if asked, the bit mask of `x > th`.
     fn threshold(
         &self,
