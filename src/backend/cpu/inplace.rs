@@ -107,6 +107,7 @@ macro_rules! each_storage {
         }
     };
 }
+pub(super) use each_storage;
 
 pub struct StridedUpdate(pub Update);
 

@@ -13,6 +13,7 @@ use rayon::prelude::*;
 
 use super::dense::{from_vec, with_slice};
 use super::elementwise::build;
+use super::inplace::each_storage;
 use super::{Cpu, PAR_MIN};
 use crate::backend::MaskOps;
 use crate::error::{CandleContext, Error, Result};
@@ -73,6 +74,12 @@ fn threshold_over<T: WithDType>(x: &mut [T], th: T, value: T) {
     }
 }
 
+fn threshold_over_kernel<T: WithDType>(x: &mut [T], th: f64, value: f64) {
+    let (th, value) = (T::from_f64(th), T::from_f64(value));
+    x.par_chunks_mut(TASK)
+        .for_each(|c| threshold_over(c, th, value));
+}
+
 /// `threshold` in place on a contiguous layout (the caller checks).
 struct ThresholdOver {
     th: f64,
@@ -84,33 +91,13 @@ impl InplaceOp1 for ThresholdOver {
         "threshold_"
     }
     fn cpu_fwd(&self, s: &mut CpuStorage, l: &Layout) -> candle_core::Result<()> {
-        fn go<T: WithDType>(
-            v: &mut [T],
-            l: &Layout,
-            th: f64,
-            value: f64,
-        ) -> candle_core::Result<()> {
-            let Some((a, b)) = l.contiguous_offsets() else {
-                candle_core::bail!("threshold_: the layout is not contiguous");
-            };
-            let (th, value) = (T::from_f64(th), T::from_f64(value));
-            v[a..b]
-                .par_chunks_mut(TASK)
-                .for_each(|c| threshold_over(c, th, value));
+        let Some((a, b)) = l.contiguous_offsets() else {
+            candle_core::bail!("threshold_: the layout is not contiguous");
+        };
+        each_storage!(s, |v| {
+            threshold_over_kernel(&mut v[a..b], self.th, self.value);
             Ok(())
-        }
-        let (th, value) = (self.th, self.value);
-        match s {
-            CpuStorage::F32(v) => go(v, l, th, value),
-            CpuStorage::F64(v) => go(v, l, th, value),
-            CpuStorage::F16(v) => go(v, l, th, value),
-            CpuStorage::BF16(v) => go(v, l, th, value),
-            CpuStorage::U8(v) => go(v, l, th, value),
-            CpuStorage::U32(v) => go(v, l, th, value),
-            CpuStorage::I32(v) => go(v, l, th, value),
-            CpuStorage::I64(v) => go(v, l, th, value),
-            other => candle_core::bail!("threshold_: no kernel for {:?}", other.dtype()),
-        }
+        })
     }
 }
 
