@@ -33,8 +33,8 @@
 //! Each large block starts with a header holding its size (`pages::HEADER`), so a free needs no
 //! lookup, and the cache's lock is only ever `try_lock`ed: a request that finds it busy (another
 //! thread, or a child forked while a thread held it) maps a new block or gives its block back
-//! to the system, so the allocator cannot deadlock. Blocks are 64-byte aligned and serve any alignment up
-//! to 64; larger alignments bypass the cache.
+//! to the system, so the allocator cannot deadlock. Blocks are 64-byte aligned and serve any
+//! alignment up to 64; larger alignments bypass the cache.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -325,18 +325,18 @@ pub unsafe fn alloc(layout: Layout, zeroed: bool) -> *mut u8 {
         MISSES.fetch_add(1, Ordering::Relaxed);
     }
     let data = match free {
-        Some(mut f) => match Fill::new(size) {
-            Some(mut fill) => {
-                f.fit(live, Some(&mut fill));
-                f.lend(&mut fill);
-                drop(f);
-                fill.finish(zeroed).add(HEADER)
+        Some(mut f) => {
+            let mut fill = Fill::new(size);
+            f.fit(live, fill.as_mut());
+            if let Some(fill) = fill.as_mut() {
+                f.lend(fill);
             }
-            None => {
-                f.fit(live, None);
-                std::ptr::null_mut()
+            drop(f);
+            match fill {
+                Some(fill) => fill.finish(zeroed).add(HEADER),
+                None => map(size), // with the room the fit made
             }
-        },
+        }
         None => map(size),
     };
     if data.is_null() {
