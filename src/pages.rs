@@ -68,12 +68,45 @@ unsafe fn reserve(size: usize) -> *mut u8 {
     }
 }
 
+/// The offsets inside a block where a kernel mapping of its own starts, ascending.
+#[derive(Clone, Copy)]
+struct Cuts {
+    at: [usize; MAX_CUTS],
+    len: usize,
+}
+
+impl Cuts {
+    const NONE: Cuts = Cuts {
+        at: [0; MAX_CUTS],
+        len: 0,
+    };
+
+    /// The cuts in the header of the block at `base`.
+    unsafe fn read(base: *const u8) -> Cuts {
+        let h = base as *const usize;
+        let mut cuts = Cuts::NONE;
+        for i in 0..h.add(1).read().min(MAX_CUTS) {
+            cuts.push(h.add(2 + i).read());
+        }
+        cuts
+    }
+
+    fn push(&mut self, at: usize) {
+        self.at[self.len] = at;
+        self.len += 1;
+    }
+
+    fn as_slice(&self) -> &[usize] {
+        &self.at[..self.len]
+    }
+}
+
 /// Write the header of the block at `base`.
-unsafe fn write_header(base: *mut u8, size: usize, cuts: &[usize]) {
+unsafe fn write_header(base: *mut u8, size: usize, cuts: &Cuts) {
     let h = base as *mut usize;
     h.write(size);
-    h.add(1).write(cuts.len());
-    for (i, &c) in cuts.iter().enumerate() {
+    h.add(1).write(cuts.len);
+    for (i, &c) in cuts.as_slice().iter().enumerate() {
         h.add(2 + i).write(c);
     }
 }
@@ -92,7 +125,7 @@ pub fn map(size: usize) -> *mut u8 {
     unsafe {
         let base = reserve(size);
         if !base.is_null() {
-            write_header(base, size, &[]);
+            write_header(base, size, &Cuts::NONE);
         }
         base
     }
@@ -113,8 +146,7 @@ pub struct Rest {
     len: usize,
     /// Bytes moved out of the block's start.
     pub moved: usize,
-    cuts: [usize; MAX_CUTS],
-    ncuts: usize,
+    cuts: Cuts,
 }
 
 impl Rest {
@@ -128,7 +160,7 @@ impl Rest {
         // Its data size maps to exactly its length: `len` is whole pages.
         let size = self.len - HEADER;
         // SAFETY: the rest is the Rest's own (`Fill::take` took the donor whole).
-        unsafe { write_header(self.base, size, &self.cuts[..self.ncuts]) };
+        unsafe { write_header(self.base, size, &self.cuts) };
         Some((self.base, size))
     }
 
@@ -148,8 +180,7 @@ pub struct Fill {
     len: usize,
     /// Bytes from the start that hold moved pages.
     filled: usize,
-    cuts: [usize; MAX_CUTS],
-    ncuts: usize,
+    cuts: Cuts,
     /// A move failed: the rest faults in afresh.
     stopped: bool,
 }
@@ -164,8 +195,7 @@ impl Fill {
             size,
             len: mapping_len(size),
             filled: 0,
-            cuts: [0; MAX_CUTS],
-            ncuts: 0,
+            cuts: Cuts::NONE,
             stopped: false,
         })
     }
@@ -178,31 +208,29 @@ impl Fill {
     /// fill's, and then the rest's.
     pub unsafe fn take(&mut self, donor: *mut u8) -> Rest {
         let donor_len = mapping_len(size_of(donor));
-        let h = donor as *const usize;
-        let ncuts = h.add(1).read().min(MAX_CUTS);
-        let mut bounds = [0usize; MAX_CUTS + 2];
-        for i in 0..ncuts {
-            bounds[1 + i] = h.add(2 + i).read();
-        }
-        bounds[ncuts + 1] = donor_len;
+        let cuts = Cuts::read(donor);
+        // The donor's pieces, one kernel mapping each: from its start, cut by cut, to its end.
+        let bounds = std::iter::once(0)
+            .chain(cuts.as_slice().iter().copied())
+            .chain(std::iter::once(donor_len));
         let mut given = 0; // bytes of the donor moved, from its start
-        for w in bounds[..ncuts + 2].windows(2) {
-            let n = (w[1] - w[0]).min(self.len - self.filled);
-            if n == 0 || !self.room_for_piece(n) || !self.move_in(donor.add(w[0]), n) {
+        let mut start = 0;
+        for end in bounds.skip(1) {
+            let n = (end - start).min(self.len - self.filled);
+            if n == 0 || !self.room_for_piece(n) || !self.move_in(donor.add(start), n) {
                 break;
             }
-            given = w[0] + n;
+            given = start + n;
+            start = end;
         }
         let mut rest = Rest {
             base: donor.add(given),
             len: donor_len - given,
             moved: given,
-            cuts: [0; MAX_CUTS],
-            ncuts: 0,
+            cuts: Cuts::NONE,
         };
-        for &c in bounds[1..=ncuts].iter().filter(|&&c| c > given) {
-            rest.cuts[rest.ncuts] = c - given;
-            rest.ncuts += 1;
+        for &c in cuts.as_slice().iter().filter(|&&c| c > given) {
+            rest.cuts.push(c - given);
         }
         rest
     }
@@ -216,7 +244,7 @@ impl Fill {
     /// pages after it when it does not fill the block.
     fn room_for_piece(&self, n: usize) -> bool {
         let needed = usize::from(self.filled > 0) + usize::from(self.filled + n < self.len);
-        !self.stopped && self.ncuts + needed <= MAX_CUTS
+        !self.stopped && self.cuts.len + needed <= MAX_CUTS
     }
 
     #[cfg(target_os = "linux")]
@@ -243,7 +271,7 @@ impl Fill {
             return false;
         }
         if self.filled > 0 {
-            self.cut(self.filled);
+            self.cuts.push(self.filled);
         }
         self.filled += n;
         MOVED_BYTES.fetch_add(n, Ordering::Relaxed);
@@ -255,16 +283,11 @@ impl Fill {
         false
     }
 
-    fn cut(&mut self, at: usize) {
-        self.cuts[self.ncuts] = at;
-        self.ncuts += 1;
-    }
-
     /// The block, its header written: its base. A `zeroed` block has its moved pages zeroed
     /// (the fresh ones are zero already).
     pub fn finish(mut self, zeroed: bool) -> *mut u8 {
         if self.filled > 0 && self.filled < self.len {
-            self.cut(self.filled);
+            self.cuts.push(self.filled);
         }
         // SAFETY: the block's mapping is the fill's own, `len` bytes from `base`.
         unsafe {
@@ -272,7 +295,7 @@ impl Fill {
                 let moved_data = self.filled.saturating_sub(HEADER).min(self.size);
                 std::ptr::write_bytes(self.base.add(HEADER), 0, moved_data);
             }
-            write_header(self.base, self.size, &self.cuts[..self.ncuts]);
+            write_header(self.base, self.size, &self.cuts);
         }
         self.base
     }
@@ -292,8 +315,7 @@ mod tests {
     }
 
     unsafe fn cuts(base: *const u8) -> Vec<usize> {
-        let h = base as *const usize;
-        (0..h.add(1).read()).map(|i| h.add(2 + i).read()).collect()
+        Cuts::read(base).as_slice().to_vec()
     }
 
     #[test]
