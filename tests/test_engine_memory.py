@@ -123,6 +123,46 @@ def test_intermediate_gradients_live_only_until_consumed():
     assert memory.memory_by_category()["activation"] == 0
 
 
+# A product whose saved input goes before the input's gradient is allocated: `h` is a
+# fresh buffer (`a.clone()`) only the product holds, `w` a small operand.
+PRODUCTS = {
+    "x @ w": (lambda h, w: h @ w, (N, N), (N, 8)),
+    "w @ x": (lambda h, w: w @ h, (N, N), (8, N)),
+    "linear": (lambda h, w: gs.nn.functional.linear(h, w), (N, N), (8, N)),
+    "conv2d": (lambda h, w: gs.nn.functional.conv2d(h, w), (1, 16, 128, 128), (4, 16, 3, 3)),
+}
+
+
+def _product_backward(kind, hold=False, retain=False):
+    """(peak above the start of backward, a.grad, w.grad, h's bytes) of `product(a.clone(), w)`."""
+    f, h_shape, w_shape = PRODUCTS[kind]
+    gs.manual_seed(0)
+    a = gs.randn(*h_shape, requires_grad=True)
+    w = gs.randn(*w_shape, requires_grad=True)
+    h = a.clone()
+    loss = f(h, w).sum()
+    h_bytes = h.nbytes
+    kept = h if hold else None
+    del h
+    peak, _, _ = measure(lambda: loss.backward(retain_graph=retain))
+    del kept
+    return peak, a.grad.numpy(), w.grad.numpy(), h_bytes
+
+
+@pytest.mark.parametrize("kind", sorted(PRODUCTS))
+def test_a_product_frees_its_input_before_the_input_gradient_exists(kind):
+    """The small operand's gradient is computed first, from the large input, which is then
+    freed: its gradient takes its place instead of adding to the peak."""
+    peak, ga, gw, h_bytes = _product_backward(kind)
+    assert ga.nbytes == h_bytes
+    assert peak < h_bytes // 2, (peak, h_bytes)
+    # Held by the user, or by a retained graph, the input stays: its gradient comes on top.
+    for hold, retain in [(True, False), (False, True)]:
+        peak_kept, ga_kept, gw_kept, _ = _product_backward(kind, hold, retain)
+        assert peak_kept >= h_bytes, (hold, retain, peak_kept)
+        assert (ga_kept == ga).all() and (gw_kept == gw).all()
+
+
 # ---------------------------------------------------------------- streaming
 
 

@@ -117,7 +117,13 @@ impl Node for AccumulateGrad {
     fn base(&self) -> &NodeBase {
         &self.base
     }
-    fn apply(&self, _me: &Arc<dyn Node>, _grads: &[Option<Tensor>], _needs: &[bool]) -> EdgeGrads {
+    fn apply(
+        &self,
+        _me: &Arc<dyn Node>,
+        _grads: &[Option<Tensor>],
+        _needs: &[bool],
+        _releases: bool,
+    ) -> EdgeGrads {
         // A sink has no edges; the engine hands it the gradient through `accept`.
         Ok(Vec::new())
     }

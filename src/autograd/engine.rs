@@ -381,11 +381,12 @@ fn run_nodes(
                 }
             }
         } else if let Some(needs) = edge_needs(&node, graph) {
+            let releases = !opts.retain_graph && !probe;
             if grads.iter().any(Option::is_some) {
-                outputs = node.apply(&node, &grads, &needs)?;
+                outputs = node.apply(&node, &grads, &needs, releases)?;
             }
             drop(grads);
-            if !opts.retain_graph && !probe {
+            if releases {
                 node.release_saved();
             }
         }

@@ -19,18 +19,31 @@ pub struct Ctx<'a> {
     /// The saved tensors, unpacked and version-checked, in the order they were saved.
     pub saved: Vec<Tensor>,
     pub node: &'a Arc<dyn Node>,
+    /// The engine drops the node's saved tensors when the rule returns.
+    releases: bool,
 }
 
 impl Ctx<'_> {
     pub fn needs(&self, i: usize) -> bool {
         self.needs[i]
     }
+
+    /// The rule is done with `saved` (it keeps clones of what it still reads): drop them
+    /// and the node's own, now instead of when the rule returns, so that a buffer nothing
+    /// else holds is freed before the rule allocates more. With the graph retained only
+    /// `saved` goes.
+    pub fn release_saved(&mut self) {
+        self.saved.clear();
+        if self.releases {
+            self.node.release_saved();
+        }
+    }
 }
 
-pub type BackwardFn = Box<dyn Fn(&Ctx, &Tensor) -> EdgeGrads + Send + Sync>;
+pub type BackwardFn = Box<dyn Fn(&mut Ctx, &Tensor) -> EdgeGrads + Send + Sync>;
 /// The backward of an op with several outputs: `grads[i]` is output i's gradient, `None`
 /// where none came.
-pub type OutputsBackwardFn = Box<dyn Fn(&Ctx, &[Option<Tensor>]) -> EdgeGrads + Send + Sync>;
+pub type OutputsBackwardFn = Box<dyn Fn(&mut Ctx, &[Option<Tensor>]) -> EdgeGrads + Send + Sync>;
 
 enum Rule {
     One(BackwardFn),
@@ -59,10 +72,17 @@ impl Node for FnNode {
     fn base(&self) -> &NodeBase {
         &self.base
     }
-    fn apply(&self, me: &Arc<dyn Node>, grads: &[Option<Tensor>], needs: &[bool]) -> EdgeGrads {
+    fn apply(
+        &self,
+        me: &Arc<dyn Node>,
+        grads: &[Option<Tensor>],
+        needs: &[bool],
+        releases: bool,
+    ) -> EdgeGrads {
+        let run = |rule: &dyn Fn(&mut Ctx) -> EdgeGrads| self.run(me, needs, releases, rule);
         match (&self.rule, grads) {
-            (Rule::One(backward), [Some(grad)]) => self.run(me, needs, |ctx| backward(ctx, grad)),
-            (Rule::Outputs(_, backward), _) => self.run(me, needs, |ctx| backward(ctx, grads)),
+            (Rule::One(backward), [Some(grad)]) => run(&|ctx| backward(ctx, grad)),
+            (Rule::Outputs(_, backward), _) => run(&|ctx| backward(ctx, grads)),
             (Rule::One(_), _) => Ok(vec![None; self.base.edges.len()]),
         }
     }
@@ -83,7 +103,8 @@ impl FnNode {
         &self,
         me: &Arc<dyn Node>,
         needs: &[bool],
-        rule: impl FnOnce(&Ctx) -> EdgeGrads,
+        releases: bool,
+        rule: &dyn Fn(&mut Ctx) -> EdgeGrads,
     ) -> EdgeGrads {
         let saved = {
             let guard = self.saved.lock();
@@ -103,13 +124,14 @@ impl FnNode {
                 }
             }
         };
-        let ctx = Ctx {
+        let mut ctx = Ctx {
             needs: needs.to_vec(),
             saved,
             node: me,
+            releases,
         };
         BACKWARD_CALLS.fetch_add(1, Ordering::Relaxed);
-        let grads = rule(&ctx)?;
+        let grads = rule(&mut ctx)?;
         // A pack hook that failed while this backward was recorded (create_graph).
         crate::autograd::saved_hooks::check()?;
         debug_assert_eq!(grads.len(), self.base.edges.len(), "{}", self.name);
@@ -139,7 +161,7 @@ pub fn record(
     out: &Tensor,
     inputs: &[&Tensor],
     save: impl FnOnce() -> Vec<SavedTensor>,
-    backward: impl Fn(&Ctx, &Tensor) -> EdgeGrads + Send + Sync + 'static,
+    backward: impl Fn(&mut Ctx, &Tensor) -> EdgeGrads + Send + Sync + 'static,
 ) {
     if should_record(inputs) {
         let node = new_node(name, inputs, save, Rule::One(Box::new(backward)));
@@ -153,7 +175,7 @@ pub fn record_outputs(
     name: &'static str,
     outs: &[Tensor],
     inputs: &[&Tensor],
-    backward: impl Fn(&Ctx, &[Option<Tensor>]) -> EdgeGrads + Send + Sync + 'static,
+    backward: impl Fn(&mut Ctx, &[Option<Tensor>]) -> EdgeGrads + Send + Sync + 'static,
 ) {
     if should_record(inputs) {
         let rule = Rule::Outputs(outs.len(), Box::new(backward));

@@ -158,8 +158,15 @@ pub trait Node: Send + Sync {
     /// Gradients for each edge from the gradients of the node's outputs: `grads[i]` for
     /// output i, `None` where none came (a node runs when at least one came). `needs[i]`:
     /// the engine will use edge i's gradient in this backward (it leads to a wanted
-    /// input); the others are not computed.
-    fn apply(&self, me: &Arc<dyn Node>, grads: &[Option<Tensor>], needs: &[bool]) -> EdgeGrads;
+    /// input); the others are not computed. `releases`: the engine drops the node's saved
+    /// tensors when it has run (the graph is not retained), so the node may drop them sooner.
+    fn apply(
+        &self,
+        me: &Arc<dyn Node>,
+        grads: &[Option<Tensor>],
+        needs: &[bool],
+        releases: bool,
+    ) -> EdgeGrads;
     /// How many outputs the op has, each with its own gradient (`split`: one per piece).
     fn num_outputs(&self) -> usize {
         1

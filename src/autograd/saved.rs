@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use crate::autograd::budget;
+use crate::autograd::function::Ctx;
 use crate::autograd::grad_mode;
 use crate::autograd::node::{Edge, Node};
 use crate::autograd::remat::Cell;
@@ -305,12 +306,41 @@ pub fn save_crossed(a: &Tensor, b: &Tensor, na: bool, nb: bool) -> Vec<SavedTens
     v
 }
 
-/// The operands `save_crossed` kept, as `(a, b)`.
-pub fn unpack_crossed(saved: &[Tensor], na: bool, nb: bool) -> (Option<&Tensor>, Option<&Tensor>) {
-    let mut it = saved.iter();
-    let sa = if nb { it.next() } else { None };
-    let sb = if na { it.next() } else { None };
-    (sa, sb)
+/// The gradients `[a's, b's]` of a bilinear op from the operands `save_crossed` kept, those
+/// `ctx` wants: `grad_a` reads `b`, `grad_b` reads `a`. The saved tensors go first
+/// (`Ctx::release_saved`), and the gradient read from the larger operand is computed first,
+/// so that operand is freed before the other gradient is allocated: for `x @ w.t()` the
+/// activation `x` goes before its gradient exists, one buffer of its size less at the peak
+/// of the backward.
+pub fn crossed_grads(
+    ctx: &mut Ctx,
+    na: bool,
+    nb: bool,
+    grad_a: impl FnOnce(&Tensor) -> Result<Tensor>,
+    grad_b: impl FnOnce(&Tensor) -> Result<Tensor>,
+) -> Result<[Option<Tensor>; 2]> {
+    let mut it = ctx.saved.iter();
+    let a = if nb { it.next().cloned() } else { None };
+    let b = if na { it.next().cloned() } else { None };
+    let a = a.filter(|_| ctx.needs(1));
+    let b = b.filter(|_| ctx.needs(0));
+    let a_first = match (&a, &b) {
+        (Some(a), Some(b)) => a.numel() >= b.numel(),
+        _ => true,
+    };
+    ctx.release_saved();
+    let grad_b = |a: Option<Tensor>| a.map(|a| grad_b(&a)).transpose();
+    let grad_a = |b: Option<Tensor>| b.map(|b| grad_a(&b)).transpose();
+    Ok(match a_first {
+        true => {
+            let gb = grad_b(a)?;
+            [grad_a(b)?, gb]
+        }
+        false => {
+            let ga = grad_a(b)?;
+            [ga, grad_b(a)?]
+        }
+    })
 }
 
 /// A tensor without elements that shares `t`'s version counter: it keeps the version

@@ -33,7 +33,13 @@ impl Node for PyFunctionNode {
         &self.base
     }
 
-    fn apply(&self, _me: &Arc<dyn Node>, grads: &[Option<Tensor>], needs: &[bool]) -> EdgeGrads {
+    fn apply(
+        &self,
+        _me: &Arc<dyn Node>,
+        grads: &[Option<Tensor>],
+        needs: &[bool],
+        _releases: bool,
+    ) -> EdgeGrads {
         let [Some(grad)] = grads else {
             return Ok(vec![None; self.base.edges.len()]);
         };

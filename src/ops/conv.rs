@@ -14,7 +14,7 @@
 
 use crate::autograd::function::record;
 use crate::autograd::remat;
-use crate::autograd::saved::{save_crossed, unpack_crossed};
+use crate::autograd::saved::{crossed_grads, save_crossed};
 use crate::backend;
 use crate::backend::conv::ConvGeometry;
 use crate::dtype::DType;
@@ -442,22 +442,22 @@ fn product(
         &inputs,
         || save_crossed(a, b, na, nb),
         move |ctx, g| {
-            let (a, b) = unpack_crossed(&ctx.saved, na, nb);
-            let mut grads = vec![None, None];
-            if let (true, Some(b)) = (ctx.needs(0), b) {
-                grads[0] = Some(match p {
-                    Product::Forward => conv2d_input_grad(g, b, geo)?,
-                    Product::InputGrad => conv2d(g, b, None, geo)?,
-                    Product::WeightGrad => conv2d(b, g, None, geo)?,
-                });
-            }
-            if let (true, Some(a)) = (ctx.needs(1), a) {
-                grads[1] = Some(match p {
-                    Product::Forward => conv2d_weight_grad(g, a, geo)?,
-                    Product::InputGrad => conv2d_weight_grad(a, g, geo)?,
-                    Product::WeightGrad => conv2d_input_grad(a, g, geo)?,
-                });
-            }
+            let [ga, gb] = crossed_grads(
+                ctx,
+                na,
+                nb,
+                |b| match p {
+                    Product::Forward => conv2d_input_grad(g, b, geo),
+                    Product::InputGrad => conv2d(g, b, None, geo),
+                    Product::WeightGrad => conv2d(b, g, None, geo),
+                },
+                |a| match p {
+                    Product::Forward => conv2d_weight_grad(g, a, geo),
+                    Product::InputGrad => conv2d_weight_grad(a, g, geo),
+                    Product::WeightGrad => conv2d_input_grad(a, g, geo),
+                },
+            )?;
+            let mut grads = vec![ga, gb];
             if ctx.needs.len() > 2 {
                 grads.push(match ctx.needs(2) {
                     true => Some(sum(g, Some(&[0, 2, 3]), false)?),

@@ -7,7 +7,7 @@
 use crate::autocast;
 use crate::autograd::function::record;
 use crate::autograd::remat;
-use crate::autograd::saved::{save_crossed, unpack_crossed};
+use crate::autograd::saved::{crossed_grads, save_crossed};
 use crate::backend;
 use crate::dtype::DType;
 use crate::error::{CandleContext, Error, Result};
@@ -98,22 +98,24 @@ fn batched_mm(name: &'static str, a: &Tensor, b: &Tensor) -> Result<Tensor> {
         &[a, b],
         || save_crossed(a, b, na, nb),
         move |ctx, g| {
-            let (sa, sb) = unpack_crossed(&ctx.saved, na, nb);
             let r = g.rank();
             let t = |x: &Tensor| transpose(x, r - 2, r - 1);
             // Each gradient comes out in its operand's layout: for `x @ w.t()` the weight's
             // gradient is produced transposed, so the transpose's backward hands the leaf a
             // dense buffer it can keep instead of copying (PyTorch's mm_mat2_backward).
-            let ga = match sb {
-                Some(b) if ctx.needs(0) && a_col_major => Some(t(&batched_mm(name, b, &t(g)?)?)?),
-                Some(b) if ctx.needs(0) => Some(batched_mm(name, g, &t(b)?)?),
-                _ => None,
-            };
-            let gb = match sa {
-                Some(a) if ctx.needs(1) && b_col_major => Some(t(&batched_mm(name, &t(g)?, a)?)?),
-                Some(a) if ctx.needs(1) => Some(batched_mm(name, &t(a)?, g)?),
-                _ => None,
-            };
+            let [ga, gb] = crossed_grads(
+                ctx,
+                na,
+                nb,
+                |b| match a_col_major {
+                    true => t(&batched_mm(name, b, &t(g)?)?),
+                    false => batched_mm(name, g, &t(b)?),
+                },
+                |a| match b_col_major {
+                    true => t(&batched_mm(name, &t(g)?, a)?),
+                    false => batched_mm(name, &t(a)?, g),
+                },
+            )?;
             Ok(vec![ga, gb])
         },
     );
@@ -293,15 +295,7 @@ pub fn dot(a: &Tensor, b: &Tensor) -> Result<Tensor> {
         &[a, b],
         || save_crossed(a, b, na, nb),
         move |ctx, g| {
-            let (sa, sb) = unpack_crossed(&ctx.saved, na, nb);
-            let ga = match sb {
-                Some(b) if ctx.needs(0) => Some(mul(g, b)?),
-                _ => None,
-            };
-            let gb = match sa {
-                Some(a) if ctx.needs(1) => Some(mul(g, a)?),
-                _ => None,
-            };
+            let [ga, gb] = crossed_grads(ctx, na, nb, |b| mul(g, b), |a| mul(g, a))?;
             Ok(vec![ga, gb])
         },
     );
