@@ -3,7 +3,7 @@
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use crate::autograd::grad_sum::add_grads;
-use crate::autograd::node::{run_hooks, EdgeGrads, Node, NodeBase};
+use crate::autograd::node::{run_hooks, EdgeGrads, Node, NodeBase, Run};
 use crate::error::Result;
 use crate::ops;
 use crate::tensor::{Tensor, TensorImpl};
@@ -117,13 +117,7 @@ impl Node for AccumulateGrad {
     fn base(&self) -> &NodeBase {
         &self.base
     }
-    fn apply(
-        &self,
-        _me: &Arc<dyn Node>,
-        _grads: &[Option<Tensor>],
-        _needs: &[bool],
-        _releases: bool,
-    ) -> EdgeGrads {
+    fn apply(&self, _me: &Arc<dyn Node>, _grads: &[Option<Tensor>], _run: &Run) -> EdgeGrads {
         // A sink has no edges; the engine hands it the gradient through `accept`.
         Ok(Vec::new())
     }

@@ -24,7 +24,7 @@ use crate::autograd::accumulate::GradConsumer;
 use crate::autograd::grad_mode::GradModeGuard;
 use crate::autograd::grad_sum::add_grads;
 use crate::autograd::interrupt;
-use crate::autograd::node::{node_key, Edge, Node};
+use crate::autograd::node::{node_key, Edge, Node, Run};
 use crate::autograd::pass::PassGuard;
 use crate::error::{Error, Result};
 use crate::memory;
@@ -381,12 +381,15 @@ fn run_nodes(
                 }
             }
         } else if let Some(needs) = edge_needs(&node, graph) {
-            let releases = !opts.retain_graph && !probe;
+            let run = Run {
+                needs: &needs,
+                releases: !opts.retain_graph && !probe,
+            };
             if grads.iter().any(Option::is_some) {
-                outputs = node.apply(&node, &grads, &needs, releases)?;
+                outputs = node.apply(&node, &grads, &run)?;
             }
             drop(grads);
-            if releases {
+            if run.releases {
                 node.release_saved();
             }
         }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use crate::autograd::grad_mode;
-use crate::autograd::node::{Edge, EdgeGrads, Node, NodeBase};
+use crate::autograd::node::{Edge, EdgeGrads, Node, NodeBase, Run};
 use crate::autograd::saved::SavedTensor;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
@@ -72,17 +72,10 @@ impl Node for FnNode {
     fn base(&self) -> &NodeBase {
         &self.base
     }
-    fn apply(
-        &self,
-        me: &Arc<dyn Node>,
-        grads: &[Option<Tensor>],
-        needs: &[bool],
-        releases: bool,
-    ) -> EdgeGrads {
-        let run = |rule: &dyn Fn(&mut Ctx) -> EdgeGrads| self.run(me, needs, releases, rule);
+    fn apply(&self, me: &Arc<dyn Node>, grads: &[Option<Tensor>], run: &Run) -> EdgeGrads {
         match (&self.rule, grads) {
-            (Rule::One(backward), [Some(grad)]) => run(&|ctx| backward(ctx, grad)),
-            (Rule::Outputs(_, backward), _) => run(&|ctx| backward(ctx, grads)),
+            (Rule::One(backward), [Some(grad)]) => self.run(me, run, &|ctx| backward(ctx, grad)),
+            (Rule::Outputs(_, backward), _) => self.run(me, run, &|ctx| backward(ctx, grads)),
             (Rule::One(_), _) => Ok(vec![None; self.base.edges.len()]),
         }
     }
@@ -102,8 +95,7 @@ impl FnNode {
     fn run(
         &self,
         me: &Arc<dyn Node>,
-        needs: &[bool],
-        releases: bool,
+        run: &Run,
         rule: &dyn Fn(&mut Ctx) -> EdgeGrads,
     ) -> EdgeGrads {
         let saved = {
@@ -125,10 +117,10 @@ impl FnNode {
             }
         };
         let mut ctx = Ctx {
-            needs: needs.to_vec(),
+            needs: run.needs.to_vec(),
             saved,
             node: me,
-            releases,
+            releases: run.releases,
         };
         BACKWARD_CALLS.fetch_add(1, Ordering::Relaxed);
         let grads = rule(&mut ctx)?;

@@ -148,6 +148,16 @@ pub fn run_hooks(hooks: &[GradHook], mut grad: Tensor) -> Result<Tensor> {
     Ok(grad)
 }
 
+/// What the engine asks of one run of a node.
+pub struct Run<'a> {
+    /// `needs[i]`: the engine will use edge i's gradient in this backward (it leads to a
+    /// wanted input); the others are not computed.
+    pub needs: &'a [bool],
+    /// The engine drops the node's saved tensors when it has run (the graph is not
+    /// retained), so the node may drop them sooner.
+    pub releases: bool,
+}
+
 /// What a node's backward gives: a gradient per edge, `None` where none is computed.
 pub type EdgeGrads = Result<Vec<Option<Tensor>>>;
 
@@ -156,17 +166,8 @@ pub trait Node: Send + Sync {
     fn name(&self) -> &str;
     fn base(&self) -> &NodeBase;
     /// Gradients for each edge from the gradients of the node's outputs: `grads[i]` for
-    /// output i, `None` where none came (a node runs when at least one came). `needs[i]`:
-    /// the engine will use edge i's gradient in this backward (it leads to a wanted
-    /// input); the others are not computed. `releases`: the engine drops the node's saved
-    /// tensors when it has run (the graph is not retained), so the node may drop them sooner.
-    fn apply(
-        &self,
-        me: &Arc<dyn Node>,
-        grads: &[Option<Tensor>],
-        needs: &[bool],
-        releases: bool,
-    ) -> EdgeGrads;
+    /// output i, `None` where none came (a node runs when at least one came).
+    fn apply(&self, me: &Arc<dyn Node>, grads: &[Option<Tensor>], run: &Run) -> EdgeGrads;
     /// How many outputs the op has, each with its own gradient (`split`: one per piece).
     fn num_outputs(&self) -> usize {
         1

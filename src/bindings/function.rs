@@ -7,7 +7,7 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 
-use crate::autograd::node::{EdgeGrads, Node, NodeBase};
+use crate::autograd::node::{EdgeGrads, Node, NodeBase, Run};
 use crate::bindings::convert::extract_tensor;
 use crate::bindings::op::functions;
 use crate::bindings::Obj;
@@ -33,13 +33,7 @@ impl Node for PyFunctionNode {
         &self.base
     }
 
-    fn apply(
-        &self,
-        _me: &Arc<dyn Node>,
-        grads: &[Option<Tensor>],
-        needs: &[bool],
-        _releases: bool,
-    ) -> EdgeGrads {
+    fn apply(&self, _me: &Arc<dyn Node>, grads: &[Option<Tensor>], run: &Run) -> EdgeGrads {
         let [Some(grad)] = grads else {
             return Ok(vec![None; self.base.edges.len()]);
         };
@@ -59,7 +53,7 @@ impl Node for PyFunctionNode {
                 .iter()
                 .enumerate()
                 .map(|(i, g)| {
-                    if g.is_none() || !needs[i] {
+                    if g.is_none() || !run.needs[i] {
                         return Ok(None);
                     }
                     let g = extract_tensor(&self.name, "gradient", g)?;
