@@ -12,7 +12,7 @@
 
 use std::ops::Range;
 
-use candle_core::Tensor;
+use candle_core::{Tensor, WithDType};
 use gemm::Parallelism;
 use rayon::prelude::*;
 
@@ -447,6 +447,23 @@ fn product(d: [usize; 4]) -> usize {
     d.iter().product()
 }
 
+/// `f` over the elements of two operands, each given as (tensor, its name in errors, the
+/// element count the geometry expects) and checked to hold that many.
+fn with_operands<T: WithDType, R>(
+    name: &'static str,
+    (a, a_name, a_len): (&Tensor, &str, usize),
+    (b, b_name, b_len): (&Tensor, &str, usize),
+    f: impl FnOnce(&[T], &[T]) -> Result<R>,
+) -> Result<R> {
+    with_slice::<T, _>(a, |a_s| {
+        with_slice::<T, _>(b, |b_s| {
+            check_len(name, a_name, a_s.len(), a_len)?;
+            check_len(name, b_name, b_s.len(), b_len)?;
+            f(a_s, b_s)
+        })?
+    })?
+}
+
 impl ConvOps for Cpu {
     /// See `ConvOps::conv2d`.
     fn conv2d(
@@ -461,16 +478,14 @@ impl ConvOps for Cpu {
             let b = bias
                 .map(|b| with_slice::<T, _>(b, |s| s.to_vec()))
                 .transpose()?;
-            let y = with_slice::<T, _>(x, |xs| {
-                with_slice::<T, _>(w, |ws| {
-                    check_len(name, "input", xs.len(), product(geo.input_dims()))?;
-                    check_len(name, "weight", ws.len(), product(geo.weight_dims()))?;
-                    if let Some(b) = &b {
-                        check_len(name, "bias", b.len(), geo.c_out)?;
-                    }
-                    Ok::<_, Error>(forward(xs, ws, b.as_deref(), geo))
-                })?
-            })??;
+            let input = (x, "input", product(geo.input_dims()));
+            let weight = (w, "weight", product(geo.weight_dims()));
+            let y = with_operands::<T, _>(name, input, weight, |xs, ws| {
+                if let Some(b) = &b {
+                    check_len(name, "bias", b.len(), geo.c_out)?;
+                }
+                Ok(forward(xs, ws, b.as_deref(), geo))
+            })?;
             from_vec(y, &geo.output_dims())?
         }))
     }
@@ -484,13 +499,10 @@ impl ConvOps for Cpu {
         geo: &ConvGeometry,
     ) -> Result<Tensor> {
         Ok(by_float!(g.dtype(), |T| {
-            let dx = with_slice::<T, _>(g, |gs| {
-                with_slice::<T, _>(w, |ws| {
-                    check_len(name, "grad_output", gs.len(), product(geo.output_dims()))?;
-                    check_len(name, "weight", ws.len(), product(geo.weight_dims()))?;
-                    Ok::<_, Error>(input_grad(gs, ws, geo))
-                })?
-            })??;
+            let grad = (g, "grad_output", product(geo.output_dims()));
+            let weight = (w, "weight", product(geo.weight_dims()));
+            let dx =
+                with_operands::<T, _>(name, grad, weight, |gs, ws| Ok(input_grad(gs, ws, geo)))?;
             from_vec(dx, &geo.input_dims())?
         }))
     }
@@ -504,13 +516,10 @@ impl ConvOps for Cpu {
         geo: &ConvGeometry,
     ) -> Result<Tensor> {
         Ok(by_float!(g.dtype(), |T| {
-            let dw = with_slice::<T, _>(g, |gs| {
-                with_slice::<T, _>(x, |xs| {
-                    check_len(name, "grad_output", gs.len(), product(geo.output_dims()))?;
-                    check_len(name, "input", xs.len(), product(geo.input_dims()))?;
-                    Ok::<_, Error>(weight_grad(gs, xs, geo))
-                })?
-            })??;
+            let grad = (g, "grad_output", product(geo.output_dims()));
+            let input = (x, "input", product(geo.input_dims()));
+            let dw =
+                with_operands::<T, _>(name, grad, input, |gs, xs| Ok(weight_grad(gs, xs, geo)))?;
             from_vec(dw, &geo.weight_dims())?
         }))
     }

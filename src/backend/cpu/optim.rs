@@ -747,45 +747,23 @@ macro_rules! float_storage {
     };
 }
 
+/// `$body` with `$t` the parameter's float type and `variant!(storage)` a buffer's slice of
+/// that type, one arm per float dtype (`$d` passes `$` to the inner macro's definition).
 macro_rules! each_float {
     ($p:expr, |$t:ident| $body:block) => {
+        each_float!(@arms ($) $p, $t, $body, F32 f32, F64 f64, F16 f16, BF16 bf16)
+    };
+    (@arms ($d:tt) $p:expr, $t:ident, $body:block, $($variant:ident $ty:ty),*) => {
         match $p {
-            CpuStorage::F32(_) => {
-                type $t = f32;
+            $(CpuStorage::$variant(_) => {
+                type $t = $ty;
                 macro_rules! variant {
-                    ($x:expr) => {
-                        float_storage!($x, F32)
+                    ($d x:expr) => {
+                        float_storage!($d x, $variant)
                     };
                 }
                 $body
-            }
-            CpuStorage::F64(_) => {
-                type $t = f64;
-                macro_rules! variant {
-                    ($x:expr) => {
-                        float_storage!($x, F64)
-                    };
-                }
-                $body
-            }
-            CpuStorage::F16(_) => {
-                type $t = f16;
-                macro_rules! variant {
-                    ($x:expr) => {
-                        float_storage!($x, F16)
-                    };
-                }
-                $body
-            }
-            CpuStorage::BF16(_) => {
-                type $t = bf16;
-                macro_rules! variant {
-                    ($x:expr) => {
-                        float_storage!($x, BF16)
-                    };
-                }
-                $body
-            }
+            })*
             other => candle_core::bail!(
                 "optimizer step: parameters must be floating point, got {:?}",
                 other.dtype()

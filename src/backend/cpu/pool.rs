@@ -280,6 +280,32 @@ fn resample_adjoint_plane<T: Real>(
     }
 }
 
+/// `resample` of each plane of `x` (from (rows.input, cols.input) to their outputs), or with
+/// `adjoint` its adjoint (from the outputs back to the inputs).
+fn resample_planes(x: &Tensor, rows: &Taps, cols: &Taps, adjoint: bool) -> Result<Tensor> {
+    let inputs = [rows.input, cols.input];
+    let outputs = [rows.output(), cols.output()];
+    let (from, to) = match adjoint {
+        false => (inputs, outputs),
+        true => (outputs, inputs),
+    };
+    let (n_from, n_to) = (from[0] * from[1], to[0] * to[1]);
+    Ok(by_float!(x.dtype(), |T| {
+        let (v, planes) = with_slice::<T, _>(x, |s| {
+            let planes = s.len().checked_div(n_from).unwrap_or(0);
+            let v = per_plane(T::of(0.0), s, n_from, n_to, planes, |o, xs| {
+                let mut tmp = vec![T::of(0.0); cols.input];
+                match adjoint {
+                    false => resample_plane(rows, cols, xs, o, &mut tmp),
+                    true => resample_adjoint_plane(rows, cols, xs, o, &mut tmp),
+                }
+            });
+            (v, planes)
+        })?;
+        from_vec(v, &[planes, to[0], to[1]])?
+    }))
+}
+
 impl PoolOps for Cpu {
     /// See `PoolOps::max_pool`.
     fn max_pool(&self, _name: &'static str, x: &Tensor, w: Window) -> Result<(Tensor, Tensor)> {
@@ -339,18 +365,7 @@ impl PoolOps for Cpu {
         rows: &Taps,
         cols: &Taps,
     ) -> Result<Tensor> {
-        let (ip, op) = (rows.input * cols.input, rows.output() * cols.output());
-        Ok(by_float!(x.dtype(), |T| {
-            let (v, planes) = with_slice::<T, _>(x, |s| {
-                let planes = s.len().checked_div(ip).unwrap_or(0);
-                let v = per_plane(T::of(0.0), s, ip, op, planes, |o, xs| {
-                    let mut tmp = vec![T::of(0.0); cols.input];
-                    resample_plane(rows, cols, xs, o, &mut tmp)
-                });
-                (v, planes)
-            })?;
-            from_vec(v, &[planes, rows.output(), cols.output()])?
-        }))
+        resample_planes(x, rows, cols, false)
     }
 
     /// See `PoolOps::resample_adjoint`.
@@ -361,17 +376,6 @@ impl PoolOps for Cpu {
         rows: &Taps,
         cols: &Taps,
     ) -> Result<Tensor> {
-        let (ip, op) = (rows.input * cols.input, rows.output() * cols.output());
-        Ok(by_float!(g.dtype(), |T| {
-            let (v, planes) = with_slice::<T, _>(g, |s| {
-                let planes = s.len().checked_div(op).unwrap_or(0);
-                let v = per_plane(T::of(0.0), s, op, ip, planes, |o, gs| {
-                    let mut tmp = vec![T::of(0.0); cols.input];
-                    resample_adjoint_plane(rows, cols, gs, o, &mut tmp)
-                });
-                (v, planes)
-            })?;
-            from_vec(v, &[planes, rows.input, cols.input])?
-        }))
+        resample_planes(g, rows, cols, true)
     }
 }
