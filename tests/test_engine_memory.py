@@ -8,6 +8,7 @@ import gc
 import os
 import signal
 
+import numpy as np
 import pytest
 from helpers import assert_close
 
@@ -161,6 +162,34 @@ def test_a_product_frees_its_input_before_the_input_gradient_exists(kind):
         peak_kept, ga_kept, gw_kept, _ = _product_backward(kind, hold, retain)
         assert peak_kept >= h_bytes, (hold, retain, peak_kept)
         assert (ga_kept == ga).all() and (gw_kept == gw).all()
+
+
+def _relu_backward(keep_grad):
+    """(peak above the start of backward, a.grad) of `relu(a.clone()) @ w`; with `keep_grad`
+    a hook keeps the gradient arriving at relu's output."""
+    gs.manual_seed(0)
+    a = gs.randn(N, N, requires_grad=True)
+    w = gs.randn(N, 8, requires_grad=True)
+    r = gs.relu(a.clone())
+    kept = []
+    if keep_grad:
+        r.register_hook(kept.append)
+    loss = (r @ w).sum()
+    del r
+    peak, _, _ = measure(loss.backward)
+    return peak, a.grad.numpy(), kept
+
+
+def test_relu_backward_masks_the_incoming_gradient_in_place():
+    """The gradient arriving at relu is the product's fresh buffer, held by nothing else:
+    relu's backward zeroes it where its mask is clear instead of taking a second buffer."""
+    peak, ga, _ = _relu_backward(keep_grad=False)
+    assert peak < MB4 // 2, peak
+    peak_kept, ga_kept, kept = _relu_backward(keep_grad=True)
+    assert peak_kept >= MB4, peak_kept  # the hook holds it: relu's gradient is a new buffer
+    assert (ga_kept == ga).all()
+    g = kept[0].numpy()
+    assert (ga == np.where(ga != 0, g, 0)).all() and (g != 0).sum() > (ga != 0).sum() > 0
 
 
 # ---------------------------------------------------------------- streaming

@@ -40,6 +40,13 @@ pub trait MaskOps {
         write_all(name, x, &out)
     }
 
+    /// `select_by_mask` written over the contiguous `g`'s own buffer: the incoming
+    /// gradient, which nothing else holds, so the backward needs no second buffer.
+    fn select_by_mask_in_place(&self, name: &'static str, g: &Tensor, mask: &Tensor) -> Result<()> {
+        let out = self.select_by_mask(name, g, mask)?;
+        write_all(name, g, &out)
+    }
+
     no_fallback! {
         /// `g` where the mask's bit is set, else 0; `g` dense, of the masked input's shape.
         fn select_by_mask(&self, name: &'static str, g: &Tensor, mask: &Tensor)

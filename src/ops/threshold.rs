@@ -133,6 +133,11 @@ fn masked_grad(node: &'static str, g: &Tensor, mask: &Tensor, dims: &[usize]) ->
         return where_(&keep, &g.into(), &Operand::Scalar(Scalar::Int(0)));
     }
     let gd = g.data();
+    if g.is_uniquely_owned() && gd.is_contiguous() {
+        // The engine's incoming gradient, which nothing else holds: mask it where it lies.
+        backend::on(&gd).select_by_mask_in_place(node, &gd, &mask.data())?;
+        return Ok(g.clone());
+    }
     let out = backend::on(&gd).select_by_mask(node, &gd, &mask.data())?;
     Ok(Tensor::new(out, g.dtype()))
 }

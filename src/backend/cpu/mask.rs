@@ -1,6 +1,6 @@
 //! relu/threshold on the CPU, writing the output and a packed 1-bit mask of the
 //! elements that passed in one pass, or over the input in place (a budget's recompute),
-//! and the backward's select by that mask. Why not candle's: candle has no bit masks (a
+//! and the backward's select by that mask, into a new buffer or over the incoming gradient. Why not candle's: candle has no bit masks (a
 //! bool mask is 8x larger, a float one 32x) and no in-place ops, and its compare and
 //! select run on one thread.
 
@@ -119,6 +119,48 @@ fn select_into<T: WithDType>(o: &mut [MaybeUninit<T>], m: &[u8], g: &[T], zero: 
         for (k, (o, &v)) in o[whole..].iter_mut().zip(&g[whole..]).enumerate() {
             o.write(if (m >> k) & 1 == 1 { v } else { zero });
         }
+    }
+}
+
+/// `select_into` over `g` itself: zero where the mask bit is clear.
+#[multiversion(targets = "simd")]
+fn select_over<T: WithDType>(g: &mut [T], m: &[u8], zero: T) {
+    let whole = g.len() / 8 * 8;
+    let (body, tail) = g.split_at_mut(whole);
+    for (g8, &m) in body.chunks_exact_mut(8).zip(m) {
+        for (k, v) in g8.iter_mut().enumerate() {
+            *v = if (m >> k) & 1 == 1 { *v } else { zero };
+        }
+    }
+    if let Some(&m) = m.get(whole / 8).filter(|_| !tail.is_empty()) {
+        for (k, v) in tail.iter_mut().enumerate() {
+            *v = if (m >> k) & 1 == 1 { *v } else { zero };
+        }
+    }
+}
+
+/// `select_by_mask` in place on a contiguous layout (the caller checks), the mask held.
+struct SelectOver(candle_core::Tensor);
+
+impl InplaceOp1 for SelectOver {
+    fn name(&self) -> &'static str {
+        "select_by_mask_"
+    }
+    fn cpu_fwd(&self, s: &mut CpuStorage, l: &Layout) -> candle_core::Result<()> {
+        let Some((a, b)) = l.contiguous_offsets() else {
+            candle_core::bail!("select_by_mask_: the layout is not contiguous");
+        };
+        let selected = with_slice::<u8, _>(&self.0, |m| {
+            each_storage!(s, |v| {
+                let zero = WithDType::from_f64(0.0);
+                v[a..b]
+                    .par_chunks_mut(TASK)
+                    .zip(m.par_chunks(TASK / 8))
+                    .for_each(|(g, m)| select_over(g, m, zero));
+                Ok(())
+            })
+        });
+        selected.map_err(|e| candle_core::Error::Msg(e.to_string()))?
     }
 }
 
@@ -247,6 +289,15 @@ impl MaskOps for Cpu {
                 ))),
             }
         })?
+    }
+
+    fn select_by_mask_in_place(
+        &self,
+        name: &'static str,
+        g: &candle_core::Tensor,
+        mask: &candle_core::Tensor,
+    ) -> Result<()> {
+        g.inplace_op1(&SelectOver(mask.clone())).op(name)
     }
 
     /// The mask as 0/1 bytes of the input's shape.
