@@ -80,27 +80,6 @@ fn threshold_over_kernel<T: WithDType>(x: &mut [T], th: f64, value: f64) {
         .for_each(|c| threshold_over(c, th, value));
 }
 
-/// `threshold` in place on a contiguous layout (the caller checks).
-struct ThresholdOver {
-    th: f64,
-    value: f64,
-}
-
-impl InplaceOp1 for ThresholdOver {
-    fn name(&self) -> &'static str {
-        "threshold_"
-    }
-    fn cpu_fwd(&self, s: &mut CpuStorage, l: &Layout) -> candle_core::Result<()> {
-        let Some((a, b)) = l.contiguous_offsets() else {
-            candle_core::bail!("threshold_: the layout is not contiguous");
-        };
-        each_storage!(s, |v| {
-            threshold_over_kernel(&mut v[a..b], self.th, self.value);
-            Ok(())
-        })
-    }
-}
-
 /// `g` where the mask bit is set, else zero.
 #[multiversion(targets = "simd")]
 fn select_into<T: WithDType>(o: &mut [MaybeUninit<T>], m: &[u8], g: &[T], zero: T) {
@@ -139,28 +118,42 @@ fn select_over<T: WithDType>(g: &mut [T], m: &[u8], zero: T) {
     }
 }
 
-/// `select_by_mask` in place on a contiguous layout (the caller checks), the mask held.
-struct SelectOver(candle_core::Tensor);
+/// The in-place mask ops, on a contiguous layout (the caller checks).
+enum Overwrite {
+    /// `threshold_`: `value` where `x <= th`.
+    Threshold { th: f64, value: f64 },
+    /// `select_by_mask_`: zero where the mask (held here) is clear.
+    Select(candle_core::Tensor),
+}
 
-impl InplaceOp1 for SelectOver {
+impl InplaceOp1 for Overwrite {
     fn name(&self) -> &'static str {
-        "select_by_mask_"
+        match self {
+            Overwrite::Threshold { .. } => "threshold_",
+            Overwrite::Select(_) => "select_by_mask_",
+        }
     }
     fn cpu_fwd(&self, s: &mut CpuStorage, l: &Layout) -> candle_core::Result<()> {
         let Some((a, b)) = l.contiguous_offsets() else {
-            candle_core::bail!("select_by_mask_: the layout is not contiguous");
+            candle_core::bail!("{}: the layout is not contiguous", self.name());
         };
-        let selected = with_slice::<u8, _>(&self.0, |m| {
-            each_storage!(s, |v| {
-                let zero = WithDType::from_f64(0.0);
-                v[a..b]
-                    .par_chunks_mut(TASK)
-                    .zip(m.par_chunks(TASK / 8))
-                    .for_each(|(g, m)| select_over(g, m, zero));
+        match self {
+            &Overwrite::Threshold { th, value } => each_storage!(s, |v| {
+                threshold_over_kernel(&mut v[a..b], th, value);
                 Ok(())
+            }),
+            Overwrite::Select(mask) => with_slice::<u8, _>(mask, |m| {
+                each_storage!(s, |v| {
+                    let zero = WithDType::from_f64(0.0);
+                    v[a..b]
+                        .par_chunks_mut(TASK)
+                        .zip(m.par_chunks(TASK / 8))
+                        .for_each(|(g, m)| select_over(g, m, zero));
+                    Ok(())
+                })
             })
-        });
-        selected.map_err(|e| candle_core::Error::Msg(e.to_string()))?
+            .map_err(|e| candle_core::Error::Msg(e.to_string()))?,
+        }
     }
 }
 
@@ -222,7 +215,7 @@ impl MaskOps for Cpu {
         th: f64,
         value: f64,
     ) -> Result<()> {
-        x.inplace_op1(&ThresholdOver { th, value }).op(name)
+        x.inplace_op1(&Overwrite::Threshold { th, value }).op(name)
     }
 
     /// The output and, if asked, the bit mask of `x > th`.
@@ -297,7 +290,7 @@ impl MaskOps for Cpu {
         g: &candle_core::Tensor,
         mask: &candle_core::Tensor,
     ) -> Result<()> {
-        g.inplace_op1(&SelectOver(mask.clone())).op(name)
+        g.inplace_op1(&Overwrite::Select(mask.clone())).op(name)
     }
 
     /// The mask as 0/1 bytes of the input's shape.
