@@ -257,6 +257,18 @@ impl ParamState {
         Ok(())
     }
 
+    /// Make each missing buffer of `keys`, zero-filled like `p`, and hand `keys` back.
+    fn zeros(
+        &mut self,
+        keys: &'static [&'static str],
+        p: &Tensor,
+    ) -> Result<&'static [&'static str]> {
+        for &k in keys {
+            self.ensure(k, p, 0.0)?;
+        }
+        Ok(keys)
+    }
+
     /// Make the zero buffer `key` of shape `dims` (a factored state) if it is missing.
     fn ensure_shaped(&mut self, key: &'static str, p: &Tensor, dims: &[usize]) -> Result<()> {
         if self.get(key).is_none() {
@@ -448,11 +460,9 @@ fn rule_for(
     Ok(match h.kind {
         Kind::Sgd => {
             let init = st.get("momentum_buffer").is_none();
-            let keys: &[&str] = if h.momentum != 0.0 {
-                st.ensure("momentum_buffer", p, 0.0)?;
-                &["momentum_buffer"]
-            } else {
-                &[]
+            let keys = match h.momentum != 0.0 {
+                true => st.zeros(&["momentum_buffer"], p)?,
+                false => &[],
             };
             let s = SgdStep {
                 lr: h.lr,
@@ -465,14 +475,13 @@ fn rule_for(
             (StepRule::Sgd(s), keys)
         }
         Kind::Adam | Kind::AdamW => {
-            st.ensure("exp_avg", p, 0.0)?;
-            st.ensure("exp_avg_sq", p, 0.0)?;
-            let keys: &[&str] = if h.amsgrad {
-                st.ensure("max_exp_avg_sq", p, 0.0)?;
-                &["exp_avg", "exp_avg_sq", "max_exp_avg_sq"]
-            } else {
-                &["exp_avg", "exp_avg_sq"]
-            };
+            let keys = st.zeros(
+                match h.amsgrad {
+                    true => &["exp_avg", "exp_avg_sq", "max_exp_avg_sq"],
+                    false => &["exp_avg", "exp_avg_sq"],
+                },
+                p,
+            )?;
             let step = next_step(st);
             let bias_correction1 = 1.0 - h.beta1.powf(step);
             let bias_correction2 = 1.0 - h.beta2.powf(step);
@@ -485,21 +494,17 @@ fn rule_for(
             (StepRule::Adam(s), keys)
         }
         Kind::RmsProp => {
-            st.ensure("square_avg", p, 0.0)?;
-            let (mom, centered) = (h.momentum > 0.0, h.centered);
-            if mom {
-                st.ensure("momentum_buffer", p, 0.0)?;
-            }
-            if centered {
-                st.ensure("grad_avg", p, 0.0)?;
-            }
+            let centered = h.centered;
+            let keys = st.zeros(
+                match (h.momentum > 0.0, centered) {
+                    (false, false) => &["square_avg"],
+                    (true, false) => &["square_avg", "momentum_buffer"],
+                    (false, true) => &["square_avg", "grad_avg"],
+                    (true, true) => &["square_avg", "momentum_buffer", "grad_avg"],
+                },
+                p,
+            )?;
             next_step(st);
-            let keys: &[&str] = match (mom, centered) {
-                (false, false) => &["square_avg"],
-                (true, false) => &["square_avg", "momentum_buffer"],
-                (false, true) => &["square_avg", "grad_avg"],
-                (true, true) => &["square_avg", "momentum_buffer", "grad_avg"],
-            };
             let s = RmsPropStep {
                 lr: h.lr,
                 alpha: h.alpha,
@@ -521,8 +526,7 @@ fn rule_for(
             (StepRule::Adagrad(s), &["sum"])
         }
         Kind::Adamax => {
-            st.ensure("exp_avg", p, 0.0)?;
-            st.ensure("exp_inf", p, 0.0)?;
+            let keys = st.zeros(&["exp_avg", "exp_inf"], p)?;
             let step = next_step(st);
             let s = AdamaxStep {
                 clr: h.lr / (1.0 - h.beta1.powf(step)),
@@ -531,12 +535,11 @@ fn rule_for(
                 eps: h.eps,
                 weight_decay: h.weight_decay,
             };
-            (StepRule::Adamax(s), &["exp_avg", "exp_inf"])
+            (StepRule::Adamax(s), keys)
         }
         Kind::NAdam => {
             st.init_scalar("mu_product", 1.0);
-            st.ensure("exp_avg", p, 0.0)?;
-            st.ensure("exp_avg_sq", p, 0.0)?;
+            let keys = st.zeros(&["exp_avg", "exp_avg_sq"], p)?;
             let step = next_step(st);
             let mu = h.beta1 * (1.0 - 0.5 * 0.96f64.powf(step * h.momentum_decay));
             let mu_next = h.beta1 * (1.0 - 0.5 * 0.96f64.powf((step + 1.0) * h.momentum_decay));
@@ -549,11 +552,10 @@ fn rule_for(
                 c_grad: -h.lr * (1.0 - mu) / (1.0 - prod),
                 c_avg: (-h.lr * mu_next) / (1.0 - prod * mu_next),
             };
-            (StepRule::NAdam(s), &["exp_avg", "exp_avg_sq"])
+            (StepRule::NAdam(s), keys)
         }
         Kind::RAdam => {
-            st.ensure("exp_avg", p, 0.0)?;
-            st.ensure("exp_avg_sq", p, 0.0)?;
+            let keys = st.zeros(&["exp_avg", "exp_avg_sq"], p)?;
             let step = next_step(st);
             let bc1 = 1.0 - h.beta1.powf(step);
             let bc2 = 1.0 - h.beta2.powf(step);
@@ -570,11 +572,10 @@ fn rule_for(
                 bias_correction2_sqrt: bc2.powf(0.5),
                 rect,
             };
-            (StepRule::RAdam(s), &["exp_avg", "exp_avg_sq"])
+            (StepRule::RAdam(s), keys)
         }
         Kind::Adadelta => {
-            st.ensure("square_avg", p, 0.0)?;
-            st.ensure("acc_delta", p, 0.0)?;
+            let keys = st.zeros(&["square_avg", "acc_delta"], p)?;
             next_step(st);
             let s = AdadeltaStep {
                 lr: h.lr,
@@ -582,7 +583,7 @@ fn rule_for(
                 eps: h.eps,
                 weight_decay: h.weight_decay,
             };
-            (StepRule::Adadelta(s), &["square_avg", "acc_delta"])
+            (StepRule::Adadelta(s), keys)
         }
         Kind::Rprop => {
             st.ensure("prev", p, 0.0)?;
@@ -599,7 +600,7 @@ fn rule_for(
         Kind::Asgd => {
             st.init_scalar("eta", f32r(h.lr));
             st.init_scalar("mu", 1.0);
-            st.ensure("ax", p, 0.0)?;
+            let keys = st.zeros(&["ax"], p)?;
             let step = next_step(st);
             let (eta, mu) = (
                 st.scalar("eta").unwrap_or(1.0),
@@ -614,7 +615,7 @@ fn rule_for(
             let new_eta = h.lr / (1.0 + h.lambd * h.lr * step).powf(h.alpha);
             st.set_scalar("eta", f32r(new_eta));
             st.set_scalar("mu", f32r(1.0 / (step - h.t0).max(1.0)));
-            (StepRule::Asgd(s), &["ax"])
+            (StepRule::Asgd(s), keys)
         }
         Kind::Adafactor => {
             let dims = p.dims();
