@@ -161,6 +161,20 @@ pub fn record(
     }
 }
 
+/// `record` for a one-input op whose backward reads its input and its output:
+/// `backward(x, y, g)` is the input's gradient.
+pub fn record_with_input_and_output(
+    name: &'static str,
+    out: &Tensor,
+    x: &Tensor,
+    backward: impl Fn(&Tensor, &Tensor, &Tensor) -> Result<Tensor> + Send + Sync + 'static,
+) {
+    let save = || vec![SavedTensor::input(x), SavedTensor::output(out)];
+    record(name, out, &[x], save, move |ctx, g| {
+        Ok(vec![Some(backward(&ctx.saved[0], &ctx.saved[1], g)?)])
+    });
+}
+
 /// `record` for an op with several outputs (`split`): one node, output i of which is
 /// `outs[i]`, with its own gradient. Saves nothing.
 pub fn record_outputs(

@@ -7,7 +7,7 @@ pub mod lines;
 pub mod minmax;
 pub mod softmax;
 
-use crate::autograd::function::record;
+use crate::autograd::function::{record, record_with_input_and_output};
 use crate::autograd::saved::SavedTensor;
 use crate::backend;
 use crate::dtype::{default_float, DType};
@@ -391,44 +391,36 @@ pub fn norm(x: &Tensor, p: f64, dims: Option<&[usize]>, keepdim: bool) -> Result
             .op(op)?
     };
     let out = Tensor::new(data.reshape(out_dims).op(op)?, x.dtype());
-    record(
-        "LinalgVectorNormBackward0",
-        &out,
-        &[x],
-        || vec![SavedTensor::input(x), SavedTensor::output(&out)],
-        move |ctx, g| {
-            let (x, y) = (&ctx.saved[0], &ctx.saved[1]);
-            let g = reshape(g, &kd)?;
-            let y = reshape(y, &kd)?;
-            let dt = x.dtype();
-            let gx = if p == 0.0 {
-                mul_scalar(&mul(&g, x)?, 0.0)?
-            } else if p == 1.0 {
-                mul(&g, &sign(x)?)?
-            } else if p.is_infinite() {
-                // Ties share the gradient evenly, as in PyTorch.
-                let ax = unary(UnaryOp::Abs, x)?;
-                let hit = to_dtype(&compare(CompareOp::Eq, &(&ax).into(), &(&y).into())?, dt)?;
-                let count = sum(&hit, Some(&reduced), true)?;
-                mul(&div(&g, &count)?, &mul(&hit, &sign(x)?)?)?
+    record_with_input_and_output("LinalgVectorNormBackward0", &out, x, move |x, y, g| {
+        let g = reshape(g, &kd)?;
+        let y = reshape(y, &kd)?;
+        let dt = x.dtype();
+        let gx = if p == 0.0 {
+            mul_scalar(&mul(&g, x)?, 0.0)?
+        } else if p == 1.0 {
+            mul(&g, &sign(x)?)?
+        } else if p.is_infinite() {
+            // Ties share the gradient evenly, as in PyTorch.
+            let ax = unary(UnaryOp::Abs, x)?;
+            let hit = to_dtype(&compare(CompareOp::Eq, &(&ax).into(), &(&y).into())?, dt)?;
+            let count = sum(&hit, Some(&reduced), true)?;
+            mul(&div(&g, &count)?, &mul(&hit, &sign(x)?)?)?
+        } else {
+            // g * sign(x) |x|^(p-1) / y^(p-1), and 0 where x == 0 or y == 0 (PyTorch's
+            // choice; |x|^(p-1) is infinite there for p < 1).
+            let y_zero = to_dtype(&compare(CompareOp::Eq, &(&y).into(), &0.0.into())?, dt)?;
+            let safe_y = add(&y, &y_zero)?;
+            let scale = if p == 2.0 {
+                div(x, &safe_y)?
             } else {
-                // g * sign(x) |x|^(p-1) / y^(p-1), and 0 where x == 0 or y == 0 (PyTorch's
-                // choice; |x|^(p-1) is infinite there for p < 1).
-                let y_zero = to_dtype(&compare(CompareOp::Eq, &(&y).into(), &0.0.into())?, dt)?;
-                let safe_y = add(&y, &y_zero)?;
-                let scale = if p == 2.0 {
-                    div(x, &safe_y)?
-                } else {
-                    let x_zero = to_dtype(&compare(CompareOp::Eq, &x.into(), &0.0.into())?, dt)?;
-                    let y_nonzero =
-                        to_dtype(&compare(CompareOp::Ne, &(&y).into(), &0.0.into())?, dt)?;
-                    let num = mul(&sign(x)?, &abs_pow(&add(x, &x_zero)?, p - 1.0)?)?;
-                    mul(&div(&num, &abs_pow(&safe_y, p - 1.0)?)?, &y_nonzero)?
-                };
-                mul(&g, &scale)?
+                let x_zero = to_dtype(&compare(CompareOp::Eq, &x.into(), &0.0.into())?, dt)?;
+                let y_nonzero = to_dtype(&compare(CompareOp::Ne, &(&y).into(), &0.0.into())?, dt)?;
+                let num = mul(&sign(x)?, &abs_pow(&add(x, &x_zero)?, p - 1.0)?)?;
+                mul(&div(&num, &abs_pow(&safe_y, p - 1.0)?)?, &y_nonzero)?
             };
-            Ok(vec![Some(gx)])
-        },
-    );
+            mul(&g, &scale)?
+        };
+        Ok(gx)
+    });
     Ok(out)
 }

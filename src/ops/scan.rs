@@ -7,7 +7,7 @@
 //!   a linear recurrence run back to front. No division, so zeros in `x` are exact.
 //! - the linear recurrence `h[i] = a[i] h[i-1] + b[i]` is its own adjoint, reversed.
 
-use crate::autograd::function::record;
+use crate::autograd::function::{record, record_with_input_and_output};
 use crate::autograd::saved::SavedTensor;
 use crate::dtype::DType;
 use crate::error::{CandleContext, Error, Result};
@@ -65,21 +65,14 @@ pub fn cumprod_dir(x: &Tensor, dim: usize, reverse: bool) -> Result<Tensor> {
         reverse,
     };
     let out = Tensor::new(line_op(&x.data(), dim, k)?, x.dtype());
-    record(
-        "CumprodBackward0",
-        &out,
-        &[x],
-        || vec![SavedTensor::input(x), SavedTensor::output(&out)],
-        move |ctx, g| {
-            let (x, y) = (&ctx.saved[0], &ctx.saved[1]);
-            // Toward the scan's direction: `before[i]` is the product of the elements
-            // scanned before i; `r` gathers the gradients of the outputs after i.
-            let step = if reverse { -1 } else { 1 };
-            let before = shift(y, dim, step, true)?;
-            let r = linear_scan(&shift(x, dim, -step, false)?, g, dim, !reverse)?;
-            Ok(vec![Some(mul(&before, &r)?)])
-        },
-    );
+    record_with_input_and_output("CumprodBackward0", &out, x, move |x, y, g| {
+        // Toward the scan's direction: `before[i]` is the product of the elements
+        // scanned before i; `r` gathers the gradients of the outputs after i.
+        let step = if reverse { -1 } else { 1 };
+        let before = shift(y, dim, step, true)?;
+        let r = linear_scan(&shift(x, dim, -step, false)?, g, dim, !reverse)?;
+        mul(&before, &r)
+    });
     Ok(out)
 }
 

@@ -1,6 +1,6 @@
 //! `amax`/`amin`, `max`/`min` (of everything, or along a dim with indices), `argmax`/`argmin`.
 
-use crate::autograd::function::record;
+use crate::autograd::function::{record, record_with_input_and_output};
 use crate::autograd::saved::SavedTensor;
 use crate::dtype::DType;
 use crate::error::{CandleContext, Error, Result};
@@ -75,19 +75,12 @@ fn extreme(
         .reshape(reduced_shape(&in_dims, &reduced, keepdim))
         .op(op_name(max))?;
     let out = Tensor::new(data, x.dtype());
-    record(
-        node,
-        &out,
-        &[x],
-        || vec![SavedTensor::input(x), SavedTensor::output(&out)],
-        move |ctx, g| {
-            let (x, y) = (&ctx.saved[0], &ctx.saved[1]);
-            let y = reshape(y, &kd)?;
-            let hit = to_dtype(&compare(CompareOp::Eq, &x.into(), &(&y).into())?, x.dtype())?;
-            let count = sum(&hit, Some(&reduced), true)?;
-            Ok(vec![Some(mul(&div(&reshape(g, &kd)?, &count)?, &hit)?)])
-        },
-    );
+    record_with_input_and_output(node, &out, x, move |x, y, g| {
+        let y = reshape(y, &kd)?;
+        let hit = to_dtype(&compare(CompareOp::Eq, &x.into(), &(&y).into())?, x.dtype())?;
+        let count = sum(&hit, Some(&reduced), true)?;
+        mul(&div(&reshape(g, &kd)?, &count)?, &hit)
+    });
     Ok(out)
 }
 
