@@ -1,8 +1,8 @@
 //! relu/threshold on the CPU, writing the output and a packed 1-bit mask of the
 //! elements that passed in one pass, or over the input in place (a budget's recompute),
-//! and the backward's select by that mask, into a new buffer or over the incoming gradient. Why not candle's: candle has no bit masks (a
-//! bool mask is 8x larger, a float one 32x) and no in-place ops, and its compare and
-//! select run on one thread.
+//! and the backward's select by that mask, into a new buffer or over the incoming
+//! gradient. Why not candle's: candle has no bit masks (a bool mask is 8x larger, a float
+//! one 32x) and no in-place ops, and its compare and select run on one thread.
 
 use std::mem::MaybeUninit;
 
