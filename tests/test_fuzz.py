@@ -70,6 +70,13 @@ def _sizes(draw, shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(draw(st.lists(st.integers(0, 5), max_size=3)))
 
 
+def _repeats(draw, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Repeats for repeat/tile, negative ones included. Not for an empty input: PyTorch's
+    own backward fails there (test_shape.py checks that forward by hand)."""
+    low = 0 if 0 in shape else -1
+    return tuple(draw(st.lists(st.integers(low, 3), max_size=4)))
+
+
 def _index(draw, shape, dim: int, dtype=np.int64) -> np.ndarray:
     """An index tensor for `dim` of `shape`: in bounds, or with one out of bounds."""
     n = shape[dim] if shape and -len(shape) <= dim < len(shape) else 1
@@ -182,13 +189,27 @@ OPS.update(
             lambda lib, x, a: x.expand(*a["sizes"]),
         ),
         "repeat": (
-            lambda draw, shape: {"sizes": tuple(draw(st.lists(st.integers(0, 3), max_size=4)))},
+            lambda draw, shape: {"sizes": _repeats(draw, shape)},
             lambda lib, x, a: x.repeat(*a["sizes"]),
         ),
         "tile": (
-            lambda draw, shape: {"sizes": tuple(draw(st.lists(st.integers(0, 3), max_size=4)))},
+            lambda draw, shape: {"sizes": _repeats(draw, shape)},
             lambda lib, x, a: lib.tile(x, a["sizes"]),
         ),
+        "squeeze(dims)": (
+            lambda draw, shape: {
+                "dims": tuple(_dim(draw, len(shape)) for _ in range(draw(st.integers(0, 2))))
+            },
+            lambda lib, x, a: lib.squeeze(x, a["dims"]),
+        ),
+        "movedim(dims)": (
+            lambda draw, shape: {
+                "src": tuple(_dim(draw, len(shape)) for _ in range(draw(st.integers(0, 2)))),
+                "dst": tuple(_dim(draw, len(shape)) for _ in range(draw(st.integers(0, 2)))),
+            },
+            lambda lib, x, a: lib.movedim(x, a["src"], a["dst"]),
+        ),
+        "mT": (lambda draw, shape: {}, lambda lib, x, a: x.mT),
         "narrow": (
             lambda draw, shape: {
                 "dim": _dim(draw, len(shape)),
@@ -204,6 +225,13 @@ OPS.update(
         "split": (
             lambda draw, shape: {"size": draw(st.integers(-1, 3)), "dim": _dim(draw, len(shape))},
             lambda lib, x, a: lib.split(x, a["size"], a["dim"]),
+        ),
+        "split(sections)": (
+            lambda draw, shape: {
+                "sizes": draw(st.lists(st.integers(-1, 3), max_size=3)),
+                "dim": _dim(draw, len(shape)),
+            },
+            lambda lib, x, a: x.split(a["sizes"], a["dim"]),
         ),
         "chunk": (
             lambda draw, shape: {"n": draw(st.integers(-1, 4)), "dim": _dim(draw, len(shape))},
@@ -334,7 +362,7 @@ OPS.update(
         "unflatten": (
             lambda draw, shape: {
                 "dim": _dim(draw, len(shape)),
-                "sizes": tuple(draw(st.lists(st.integers(-1, 4), min_size=1, max_size=3))),
+                "sizes": tuple(draw(st.lists(st.integers(-1, 4), max_size=3))),
             },
             lambda lib, x, a: lib.unflatten(x, a["dim"], a["sizes"]),
         ),

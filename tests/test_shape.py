@@ -302,6 +302,24 @@ def test_tril_batched_and_int(torch_ref):
     run_both(torch_ref, lambda L, x: x.flip(0), np.array([True, False, False]), grad=False)
 
 
+@pytest.mark.parametrize(
+    "shape, repeats",
+    [((0,), (-1,)), ((0,), (1, -1)), ((2, 0), (3, -2)), ((2,), (-1,)), ((), (-1,))],
+)
+def test_negative_repeats_follow_pytorch(torch_ref, shape, repeats):
+    """PyTorch refuses a negative repeat only where the repeated size would be negative: an
+    empty dim repeated -1 times stays empty. (Forward only: PyTorch's own backward of the
+    empty case fails.)"""
+    for op in (lambda L, x: x.repeat(*repeats), lambda L, x: L.tile(x, repeats)):
+        try:
+            want = op(torch_ref, torch_ref.zeros(shape)).shape
+        except RuntimeError:
+            with pytest.raises(RuntimeError, match="negative dimension"):
+                op(gs, gs.zeros(shape))
+            continue
+        assert tuple(op(gs, gs.zeros(shape)).shape) == tuple(want)
+
+
 def test_misc_errors():
     x = gs.tensor(arr(3, 4))
     with pytest.raises(RuntimeError, match="at least 2 dimensions"):

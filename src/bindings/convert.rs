@@ -9,7 +9,7 @@ use crate::bindings::op::attributes;
 use crate::bindings::tensor::PyTensor;
 use crate::bindings::Obj;
 use crate::dtype::{default_float, DType};
-use crate::error::{CandleContext, Error, Result};
+use crate::error::CandleContext;
 use crate::ops::{self, wrap_dim, wrap_dims, Operand, Scalar};
 use crate::tensor::Tensor;
 
@@ -434,21 +434,6 @@ fn size_type_error(op: &str, obj: &Obj<'_>) -> PyErr {
     ))
 }
 
-/// Non-negative sizes, with PyTorch's message for negative ones.
-pub fn to_dims(op: &str, size: &[i64]) -> Result<Vec<usize>> {
-    size.iter()
-        .map(|&d| {
-            if d < 0 {
-                Err(Error::shape(format!(
-                    "{op}: Trying to create tensor with negative dimension {d}: {size:?}"
-                )))
-            } else {
-                Ok(d as usize)
-            }
-        })
-        .collect()
-}
-
 /// A dim argument: an int, or a tuple/list of ints.
 pub fn extract_dims(obj: &Obj<'_>) -> PyResult<Vec<i64>> {
     if let Ok(d) = obj.extract::<i64>() {
@@ -474,7 +459,7 @@ pub fn dims_arg(op: &str, t: &Tensor, dim: Option<&Obj<'_>>) -> PyResult<Option<
         )));
     }
     // `dim=()` reduces every dim, as in PyTorch.
-    let dims = wrap_dims(op, Some(&extract_dims(d)?), t.rank())?;
+    let dims = wrap_dims(op, &extract_dims(d)?, t.rank())?;
     Ok((!dims.is_empty()).then_some(dims))
 }
 

@@ -9,14 +9,14 @@ use pyo3::types::PyTuple;
 
 use crate::bindings::convert::{
     check_device, extract_dtype, extract_scalar, extract_size, opt_dtype, tensor_from_data,
-    tensor_from_numpy, to_dims, type_name, PyDType,
+    tensor_from_numpy, type_name, PyDType,
 };
 use crate::bindings::op::{functions, Input};
 use crate::bindings::random::pick_generator;
 use crate::bindings::tensor::PyTensor;
 use crate::bindings::Obj;
 use crate::dtype::{self, default_float, DType};
-use crate::ops::{self, Scalar};
+use crate::ops::{self, to_dims, Scalar};
 use crate::random::{self, Generator};
 use crate::tensor::Tensor;
 

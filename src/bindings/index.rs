@@ -6,15 +6,13 @@ use pyo3::exceptions::{PyIndexError, PyNotImplementedError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyEllipsis, PyList, PySlice, PyTuple};
 
-use crate::bindings::convert::{
-    extract_operand, extract_scalar, extract_tensor, tensor_from_data, type_name,
-};
+use crate::bindings::convert::{extract_operand, extract_scalar, tensor_from_data, type_name};
 use crate::bindings::op::tensor_ops;
 use crate::bindings::tensor::PyTensor;
 use crate::bindings::Obj;
 use crate::dtype::DType;
 use crate::ops::index::{self, IndexItem};
-use crate::ops::{creation, wrap_dim, Operand};
+use crate::ops::{creation, Operand};
 use crate::tensor::Tensor;
 
 fn slice_part(obj: &Obj<'_>) -> PyResult<Option<i64>> {
@@ -178,19 +176,6 @@ fn index_tensors(obj: &Obj<'_>) -> PyResult<Vec<Tensor>> {
         .collect()
 }
 
-/// `dim` wrapped, `index`, and the source `src(index)` of the scatters.
-fn scatter_args(
-    op: &str,
-    t: &Tensor,
-    dim: i64,
-    index: &Obj<'_>,
-    src: impl FnOnce(&Tensor) -> PyResult<Tensor>,
-) -> PyResult<(usize, Tensor, Tensor)> {
-    let i = extract_tensor(op, "index", index)?;
-    let s = src(&i)?;
-    Ok((wrap_dim(op, dim, t.rank())?, i, s))
-}
-
 #[pymethods]
 impl PyTensor {
     fn __getitem__(&self, index: &Obj<'_>) -> PyResult<Tensor> {
@@ -208,44 +193,37 @@ tensor_ops! { mod functions;
     both fn gather(x: Tensor, dim: i64, index as "index": &Obj<'_>, sparse_grad: bool)
         [dim, index, *, sparse_grad=false] -> Tensor {
         let _ = sparse_grad;
-        Ok(index::gather(&x, wrap_dim("gather", dim, x.rank())?, &index)?)
+        Ok(index::gather(&x, dim, &index)?)
     }
     both fn index_select(x: Tensor, dim: i64, index as "index": &Obj<'_>) [dim, index] -> Tensor {
-        Ok(index::index_select(&x, wrap_dim("index_select", dim, x.rank())?, &index)?)
+        Ok(index::index_select(&x, dim, &index)?)
     }
     both fn take_along_dim(x: Tensor, indices as "indices": &Obj<'_>, dim: Option<i64>)
         [indices, dim=None] -> Tensor {
         Ok(index::take_along_dim(&x, &indices, dim)?)
     }
-    both fn scatter_add(x: Tensor, dim: i64, index: &Obj<'_>, src: &Obj<'_>)
+    both fn scatter_add(x: Tensor, dim: i64, index as "index": &Obj<'_>, src as "src": &Obj<'_>)
         [dim, index, src] -> Tensor {
-        let src = |_: &Tensor| extract_tensor("scatter_add", "src", src);
-        let (d, i, s) = scatter_args("scatter_add", &x, dim, index, src)?;
-        Ok(index::out_of_place(&x, |o| index::scatter_add_(o, d, &i, &s))?)
+        Ok(index::out_of_place(&x, |o| index::scatter_add_(o, dim, &index, &src))?)
     }
-    method fn scatter_add_(x: Py<PyTensor>, dim: i64, index: &Obj<'_>, src: &Obj<'_>)
-        [dim, index, src] -> Py<PyTensor> {
-        let t = &x.get().t;
-        let src = |_: &Tensor| extract_tensor("scatter_add_", "src", src);
-        let (d, i, s) = scatter_args("scatter_add_", t, dim, index, src)?;
-        index::scatter_add_(t, d, &i, &s)?;
+    method fn scatter_add_(x: Py<PyTensor>, dim: i64, index as "index": &Obj<'_>,
+        src as "src": &Obj<'_>) [dim, index, src] -> Py<PyTensor> {
+        index::scatter_add_(&x.get().t, dim, &index, &src)?;
         Ok(x)
     }
-    both fn scatter(x: Tensor, dim: i64, index: &Obj<'_>, src: Option<&Obj<'_>>,
+    both fn scatter(x: Tensor, dim: i64, index as "index": &Obj<'_>, src: Option<&Obj<'_>>,
         value: Option<&Obj<'_>>, reduce: Option<&str>)
         [dim, index, src=None, value=None, *, reduce=None] -> Tensor {
         no_reduce(reduce)?;
-        let src = |i: &Tensor| scatter_src(&x, src, value, i);
-        let (d, i, s) = scatter_args("scatter", &x, dim, index, src)?;
-        Ok(index::out_of_place(&x, |o| index::scatter_(o, d, &i, &s))?)
+        let s = scatter_src(&x, src, value, &index)?;
+        Ok(index::out_of_place(&x, |o| index::scatter_(o, dim, &index, &s))?)
     }
-    method fn scatter_(x: Py<PyTensor>, dim: i64, index: &Obj<'_>, src: Option<&Obj<'_>>,
+    method fn scatter_(x: Py<PyTensor>, dim: i64, index as "index": &Obj<'_>, src: Option<&Obj<'_>>,
         value: Option<&Obj<'_>>, reduce: Option<&str>)
         [dim, index, src=None, value=None, *, reduce=None] -> Py<PyTensor> {
         no_reduce(reduce)?;
         let t = &x.get().t;
-        let (d, i, s) = scatter_args("scatter_", t, dim, index, |i| scatter_src(t, src, value, i))?;
-        index::scatter_(t, d, &i, &s)?;
+        index::scatter_(t, dim, &index, &scatter_src(t, src, value, &index)?)?;
         Ok(x)
     }
     both fn masked_fill(x: Tensor, mask as "mask": &Obj<'_>, value: &Obj<'_>)

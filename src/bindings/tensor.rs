@@ -82,7 +82,7 @@ impl PyTensor {
             args.get_item(0)?.cast::<PyTensor>()?.get().t.detach()
         } else if args.iter().all(|a| a.extract::<i64>().is_ok()) {
             let size = crate::bindings::convert::extract_size("Tensor", args)?;
-            let dims = crate::bindings::convert::to_dims("Tensor", &size)?;
+            let dims = crate::ops::to_dims("Tensor", &size)?;
             ops::creation::zeros(&dims, crate::dtype::default_float())?
         } else {
             tensor_from_data(&args.get_item(0)?, Some(crate::dtype::default_float()))?

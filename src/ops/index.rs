@@ -19,7 +19,7 @@ use crate::dtype::DType;
 use crate::error::{CandleContext, Error, Result};
 use crate::ops::inplace::{fill_data, update_data, Update};
 use crate::ops::shape::{derived, expand, reshape};
-use crate::ops::{broadcast_shape, convert, creation, Scalar};
+use crate::ops::{broadcast_shape, convert, creation, Dim, Scalar};
 use crate::tensor::{shape_str, Tensor};
 
 pub(crate) use family::gather_plan;
@@ -36,19 +36,36 @@ pub type ViewFn = Arc<dyn Fn(&Tensor) -> Result<Tensor> + Send + Sync>;
 // ---------------------------------------------------------------------------------------
 // Basic views
 
-/// `x.narrow(dim, start, len)`: a view.
-pub fn narrow(x: &Tensor, dim: usize, start: usize, len: usize) -> Result<Tensor> {
+/// `x.narrow(dim, start, len)`: a view; a negative `start` counts from the end.
+pub fn narrow(x: &Tensor, dim: impl Dim, start: i64, len: i64) -> Result<Tensor> {
     let dims = x.dims();
     if dims.is_empty() {
         return Err(Error::shape(
             "narrow() cannot be applied to a 0-dim tensor.",
         ));
     }
-    if dim >= dims.len() || start + len > dims[dim] {
+    if len < 0 {
+        return Err(Error::shape(format!(
+            "narrow(): length must be non-negative (got {len})"
+        )));
+    }
+    let dim = dim.wrap("narrow", dims.len())?;
+    let size = dims[dim] as i64;
+    if start < -size || start > size {
+        return Err(Error::index(format!(
+            "start out of range (expected to be in range of [{}, {size}], but got {start})",
+            -size
+        )));
+    }
+    let (start, len) = (
+        (if start < 0 { start + size } else { start }) as usize,
+        len as usize,
+    );
+    if len > dims[dim] - start {
         return Err(Error::shape(format!(
             "narrow: start ({start}) + length ({len}) exceeds dimension size ({}) of dim {dim} \
              (input shape {})",
-            dims.get(dim).copied().unwrap_or(0),
+            dims[dim],
             shape_str(&dims)
         )));
     }
@@ -108,8 +125,14 @@ pub fn alias(x: &Tensor) -> Tensor {
 }
 
 /// `x.select(dim, i)`: the i-th slice along `dim`, that dim removed. A view.
-pub fn select(x: &Tensor, dim: usize, index: i64) -> Result<Tensor> {
+pub fn select(x: &Tensor, dim: impl Dim, index: i64) -> Result<Tensor> {
     let in_dims = x.dims();
+    if in_dims.is_empty() {
+        return Err(Error::index(
+            "select() cannot be applied to a 0-dim tensor.",
+        ));
+    }
+    let dim = dim.wrap("select", in_dims.len())?;
     let size = in_dims[dim] as i64;
     if index < -size || index >= size {
         return Err(Error::index(format!(

@@ -191,6 +191,47 @@ pub fn wrap_dim(op: &str, dim: i64, rank: usize) -> Result<usize> {
     })
 }
 
+/// Non-negative sizes, with PyTorch's message for negative ones.
+pub fn to_dims(op: &str, size: &[i64]) -> Result<Vec<usize>> {
+    size.iter()
+        .map(|&d| {
+            if d < 0 {
+                Err(Error::shape(format!(
+                    "{op}: Trying to create tensor with negative dimension {d}: {size:?}"
+                )))
+            } else {
+                Ok(d as usize)
+            }
+        })
+        .collect()
+}
+
+/// A dim as an op takes it: an `i64` as the user wrote it (negative counts from the end)
+/// or a `usize` a Rust caller computed. The op wraps and range-checks it itself, as ATen's
+/// ops do, so a bad dim from any caller gets PyTorch's IndexError, never a panic.
+pub trait Dim: Copy + std::fmt::Debug {
+    fn wrap(self, op: &str, rank: usize) -> Result<usize>;
+}
+
+impl Dim for i64 {
+    fn wrap(self, op: &str, rank: usize) -> Result<usize> {
+        wrap_dim(op, self, rank)
+    }
+}
+
+/// Integer literals default to `i32`: `transpose(x, 0, 1)` needs no suffix.
+impl Dim for i32 {
+    fn wrap(self, op: &str, rank: usize) -> Result<usize> {
+        wrap_dim(op, self.into(), rank)
+    }
+}
+
+impl Dim for usize {
+    fn wrap(self, op: &str, rank: usize) -> Result<usize> {
+        wrap_dim(op, i64::try_from(self).unwrap_or(i64::MAX), rank)
+    }
+}
+
 /// PyTorch's error for an op that needs a real dim of a 0-d tensor (`unbind`, `roll`).
 pub fn no_dims(op: &str, dim: usize) -> Error {
     Error::index(format!(
@@ -203,24 +244,19 @@ pub fn needs_1d(op: &str) -> Error {
     Error::shape(format!("{op} expects at least a 1-dimensional tensor"))
 }
 
-/// Normalise a list of dims; `None` means all. Rejects repeats.
-pub fn wrap_dims(op: &str, dims: Option<&[i64]>, rank: usize) -> Result<Vec<usize>> {
-    match dims {
-        None => Ok((0..rank).collect()),
-        Some(ds) => {
-            let mut out = Vec::with_capacity(ds.len());
-            for &d in ds {
-                let w = wrap_dim(op, d, rank)?;
-                if out.contains(&w) {
-                    return Err(Error::shape(format!(
-                        "{op}: dim {w} appears multiple times in the list of dims"
-                    )));
-                }
-                out.push(w);
-            }
-            Ok(out)
+/// Normalise a list of dims. Rejects repeats.
+pub fn wrap_dims<D: Dim>(op: &str, dims: &[D], rank: usize) -> Result<Vec<usize>> {
+    let mut out = Vec::with_capacity(dims.len());
+    for &d in dims {
+        let w = d.wrap(op, rank)?;
+        if out.contains(&w) {
+            return Err(Error::shape(format!(
+                "{op}: dim {w} appears multiple times in the list of dims"
+            )));
         }
+        out.push(w);
     }
+    Ok(out)
 }
 
 /// Error unless the dtype is floating point (ops such as exp on integers promote instead).

@@ -4,13 +4,13 @@
 mod join;
 mod view;
 
-pub use join::{cat, check_chunk, chunk, split, split_with_sizes, stack, unbind};
+pub use join::{cat, chunk, split, split_with_sizes, stack, unbind};
 pub use view::{compute_stride, view, view_dims};
 
 use crate::autograd::function::record;
 use crate::autograd::remat;
 use crate::error::{CandleContext, Error, Result};
-use crate::ops::{broadcasts_to, sum_to};
+use crate::ops::{broadcasts_to, sum_to, to_dims, wrap_dims, Dim};
 use crate::tensor::{shape_str, Tensor};
 
 /// Wrap `data` computed from `x`: a view when it shares x's buffer.
@@ -84,8 +84,17 @@ pub fn reshape(x: &Tensor, dims: &[usize]) -> Result<Tensor> {
     Ok(view::view_output(x, data))
 }
 
-/// `transpose(d0, d1)` on normalised dims: always a view.
-pub fn transpose(x: &Tensor, d0: usize, d1: usize) -> Result<Tensor> {
+/// `reshape(sizes)` with the sizes as the user gives them (one may be -1).
+pub fn reshape_sizes(x: &Tensor, req: &[i64]) -> Result<Tensor> {
+    reshape(x, &infer_shape("reshape", req, x.numel(), &x.dims())?)
+}
+
+/// `transpose(d0, d1)`: always a view.
+pub fn transpose(x: &Tensor, d0: impl Dim, d1: impl Dim) -> Result<Tensor> {
+    let (d0, d1) = (
+        d0.wrap("transpose", x.rank())?,
+        d1.wrap("transpose", x.rank())?,
+    );
     if d0 == d1 || x.rank() < 2 {
         return Ok(x.clone());
     }
@@ -97,17 +106,13 @@ pub fn transpose(x: &Tensor, d0: usize, d1: usize) -> Result<Tensor> {
     Ok(out)
 }
 
-/// `permute(dims)` on a normalised permutation: a view.
-pub fn permute(x: &Tensor, perm: &[usize]) -> Result<Tensor> {
+/// `permute(dims)`: a view.
+pub fn permute<D: Dim>(x: &Tensor, perm: &[D]) -> Result<Tensor> {
     let rank = x.rank();
-    let mut seen = vec![false; rank];
-    if perm.len() != rank
-        || perm
-            .iter()
-            .any(|&p| p >= rank || std::mem::replace(&mut seen[p], true))
-    {
+    let perm = &wrap_dims("permute", perm, rank)?;
+    if perm.len() != rank {
         return Err(Error::shape(format!(
-            "permute: number of dims don't match or repeated dim in permute (input shape {}, dims {:?})",
+            "permute: number of dims don't match in permute (input shape {}, dims {:?})",
             shape_str(&x.dims()),
             perm
         )));
@@ -125,9 +130,10 @@ pub fn permute(x: &Tensor, perm: &[usize]) -> Result<Tensor> {
     Ok(out)
 }
 
-/// `unsqueeze(d)` with `d` in `0..=rank`: a view whatever the layout.
-pub fn unsqueeze(x: &Tensor, d: usize) -> Result<Tensor> {
+/// `unsqueeze(d)`, `d` counted in the output's `rank + 1` dims: a view whatever the layout.
+pub fn unsqueeze(x: &Tensor, d: impl Dim) -> Result<Tensor> {
     let in_dims = x.dims();
+    let d = d.wrap("unsqueeze", in_dims.len() + 1)?;
     let data = x.data();
     let data = match in_dims.get(d) {
         // PyTorch's stride for the new dim steps over dim d whole; candle's unsqueeze
@@ -151,9 +157,10 @@ pub fn unsqueeze(x: &Tensor, d: usize) -> Result<Tensor> {
     Ok(out)
 }
 
-/// `squeeze(dims)`: drop those of `dims` (normalised) that have size 1. A view.
-pub fn squeeze(x: &Tensor, dims: &[usize]) -> Result<Tensor> {
+/// `squeeze(dims)`: drop those of `dims` that have size 1. A view.
+pub fn squeeze<D: Dim>(x: &Tensor, dims: &[D]) -> Result<Tensor> {
     let in_dims = x.dims();
+    let dims = wrap_dims("squeeze", dims, in_dims.len())?;
     let mut drop: Vec<usize> = dims
         .iter()
         .copied()
@@ -176,9 +183,13 @@ pub fn squeeze(x: &Tensor, dims: &[usize]) -> Result<Tensor> {
     Ok(out)
 }
 
-/// `flatten(start, end)` on normalised dims; a 0-d tensor becomes 1-d.
-pub fn flatten(x: &Tensor, start: usize, end: usize) -> Result<Tensor> {
+/// `flatten(start, end)`; a 0-d tensor becomes 1-d.
+pub fn flatten(x: &Tensor, start: impl Dim, end: impl Dim) -> Result<Tensor> {
     let dims = x.dims();
+    let (start, end) = (
+        start.wrap("flatten", dims.len())?,
+        end.wrap("flatten", dims.len())?,
+    );
     if dims.is_empty() {
         return reshape(x, &[1]);
     }
@@ -193,9 +204,10 @@ pub fn flatten(x: &Tensor, start: usize, end: usize) -> Result<Tensor> {
     reshape(x, &out)
 }
 
-/// `unflatten(dim, sizes)`: split dim `dim` (normalised) into `sizes` (one may be -1).
-pub fn unflatten(x: &Tensor, dim: usize, sizes: &[i64]) -> Result<Tensor> {
+/// `unflatten(dim, sizes)`: split dim `dim` into `sizes` (one may be -1).
+pub fn unflatten(x: &Tensor, dim: impl Dim, sizes: &[i64]) -> Result<Tensor> {
     let dims = x.dims();
+    let dim = dim.wrap("unflatten", dims.len())?;
     if sizes.is_empty() {
         return Err(Error::shape("unflatten: sizes must be non-empty"));
     }
@@ -219,17 +231,28 @@ pub fn unflatten(x: &Tensor, dim: usize, sizes: &[i64]) -> Result<Tensor> {
     view_dims(x, &out)
 }
 
-/// `movedim(source, destination)` on normalised, distinct dims: a permutation.
-pub fn movedim(x: &Tensor, src: &[usize], dst: &[usize]) -> Result<Tensor> {
-    let rank = x.rank();
-    if rank == 0 {
-        return Ok(x.clone());
-    }
+/// `movedim(source, destination)`: a permutation.
+pub fn movedim<D: Dim>(x: &Tensor, src: &[D], dst: &[D]) -> Result<Tensor> {
     if src.len() != dst.len() {
         return Err(Error::shape(format!(
             "movedim: Invalid source or destination dims: source ({src:?} dims) should contain \
              the same number of dims as destination ({dst:?} dims)"
         )));
+    }
+    let rank = x.rank();
+    // Every dim is range-checked before either list is checked for repeats, as in PyTorch.
+    let wrap = |ds: &[D]| {
+        ds.iter()
+            .map(|d| d.wrap("movedim", rank))
+            .collect::<Result<Vec<_>>>()
+    };
+    let (src, dst) = (wrap(src)?, wrap(dst)?);
+    let (src, dst) = (
+        &wrap_dims("movedim", &src, rank)?,
+        &wrap_dims("movedim", &dst, rank)?,
+    );
+    if rank == 0 {
+        return Ok(x.clone());
     }
     let mut perm = vec![usize::MAX; rank];
     for (&s, &d) in src.iter().zip(dst) {
@@ -297,8 +320,9 @@ pub fn expand_sizes(x: &Tensor, req: &[i64]) -> Result<Tensor> {
     expand(x, &dims)
 }
 
-/// `flip(dims)` on normalised dims: a copy with those dims reversed.
-pub fn flip(x: &Tensor, dims: &[usize]) -> Result<Tensor> {
+/// `flip(dims)`: a copy with those dims reversed.
+pub fn flip<D: Dim>(x: &Tensor, dims: &[D]) -> Result<Tensor> {
+    let dims = &wrap_dims("flip", dims, x.rank())?;
     let src = x.contiguous_data()?;
     let data = if dims
         .iter()
@@ -402,7 +426,7 @@ pub fn tri(x: &Tensor, diagonal: i64, upper: bool) -> Result<Tensor> {
 }
 
 /// `repeat(*repeats)`: tile the tensor; `repeats` may add leading dims.
-pub fn repeat(x: &Tensor, repeats: &[usize]) -> Result<Tensor> {
+pub fn repeat(x: &Tensor, repeats: &[i64]) -> Result<Tensor> {
     let dims = x.dims();
     if repeats.len() < dims.len() {
         return Err(Error::shape(format!(
@@ -413,17 +437,54 @@ pub fn repeat(x: &Tensor, repeats: &[usize]) -> Result<Tensor> {
     }
     let lead = repeats.len() - dims.len();
     let padded: Vec<usize> = std::iter::repeat_n(1, lead).chain(dims).collect();
-    let (mut spread, mut tiled, mut out) = (Vec::new(), Vec::new(), Vec::new());
+    let target = repeats
+        .iter()
+        .zip(&padded)
+        .map(|(&r, &s)| r.checked_mul(s as i64))
+        .collect::<Option<Vec<i64>>>()
+        .ok_or_else(|| Error::shape(format!("repeat: the sizes overflow ({repeats:?})")))?;
+    // As in PyTorch, the product is what must not be negative: an empty dim repeated -1
+    // times stays empty.
+    let out = to_dims("repeat", &target)?;
+    let (mut spread, mut tiled) = (Vec::new(), Vec::new());
     for (&r, &s) in repeats.iter().zip(&padded) {
         spread.extend([1, s]);
-        tiled.extend([r, s]);
-        out.push(r * s);
+        tiled.extend([r.max(0) as usize, s]);
     }
     let t = reshape(&expand(&reshape(x, &spread)?, &tiled)?, &out)?;
     if t.storage_key().is_some() && t.storage_key() == x.storage_key() {
         return crate::ops::convert::clone(&t);
     }
     Ok(t)
+}
+
+/// `tile(dims)`: `repeat` with `dims` padded by leading 1s to the tensor's rank.
+pub fn tile(x: &Tensor, dims: &[i64]) -> Result<Tensor> {
+    let mut padded = vec![1; x.rank().saturating_sub(dims.len())];
+    padded.extend_from_slice(dims);
+    repeat(x, &padded)
+}
+
+/// `t()`: a matrix transposed; 0-d and 1-D tensors as they are.
+pub fn t(x: &Tensor) -> Result<Tensor> {
+    match x.rank() {
+        0 | 1 => Ok(x.clone()),
+        2 => transpose(x, 0, 1),
+        r => Err(Error::shape(format!(
+            "t() expects a tensor with <= 2 dimensions, but self is {r}D"
+        ))),
+    }
+}
+
+/// `.mT`: the last two dims swapped, for matrices or batches of them (a 0-d tensor as it is).
+pub fn mt(x: &Tensor) -> Result<Tensor> {
+    match x.rank() {
+        0 => Ok(x.clone()),
+        r if r < 2 => Err(Error::shape(format!(
+            "tensor.mT is only supported on matrices or batches of matrices. Got {r}-D tensor."
+        ))),
+        r => transpose(x, r - 2, r - 1),
+    }
 }
 
 /// `meshgrid(*tensors, indexing)`: each 0-d or 1-D input viewed along its own axis and
@@ -449,4 +510,42 @@ pub fn meshgrid(ts: &[Tensor], xy: bool) -> Result<Vec<Tensor>> {
             expand(&reshape(t, &shape)?, &sizes)
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dtype::DType;
+    use crate::ops::{creation, index};
+
+    fn out_of_range<T>(r: Result<T>) -> bool {
+        matches!(r, Err(Error::Index(_)))
+    }
+
+    /// A Rust caller's bad dim gets the IndexError a Python caller gets, not a panic.
+    #[test]
+    fn ops_range_check_the_dims_rust_callers_pass() {
+        let x = creation::zeros(&[2, 3], DType::Float32).unwrap();
+        assert!(out_of_range(transpose(&x, 0, 2_usize)));
+        assert!(out_of_range(index::select(&x, 5_usize, 0)));
+        assert!(out_of_range(index::narrow(&x, 2_usize, 0, 1)));
+        assert!(out_of_range(unsqueeze(&x, 4_usize)));
+        assert!(out_of_range(flatten(&x, 0, 9_usize)));
+        assert!(out_of_range(movedim(&x, &[0_usize], &[7])));
+        assert!(out_of_range(permute(&x, &[0_usize, 2])));
+        assert!(out_of_range(chunk(&x, 2, 3_usize)));
+        assert!(out_of_range(unbind(&x, 2_usize)));
+        assert!(out_of_range(index::gather(&x, 2_usize, &x)));
+    }
+
+    /// A negative `i64` dim counts from the end, as in PyTorch.
+    #[test]
+    fn negative_dims_count_from_the_end() {
+        let x = creation::zeros(&[2, 3, 4], DType::Float32).unwrap();
+        assert_eq!(transpose(&x, -1_i64, 0).unwrap().dims(), [4, 3, 2]);
+        assert_eq!(index::select(&x, -2_i64, -1).unwrap().dims(), [2, 4]);
+        assert_eq!(unsqueeze(&x, -1_i64).unwrap().dims(), [2, 3, 4, 1]);
+        assert_eq!(flatten(&x, -2_i64, -1).unwrap().dims(), [2, 12]);
+        assert_eq!(index::narrow(&x, -1_i64, -3, 2).unwrap().dims(), [2, 3, 2]);
+    }
 }

@@ -52,7 +52,7 @@ fn gaps(s: &Tensor) -> Result<Tensor> {
 /// The first `n` entries of `t` along its `back`-th dim from the end (a factor's leading
 /// columns or rows).
 fn leading(t: &Tensor, back: usize, n: usize) -> Result<Tensor> {
-    narrow(t, t.rank() - back, 0, n)
+    narrow(t, t.rank() - back, 0, n as i64)
 }
 
 /// `(Q, R)` in PyTorch's modes `reduced`, `complete`, `r`.

@@ -8,7 +8,7 @@ use super::{index_put_, narrow, nonzero_coords, take, IndexArray, IndexPlan};
 use crate::dtype::DType;
 use crate::error::{CandleContext, Error, Result};
 use crate::ops::shape::{expand, reshape};
-use crate::ops::{broadcast_shape, convert};
+use crate::ops::{broadcast_shape, convert, Dim};
 use crate::tensor::{shape_str, Tensor};
 
 fn require_long(op: &str, what: &str, t: &Tensor) -> Result<()> {
@@ -82,7 +82,8 @@ fn to_1d(t: &Tensor) -> Result<Tensor> {
 }
 
 /// `gather(x, dim, index)`: `out[i][j] = x[index[i][j]][j]` for dim 0.
-pub fn gather(x: &Tensor, dim: usize, index: &Tensor) -> Result<Tensor> {
+pub fn gather(x: &Tensor, dim: impl Dim, index: &Tensor) -> Result<Tensor> {
+    let dim = dim.wrap("gather", x.rank())?;
     require_long("gather", "index", index)?;
     if x.rank() == 0 || index.rank() == 0 {
         if x.rank() > 1 || index.rank() > 1 {
@@ -138,7 +139,8 @@ pub fn take_along_dim(x: &Tensor, index: &Tensor, dim: Option<i64>) -> Result<Te
 }
 
 /// `index_select(x, dim, index)`: whole slices along `dim`, the dim kept.
-pub fn index_select(x: &Tensor, dim: usize, index: &Tensor) -> Result<Tensor> {
+pub fn index_select(x: &Tensor, dim: impl Dim, index: &Tensor) -> Result<Tensor> {
+    let dim = dim.wrap("index_select", x.rank())?;
     if !matches!(index.dtype(), DType::Int64 | DType::Int32) {
         return Err(Error::shape(format!(
             "index_select(): Expected dtype int32 or int64 for index, but got {}",
@@ -194,21 +196,27 @@ fn scatter_parts(
     let mut v = src.clone();
     for (d, (&i, &s)) in id.iter().zip(&sd).enumerate() {
         if i < s {
-            v = narrow(&v, d, 0, i)?;
+            v = narrow(&v, d, 0, i as i64)?;
         }
     }
     Ok((gather_plan(op, &xd, dim, index)?, v))
 }
 
 /// `scatter_add_` (in place) / `scatter_add` (on a copy): `x[index[i][j]][j] += src[i][j]`.
-pub fn scatter_add_(x: &Tensor, dim: usize, index: &Tensor, src: &Tensor) -> Result<()> {
-    let (plan, v) = scatter_parts("scatter_add", x, dim, index, src)?;
+pub fn scatter_add_(x: &Tensor, dim: impl Dim, index: &Tensor, src: &Tensor) -> Result<()> {
+    let (plan, v) = scatter_parts(
+        "scatter_add",
+        x,
+        dim.wrap("scatter_add", x.rank())?,
+        index,
+        src,
+    )?;
     index_put_(x, None, plan, &v, true, "ScatterAddBackward0")
 }
 
 /// `scatter_` (in place): `x[index[i][j]][j] = src[i][j]`; repeated targets keep one value.
-pub fn scatter_(x: &Tensor, dim: usize, index: &Tensor, src: &Tensor) -> Result<()> {
-    let (plan, v) = scatter_parts("scatter", x, dim, index, src)?;
+pub fn scatter_(x: &Tensor, dim: impl Dim, index: &Tensor, src: &Tensor) -> Result<()> {
+    let (plan, v) = scatter_parts("scatter", x, dim.wrap("scatter", x.rank())?, index, src)?;
     index_put_(x, None, plan, &v, false, "ScatterBackward0")
 }
 

@@ -7,7 +7,7 @@ use crate::dtype::DType;
 use crate::error::{CandleContext, Error, Result};
 use crate::ops::index::{narrow, select};
 use crate::ops::inplace::{update_data, Update};
-use crate::ops::{convert, creation, result_dtype, wrap_dim, Operand};
+use crate::ops::{convert, creation, result_dtype, wrap_dim, Dim, Operand};
 use crate::tensor::{shape_str, Tensor};
 
 /// `cat(tensors, dim)`: tensors promoted to their common dtype, as in PyTorch. 1-d empty
@@ -88,7 +88,7 @@ pub fn cat(ts: &[Tensor], dim: i64) -> Result<Tensor> {
                     return Ok(None);
                 }
                 Ok(Some(match p {
-                    Some((o, l)) => narrow(g, d, *o, *l)?,
+                    Some((o, l)) => narrow(g, d, *o as i64, *l as i64)?,
                     None => crate::ops::creation::zeros(&[0], g.dtype())?,
                 }))
             })
@@ -122,26 +122,40 @@ pub fn stack(ts: &[Tensor], dim: i64) -> Result<Tensor> {
 }
 
 /// `split(x, sizes, dim)` with explicit sizes summing to the dim's size: views.
-pub fn split_with_sizes(x: &Tensor, sizes: &[usize], dim: usize) -> Result<Vec<Tensor>> {
-    let n = *x
-        .dims()
-        .get(dim)
-        .ok_or_else(|| crate::ops::needs_1d("split_with_sizes"))?;
-    if sizes.iter().sum::<usize>() != n {
+pub fn split_with_sizes(x: &Tensor, sizes: &[i64], dim: impl Dim) -> Result<Vec<Tensor>> {
+    if x.rank() == 0 {
+        return Err(crate::ops::needs_1d("split"));
+    }
+    let dim = dim.wrap("split_with_sizes", x.rank())?;
+    if sizes.iter().any(|&s| s < 0) {
+        return Err(Error::shape(format!(
+            "split_with_sizes expects split_sizes have only non-negative entries, but got \
+             split_sizes={sizes:?}"
+        )));
+    }
+    let n = x.dims()[dim];
+    if sizes.iter().sum::<i64>() != n as i64 {
         return Err(Error::shape(format!(
             "split_with_sizes expects split_sizes to sum exactly to {n} (input tensor's size at \
              dimension {dim}), but got split_sizes={sizes:?}"
         )));
     }
-    split_into("SplitWithSizesBackward0", x, Pieces::along(dim, sizes))
+    let sizes: Vec<usize> = sizes.iter().map(|&s| s as usize).collect();
+    split_into("SplitWithSizesBackward0", x, Pieces::along(dim, &sizes))
 }
 
 /// `split(x, size, dim)`: pieces of `size` along `dim`, the last one shorter.
-pub fn split(x: &Tensor, size: usize, dim: usize) -> Result<Vec<Tensor>> {
-    let n = *x
-        .dims()
-        .get(dim)
-        .ok_or_else(|| crate::ops::needs_1d("split"))?;
+pub fn split(x: &Tensor, size: i64, dim: impl Dim) -> Result<Vec<Tensor>> {
+    if x.rank() == 0 {
+        return Err(crate::ops::needs_1d("split"));
+    }
+    if size < 0 {
+        return Err(Error::shape(format!(
+            "split expects split_size be non-negative, but got split_size={size}"
+        )));
+    }
+    let dim = dim.wrap("split", x.rank())?;
+    let (n, size) = (x.dims()[dim], size as usize);
     if size == 0 && n != 0 {
         return Err(Error::shape(format!(
             "split_size can only be 0 if dimension size is 0, but got dimension size of {n}"
@@ -158,8 +172,7 @@ pub fn split(x: &Tensor, size: usize, dim: usize) -> Result<Vec<Tensor>> {
 }
 
 /// `chunk(x, chunks, dim)`: `split` into pieces of `ceil(size / chunks)`.
-/// `chunk`'s argument rules, checked before its dim (as PyTorch orders its checks).
-pub fn check_chunk(x: &Tensor, chunks: i64) -> Result<()> {
+pub fn chunk(x: &Tensor, chunks: i64, dim: impl Dim) -> Result<Vec<Tensor>> {
     if x.rank() == 0 {
         return Err(crate::ops::needs_1d("chunk"));
     }
@@ -168,21 +181,18 @@ pub fn check_chunk(x: &Tensor, chunks: i64) -> Result<()> {
             "chunk expects `chunks` to be greater than 0, got: {chunks}"
         )));
     }
-    Ok(())
-}
-
-pub fn chunk(x: &Tensor, chunks: i64, dim: usize) -> Result<Vec<Tensor>> {
-    check_chunk(x, chunks)?;
+    let dim = dim.wrap("chunk", x.rank())?;
     let n = x.dims()[dim];
     if n == 0 {
         let sizes = vec![0; chunks as usize];
         return split_into("SplitBackward0", x, Pieces::along(dim, &sizes));
     }
-    split(x, n.div_ceil(chunks as usize), dim)
+    split(x, n.div_ceil(chunks as usize) as i64, dim)
 }
 
 /// `unbind(x, dim)`: every slice along `dim`, that dim removed. Views.
-pub fn unbind(x: &Tensor, dim: usize) -> Result<Vec<Tensor>> {
+pub fn unbind(x: &Tensor, dim: impl Dim) -> Result<Vec<Tensor>> {
+    let dim = dim.wrap("unbind", x.rank())?;
     if x.rank() == 0 {
         return Err(crate::ops::no_dims("unbind", dim));
     }
@@ -222,7 +232,7 @@ impl Pieces {
         if self.squeeze {
             select(t, self.dim, start as i64)
         } else {
-            narrow(t, self.dim, start, len)
+            narrow(t, self.dim, start as i64, len as i64)
         }
     }
 
