@@ -170,8 +170,11 @@ def test_meshgrid(torch_ref, indexing):
         assert_close(g, t)
 
 
-def test_meshgrid_bad_indexing():
-    with pytest.raises(ValueError, match="indexing"):
+def test_meshgrid_bad_indexing(torch_ref):
+    """The same exception class as PyTorch (a RuntimeError, not a ValueError)."""
+    with pytest.raises(Exception) as want:
+        torch_ref.meshgrid(torch_ref.arange(2), torch_ref.arange(2), indexing="yx")
+    with pytest.raises(want.type, match="indexing must be one of"):
         gs.meshgrid(gs.arange(2), gs.arange(2), indexing="yx")
 
 

@@ -3,7 +3,7 @@
 //! them.
 
 use numpy::PyUntypedArray;
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
@@ -257,15 +257,6 @@ functions! { mod functions;
             .iter()
             .map(|t| crate::bindings::convert::extract_tensor("meshgrid", "tensors", t))
             .collect::<PyResult<Vec<_>>>()?;
-        let xy = match indexing.unwrap_or("ij") {
-            "ij" => false,
-            "xy" => true,
-            other => {
-                return Err(PyValueError::new_err(format!(
-                    "meshgrid: indexing must be one of \"xy\" or \"ij\", but received: {other}"
-                )))
-            }
-        };
-        Ok(PyTuple::new(py, ops::shape::meshgrid(&ts, xy)?)?.unbind())
+        Ok(PyTuple::new(py, ops::shape::meshgrid(&ts, indexing.unwrap_or("ij"))?)?.unbind())
     }
 }

@@ -161,33 +161,20 @@ impl PyTensor {
     }
 }
 
-/// Write `v` (a tensor broadcast, or a number in `x`'s dtype) into all of `x`, handing `x`
-/// back; `fill_` takes a 0-d tensor only.
-fn assign_all(x: Py<PyTensor>, v: ops::Operand, fill: bool) -> PyResult<Py<PyTensor>> {
-    let t = &x.get().t;
-    let v = match v {
-        ops::Operand::Tensor(v) if fill && v.rank() != 0 => {
-            return Err(PyRuntimeError::new_err(format!(
-                "fill_ only supports 0-dimension value tensor but got tensor with {} dimensions.",
-                v.rank()
-            )))
-        }
-        ops::Operand::Tensor(v) => v,
-        ops::Operand::Scalar(s) => ops::creation::scalar_tensor(s, t.dtype())?,
-    };
-    ops::index::assign(t, None, &v)?;
-    Ok(x)
-}
-
 tensor_ops! { mod assign_fns;
     /// `copy_(src)`: in place, broadcasting `src`; differentiable like PyTorch's.
     method fn copy_(x: Py<PyTensor>, src: &Obj<'_>, non_blocking: bool)
         [src, non_blocking=false] -> Py<PyTensor> {
         let _ = non_blocking;
-        assign_all(x, extract_operand("copy_", src)?, false)
+        match extract_operand(OP, src)? {
+            ops::Operand::Tensor(s) => ops::index::assign(&x.get().t, None, &s)?,
+            number => ops::index::fill_(&x.get().t, number)?,
+        }
+        Ok(x)
     }
     method fn fill_(x: Py<PyTensor>, value: &Obj<'_>) [value] -> Py<PyTensor> {
-        assign_all(x, extract_operand("fill_", value)?, true)
+        ops::index::fill_(&x.get().t, extract_operand(OP, value)?)?;
+        Ok(x)
     }
     method fn contiguous[false] | clone[true](x: Tensor, memory_format: Option<&Obj<'_>>)
         [memory_format=None] -> Tensor {
@@ -195,7 +182,8 @@ tensor_ops! { mod assign_fns;
         Ok(if FLAG { ops::convert::clone(&x)? } else { ops::convert::contiguous(&x)? })
     }
     method fn zero_(x: Py<PyTensor>) [] -> Py<PyTensor> {
-        assign_all(x, ops::Operand::Scalar(ops::Scalar::Int(0)), false)
+        ops::index::fill_(&x.get().t, ops::Operand::Scalar(ops::Scalar::Int(0)))?;
+        Ok(x)
     }
 }
 

@@ -19,7 +19,7 @@ use crate::dtype::DType;
 use crate::error::{CandleContext, Error, Result};
 use crate::ops::inplace::{fill_data, update_data, Update};
 use crate::ops::shape::{derived, expand, reshape};
-use crate::ops::{broadcast_shape, convert, creation, Dim, Scalar};
+use crate::ops::{broadcast_shape, convert, creation, Dim, Operand, Scalar};
 use crate::tensor::{shape_str, Tensor};
 
 pub(crate) use family::gather_plan;
@@ -153,6 +153,22 @@ pub fn select(x: &Tensor, dim: impl Dim, index: i64) -> Result<Tensor> {
         Ok(vec![Some(view_scatter(g, &in_dims, view)?)])
     });
     Ok(out)
+}
+
+/// `fill_(value)`: every element of `x` set to `value`, a number (in x's dtype) or a 0-d
+/// tensor (differentiable, as `copy_` is).
+pub fn fill_(x: &Tensor, value: Operand) -> Result<()> {
+    let v = match value {
+        Operand::Tensor(v) if v.rank() != 0 => {
+            return Err(Error::runtime(format!(
+                "fill_ only supports 0-dimension value tensor but got tensor with {} dimensions.",
+                v.rank()
+            )))
+        }
+        Operand::Tensor(v) => v,
+        Operand::Scalar(s) => creation::scalar_tensor(s, x.dtype())?,
+    };
+    assign(x, None, &v)
 }
 
 /// Zeros of `dims` with `g` written into the region `view` selects: the backward of a

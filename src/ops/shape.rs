@@ -489,7 +489,16 @@ pub fn mt(x: &Tensor) -> Result<Tensor> {
 
 /// `meshgrid(*tensors, indexing)`: each 0-d or 1-D input viewed along its own axis and
 /// expanded to the grid; `xy` indexing swaps the first two axes.
-pub fn meshgrid(ts: &[Tensor], xy: bool) -> Result<Vec<Tensor>> {
+pub fn meshgrid(ts: &[Tensor], indexing: &str) -> Result<Vec<Tensor>> {
+    let xy = match indexing {
+        "ij" => false,
+        "xy" => true,
+        other => {
+            return Err(Error::runtime(format!(
+                "meshgrid: indexing must be one of \"xy\" or \"ij\", but received: {other}"
+            )))
+        }
+    };
     if let Some(t) = ts.iter().find(|t| t.rank() > 1) {
         return Err(Error::runtime(format!(
             "meshgrid: Expected 0D or 1D tensor in the tensor list but got: {}D",
