@@ -1,7 +1,8 @@
 //! Shape ops: `reshape`, `view`, `flatten`, `squeeze`, `transpose`, `permute`, `expand`,
 //! `cat`, `stack`, `split`, `chunk`, `unbind`, `repeat`, `flip`, `roll`, `tril`/`triu`,
 //! `narrow`, `select`, `movedim`. Where PyTorch gives `Tensor.X` varargs (`x.reshape(2, 3)`)
-//! and `gradstream.X` one sequence (`reshape(x, (2, 3))`), both call one `*_to` function.
+//! and `gradstream.X` one sequence (`reshape(x, (2, 3))`), both call one op (`sizes_ops!`).
+//! The ops check the dims and sizes themselves.
 
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;

@@ -172,10 +172,11 @@ pub fn index_select(x: &Tensor, dim: impl Dim, index: &Tensor) -> Result<Tensor>
 fn scatter_parts(
     op: &'static str,
     x: &Tensor,
-    dim: usize,
+    dim: impl Dim,
     index: &Tensor,
     src: &Tensor,
 ) -> Result<(Arc<IndexPlan>, Tensor)> {
+    let dim = dim.wrap(op, x.rank())?;
     require_long(op, "index", index)?;
     let (xd, id, sd) = (x.dims(), index.dims(), src.dims());
     check_gather_shapes(op, &xd, &id, dim)?;
@@ -204,19 +205,13 @@ fn scatter_parts(
 
 /// `scatter_add_` (in place) / `scatter_add` (on a copy): `x[index[i][j]][j] += src[i][j]`.
 pub fn scatter_add_(x: &Tensor, dim: impl Dim, index: &Tensor, src: &Tensor) -> Result<()> {
-    let (plan, v) = scatter_parts(
-        "scatter_add",
-        x,
-        dim.wrap("scatter_add", x.rank())?,
-        index,
-        src,
-    )?;
+    let (plan, v) = scatter_parts("scatter_add", x, dim, index, src)?;
     index_put_(x, None, plan, &v, true, "ScatterAddBackward0")
 }
 
 /// `scatter_` (in place): `x[index[i][j]][j] = src[i][j]`; repeated targets keep one value.
 pub fn scatter_(x: &Tensor, dim: impl Dim, index: &Tensor, src: &Tensor) -> Result<()> {
-    let (plan, v) = scatter_parts("scatter", x, dim.wrap("scatter", x.rank())?, index, src)?;
+    let (plan, v) = scatter_parts("scatter", x, dim, index, src)?;
     index_put_(x, None, plan, &v, false, "ScatterBackward0")
 }
 
