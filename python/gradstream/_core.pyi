@@ -1122,7 +1122,7 @@ def _block_cache_stats() -> tuple[_int, _int, _int, _int, _bool, tuple[_int, _in
     use, those the cached blocks hold, and the mark the cache keeps their sum under; then
     the bytes of pages moved from given-back blocks into new ones.
     """
-def _clamp_(t: Tensor, lo: _float, hi: _float) -> None:
+def _clamp_(tensor: Tensor, lo: _float, hi: _float) -> None:
     """
     Clamp `t` into `[lo, hi]` in place, without autograd (`clip_grad_value_`).
     """
@@ -1154,71 +1154,71 @@ def _holds_parameter(t: Tensor) -> _bool:
     Whether the tensor's buffer is a parameter's (the built-in policies keep those as
     they are).
     """
-def _linalg_cholesky(a: _float, *, upper: _bool = ...) -> Tensor:
+def _linalg_cholesky(A: Tensor, *, upper: _bool = ...) -> Tensor:
     """
     `linalg.cholesky(A, *, upper=False)`.
     """
-def _linalg_cholesky_ex(a: _float, *, upper: _bool = ...) -> tuple[Tensor, Tensor]:
+def _linalg_cholesky_ex(A: Tensor, *, upper: _bool = ...) -> tuple[Tensor, Tensor]:
     """
     `linalg.cholesky_ex(A, *, upper=False)`: `(L, info)`.
     """
-def _linalg_det(a: _float) -> Tensor:
+def _linalg_det(A: Tensor) -> Tensor:
     """
     `linalg.det(A)`.
     """
-def _linalg_eigh(a: _float, uplo: str = ...) -> tuple[Tensor, Tensor]:
+def _linalg_eigh(A: Tensor, uplo: str = ...) -> tuple[Tensor, Tensor]:
     """
     `linalg.eigh(A, UPLO='L')`: `(eigenvalues, eigenvectors)`.
     """
-def _linalg_eigvalsh(a: _float, uplo: str = ...) -> Tensor:
+def _linalg_eigvalsh(A: Tensor, uplo: str = ...) -> Tensor:
     """
     `linalg.eigvalsh(A, UPLO='L')`.
     """
-def _linalg_inv(a: _float) -> Tensor:
+def _linalg_inv(A: Tensor) -> Tensor:
     """
     `linalg.inv(A)`: raises LinAlgError for a singular matrix.
     """
-def _linalg_inv_ex(a: _float) -> tuple[Tensor, Tensor]:
+def _linalg_inv_ex(A: Tensor) -> tuple[Tensor, Tensor]:
     """
     `linalg.inv_ex(A)`: `(inverse, info)`.
     """
-def _linalg_lu_factor(a: _float) -> tuple[Tensor, Tensor]:
+def _linalg_lu_factor(A: Tensor) -> tuple[Tensor, Tensor]:
     """
     `linalg.lu_factor(A)`: `(LU, pivots)`; raises for an exactly singular U.
     """
-def _linalg_lu_factor_ex(a: _float) -> tuple[Tensor, Tensor, Tensor]:
+def _linalg_lu_factor_ex(A: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """
     `linalg.lu_factor_ex(A)`: `(LU, pivots, info)`.
     """
-def _linalg_lu_solve(lu: Tensor, pivots: Tensor, b: _float, *, left: _bool = ..., adjoint: _bool = ...) -> Tensor:
+def _linalg_lu_solve(LU: Tensor, pivots: Tensor, B: Tensor, *, left: _bool = ..., adjoint: _bool = ...) -> Tensor:
     """
     `linalg.lu_solve(LU, pivots, B, *, left=True, adjoint=False)`.
     """
-def _linalg_qr(a: _float, mode: str = ...) -> tuple[Tensor, Tensor]:
+def _linalg_qr(A: Tensor, mode: str = ...) -> tuple[Tensor, Tensor]:
     """
     `linalg.qr(A, mode='reduced')`: `(Q, R)`.
     """
-def _linalg_slogdet(a: _float) -> tuple[Tensor, Tensor]:
+def _linalg_slogdet(A: Tensor) -> tuple[Tensor, Tensor]:
     """
     `linalg.slogdet(A)`: `(sign, logabsdet)`.
     """
-def _linalg_solve(a: _float, b: _float, *, left: _bool = ...) -> Tensor:
+def _linalg_solve(A: Tensor, B: Tensor, *, left: _bool = ...) -> Tensor:
     """
     `linalg.solve(A, B, *, left=True)`.
     """
-def _linalg_solve_ex(a: _float, b: _float, *, left: _bool = ...) -> tuple[Tensor, Tensor]:
+def _linalg_solve_ex(A: Tensor, B: Tensor, *, left: _bool = ...) -> tuple[Tensor, Tensor]:
     """
     `linalg.solve_ex(A, B, *, left=True)`: `(X, info)`.
     """
-def _linalg_solve_triangular(a: _float, b: _float, *, upper: _bool, left: _bool = ..., unitriangular: _bool = ...) -> Tensor:
+def _linalg_solve_triangular(A: Tensor, B: Tensor, *, upper: _bool, left: _bool = ..., unitriangular: _bool = ...) -> Tensor:
     """
     `linalg.solve_triangular(A, B, *, upper, left=True, unitriangular=False)`.
     """
-def _linalg_svd(a: _float, full_matrices: _bool = ...) -> tuple[Tensor, Tensor, Tensor]:
+def _linalg_svd(A: Tensor, full_matrices: _bool = ...) -> tuple[Tensor, Tensor, Tensor]:
     """
     `linalg.svd(A, full_matrices=True)`: `(U, S, Vh)`.
     """
-def _linalg_svdvals(a: _float) -> Tensor:
+def _linalg_svdvals(A: Tensor) -> Tensor:
     """
     `linalg.svdvals(A)`.
     """
@@ -1289,19 +1289,19 @@ def _nn_batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tens
     `batch_norm`: batch statistics when `training` (updating the running buffers in place
     with `momentum`), else the running ones.
     """
-def _nn_class_last(x: Tensor) -> Tensor:
+def _nn_class_last(input: Tensor) -> Tensor:
     """
     Move the class dim (1) of `[N, C, d...]` last and flatten to `[N*d..., C]`.
     """
-def _nn_dropout(x: Tensor, p: _float) -> Tensor:
+def _nn_dropout(input: Tensor, p: _float) -> Tensor:
     """
     Inverted dropout with the global generator (`manual_seed` makes masks repeatable).
     """
-def _nn_embedding(weight: Tensor, idx: Tensor, padding_idx: _int | None = ...) -> Tensor:
+def _nn_embedding(weight: Tensor, input: Tensor, padding_idx: _int | None = ...) -> Tensor:
     """
     Rows of `weight` at `idx` (shape `idx.shape + [D]`).
     """
-def _nn_gather_rows(x: Tensor, target: Tensor, ignore_index: _int) -> Tensor:
+def _nn_gather_rows(input: Tensor, target: Tensor, ignore_index: _int) -> Tensor:
     """
     `x[i, target[i]]` for `x` of shape [N, C] (0 at `ignore_index`).
     """
@@ -1311,7 +1311,7 @@ def _nn_interpolate(input: Tensor, spatial: _int, size: list[_int], scales: list
     the scale factors the kernel uses (None: input / output), `mode` one of `nearest`,
     `nearest-exact`, `linear`.
     """
-def _nn_layer_norm(x: Tensor, k: _int, weight: Tensor | None = ..., bias: Tensor | None = ..., eps: _float = ...) -> Tensor:
+def _nn_layer_norm(input: Tensor, k: _int, weight: Tensor | None = ..., bias: Tensor | None = ..., eps: _float = ...) -> Tensor:
     """
     `layer_norm` over the last `k` dims.
     """
@@ -1393,7 +1393,7 @@ def _saved_tensors_hooks_depth() -> _int:
     """
     How many saved-tensor policies are active on this thread.
     """
-def _scale_(t: Tensor, factor: _float) -> None:
+def _scale_(tensor: Tensor, factor: _float) -> None:
     """
     `t *= factor` in place, without autograd (gradient clipping).
     """

@@ -215,11 +215,9 @@ functions! { mod functions;
     /// (Python) normalise their arguments into these lists. With `accumulate`, leaves' `.grad`
     /// are summed into (or `consumer(param, grad)` is called as each becomes final); without,
     /// the gradients of `inputs` are returned.
-    fn _run_backward["backward"](py: Python<'_>, roots: &Bound<'_, PyList>,
-        grads: &Bound<'_, PyList>, retain_graph: bool, create_graph: bool, accumulate: bool,
-        inputs: Option<&Bound<'_, PyList>>, consumer: Option<Py<PyAny>>)
-        [roots, grads, retain_graph, create_graph, accumulate, inputs, consumer]
-        -> Vec<Option<Tensor>> {
+    fn _run_backward["backward"](py: Python<'_>, roots: List, grads: List, retain_graph: bool,
+        create_graph: bool, accumulate: bool, inputs: Option<List>,
+        consumer: Option<Py<PyAny>>) -> Vec<Option<Tensor>> {
         let roots = tensors("tensors", roots)?;
         let grads = grads
             .iter()
@@ -258,22 +256,22 @@ functions! { mod functions;
             run_backward(&roots, &grads, &opts)
         })?)
     }
-    fn is_grad_enabled["is_grad_enabled"]() [] -> bool { Ok(grad_mode::is_enabled()) }
-    fn _set_grad_enabled["set_grad_enabled"](enabled: bool) [enabled] -> () {
+    fn is_grad_enabled["is_grad_enabled"]() -> bool { Ok(grad_mode::is_enabled()) }
+    fn _set_grad_enabled["set_grad_enabled"](enabled: bool) -> () {
         grad_mode::set_enabled(enabled);
         Ok(())
     }
     /// The lower-precision dtype of this thread's autocast region, or None outside one.
-    fn _autocast_dtype["autocast"](py: Python<'_>) [] -> Option<Py<PyDType>> {
+    fn _autocast_dtype["autocast"](py: Python<'_>) -> Option<Py<PyDType>> {
         autocast::dtype().map(|dt| PyDType::object(py, dt)).transpose()
     }
     /// Enter an autocast region in `dtype` (None leaves it); returns the previous dtype.
-    fn _set_autocast_dtype["autocast"](py: Python<'_>, dtype: Option<PyDType>) [dtype]
-        -> Option<Py<PyDType>> {
+    fn _set_autocast_dtype["autocast"](py: Python<'_>,
+        dtype: Option<PyDType>) -> Option<Py<PyDType>> {
         autocast::set_dtype(dtype.map(|d| d.dt)).map(|dt| PyDType::object(py, dt)).transpose()
     }
     /// How many backward rules have run in this process (tests of path pruning use it).
-    fn _backward_calls["backward"]() [] -> u64 { Ok(backward_calls()) }
+    fn _backward_calls["backward"]() -> u64 { Ok(backward_calls()) }
 }
 
 part!(|m| {

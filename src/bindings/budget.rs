@@ -16,16 +16,16 @@ functions! { mod functions;
     ///
     /// Args:
     ///     bytes: live tensor bytes to stay within, or None.
-    fn _set_memory_budget["_set_memory_budget"](bytes: Option<u64>) [bytes] -> Option<u64> {
+    fn _set_memory_budget["_set_memory_budget"](bytes: Option<u64>) -> Option<u64> {
         let prev = memory::set_budget(bytes);
         budget::check()?;
         Ok(prev)
     }
     /// The memory budget in bytes, or None.
-    fn _memory_budget["_memory_budget"]() [] -> Option<u64> { Ok(memory::budget()) }
+    fn _memory_budget["_memory_budget"]() -> Option<u64> { Ok(memory::budget()) }
     /// What the budget did since the last reset: evictions, evicted_bytes, recomputations,
     /// recomputed_bytes, recompute_seconds.
-    fn _memory_budget_stats["_memory_budget_stats"](py: Python<'_>) [] -> Bound<'_, PyDict> {
+    fn _memory_budget_stats["_memory_budget_stats"](py: Python<'_>) -> Bound<'py, PyDict> {
         let s = budget::stats();
         let d = PyDict::new(py);
         d.set_item("evictions", s.evictions)?;
@@ -36,7 +36,7 @@ functions! { mod functions;
         Ok(d)
     }
     /// Reset the counters of `_memory_budget_stats`.
-    fn _reset_memory_budget_stats["_reset_memory_budget_stats"]() [] -> () {
+    fn _reset_memory_budget_stats["_reset_memory_budget_stats"]() -> () {
         budget::reset_stats();
         Ok(())
     }

@@ -5,7 +5,7 @@ use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyFloat, PyInt, PyList, PyString, PyTuple};
 
-use crate::bindings::op::attributes;
+use crate::bindings::op::{as_extracted, attributes, Param};
 use crate::bindings::tensor::PyTensor;
 use crate::bindings::Obj;
 use crate::dtype::{default_float, DType};
@@ -35,6 +35,8 @@ attributes! { PyDType.dt;
     /// Pickles as the module attribute `gradstream.<name>`.
     fn __reduce__(dt) -> &'static str = dt.name();
 }
+
+as_extracted!(PyDType);
 
 static DTYPE_OBJECTS: pyo3::sync::PyOnceLock<Vec<Py<PyDType>>> = pyo3::sync::PyOnceLock::new();
 
@@ -225,13 +227,6 @@ pub fn extract_operand(op: &str, obj: &Obj<'_>) -> PyResult<Operand> {
         "{op}(): argument must be Tensor or Number, not {}",
         obj.get_type().name()?
     )))
-}
-
-/// An optional tensor argument: absent or None is `None`.
-pub fn opt_tensor(op: &str, name: &str, obj: Option<&Obj<'_>>) -> PyResult<Option<Tensor>> {
-    obj.filter(|o| !o.is_none())
-        .map(|o| extract_tensor(op, name, o))
-        .transpose()
 }
 
 /// An argument that must be an instance of the class `T` (`what`, in the error).
@@ -482,8 +477,8 @@ pub fn opt_int_dim(op: &str, t: &Tensor, dim: Option<&Obj<'_>>) -> PyResult<Opti
 }
 
 /// The input cast to `dtype=` when given.
-pub fn with_dtype(t: &Tensor, dtype: Option<&Obj<'_>>) -> PyResult<Tensor> {
-    Ok(match opt_dtype(dtype)? {
+pub fn with_dtype(t: &Tensor, dtype: Option<DType>) -> PyResult<Tensor> {
+    Ok(match dtype {
         Some(dt) => ops::convert::to_dtype(t, dt)?,
         None => t.clone(),
     })

@@ -8,8 +8,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
 use crate::bindings::convert::{
-    check_device, extract_dtype, extract_scalar, extract_size, opt_dtype, tensor_from_data,
-    tensor_from_numpy, type_name, PyDType,
+    extract_dtype, extract_scalar, extract_size, tensor_from_data, tensor_from_numpy, type_name,
+    PyDType,
 };
 use crate::bindings::op::{functions, Input};
 use crate::bindings::random::pick_generator;
@@ -22,17 +22,14 @@ use crate::tensor::Tensor;
 
 type Opt<'a, 'py> = Option<&'a Obj<'py>>;
 
-/// A new tensor `make(dtype)` (`dtype=` or else `default`) on the device asked for,
-/// requiring grad if asked.
+/// A new tensor `make(dtype)` (`dtype=` or else `default`), requiring grad if asked.
 fn make(
-    dtype: Opt<'_, '_>,
+    dtype: Option<DType>,
     default: DType,
-    device: Opt<'_, '_>,
     requires_grad: bool,
     make: impl FnOnce(DType) -> crate::error::Result<Tensor>,
 ) -> PyResult<Tensor> {
-    check_device(device)?;
-    let t = make(opt_dtype(dtype)?.unwrap_or(default))?;
+    let t = make(dtype.unwrap_or(default))?;
     if requires_grad {
         t.set_requires_grad(true)?;
     }
@@ -73,26 +70,23 @@ fn fill_scalar(op: &str, v: &Obj<'_>) -> PyResult<Scalar> {
 macro_rules! factories {
     ($($name:ident / $like:ident => $make:expr),* $(,)?) => {
         functions! { mod factory_fns; $(
-            fn $name[stringify!($name)](size: &Bound<'_, PyTuple>, dtype: Opt<'_, '_>,
-                device: Opt<'_, '_>, requires_grad: bool, out: Opt<'_, '_>,
-                layout: Opt<'_, '_>, pin_memory: bool, generator: Opt<'_, '_>)
-                [*size, dtype=None, device=None, requires_grad=false, out=None, layout=None,
-                 pin_memory=false, generator=None] -> Tensor {
+            fn $name[stringify!($name)](*size: Tuple; dtype: Option<DType> = None,
+                device: Option<Device> = None, requires_grad: bool = false,
+                out: Option<Object> = None, layout: Option<Object> = None, pin_memory: bool = false,
+                generator: Option<Object> = None) -> Tensor {
                 let _ = (out, layout, pin_memory);
                 let op = stringify!($name);
                 let g = pick_generator(op, generator)?;
                 let dims = to_dims(op, &extract_size(op, size)?)?;
-                make(dtype, default_float(), device, requires_grad, |dt| ($make)(&dims, dt, &*g))
+                make(dtype, default_float(), requires_grad, |dt| ($make)(&dims, dt, &*g))
             }
-            fn $like[stringify!($like)](input: &Obj<'_>, dtype: Opt<'_, '_>,
-                device: Opt<'_, '_>, requires_grad: bool, memory_format: Opt<'_, '_>,
-                generator: Opt<'_, '_>)
-                [input, *, dtype=None, device=None, requires_grad=false, memory_format=None,
-                 generator=None] -> Tensor {
+            fn $like[stringify!($like)](input: Object; dtype: Option<DType> = None,
+                device: Option<Device> = None, requires_grad: bool = false,
+                memory_format: Option<Object> = None, generator: Option<Object> = None) -> Tensor {
                 let _ = memory_format;
                 let g = pick_generator(stringify!($like), generator)?;
                 let t = Tensor::extract(stringify!($like), input)?;
-                make(dtype, t.dtype(), device, requires_grad, |dt| ($make)(&t.dims(), dt, &*g))
+                make(dtype, t.dtype(), requires_grad, |dt| ($make)(&t.dims(), dt, &*g))
             }
         )* }
     };
@@ -108,58 +102,50 @@ factories! {
 
 functions! { mod functions;
     /// `tensor(data, dtype=None, device=None, requires_grad=False)`: always copies.
-    fn tensor["tensor"](data: &Obj<'_>, dtype: Opt<'_, '_>, device: Opt<'_, '_>,
-        requires_grad: bool, pin_memory: bool)
-        [data, *, dtype=None, device=None, requires_grad=false, pin_memory=false] -> Tensor {
+    fn tensor["tensor"](data: Object; dtype: Option<DType> = None, device: Option<Device> = None,
+        requires_grad: bool = false, pin_memory: bool = false) -> Tensor {
         let _ = pin_memory;
-        check_device(device)?;
-        let t = tensor_from_data(data, opt_dtype(dtype)?)?;
+        let t = tensor_from_data(data, dtype)?;
         // `tensor(t)` of a tensor is a new leaf.
         let t = if t.grad_fn().is_some() { t.detach() } else { t };
-        make(None, t.dtype(), None, requires_grad, |_| Ok(t))
+        make(None, t.dtype(), requires_grad, |_| Ok(t))
     }
     /// `as_tensor(data, dtype=None)`: a tensor is returned as is (cast if asked).
-    fn as_tensor["as_tensor"](data: &Obj<'_>, dtype: Opt<'_, '_>, device: Opt<'_, '_>)
-        [data, dtype=None, device=None] -> Tensor {
-        check_device(device)?;
-        let dt = opt_dtype(dtype)?;
-        match (data.cast::<PyTensor>(), dt) {
+    fn as_tensor["as_tensor"](data: Object, dtype: Option<DType> = None,
+        device: Option<Device> = None) -> Tensor {
+        match (data.cast::<PyTensor>(), dtype) {
             (Ok(t), Some(d)) => Ok(ops::convert::to_dtype(&t.get().t, d)?),
             (Ok(t), None) => Ok(t.get().t.clone()),
-            (Err(_), _) => tensor_from_data(data, dt),
+            (Err(_), _) => tensor_from_data(data, dtype),
         }
     }
     /// `from_numpy(array)`: a tensor of the same dtype and values. gradstream copies the
     /// data (PyTorch shares it): later writes to the array are not seen by the tensor.
-    fn from_numpy["from_numpy"](array: &Obj<'_>) [array] -> Tensor {
+    fn from_numpy["from_numpy"](array: Object) -> Tensor {
         let arr = array.cast::<PyUntypedArray>().map_err(|_| {
             PyTypeError::new_err(format!("expected np.ndarray (got {})", type_name(array)))
         })?;
         tensor_from_numpy(arr)
     }
-    fn full["full"](size: &Obj<'_>, fill_value: &Obj<'_>, dtype: Opt<'_, '_>,
-        device: Opt<'_, '_>, requires_grad: bool)
-        [size, fill_value, *, dtype=None, device=None, requires_grad=false] -> Tensor {
+    fn full["full"](size: Object, fill_value: Object; dtype: Option<DType> = None,
+        device: Option<Device> = None, requires_grad: bool = false) -> Tensor {
         let dims = one_size("full", size)?;
         let s = fill_scalar("full", fill_value)?;
         let fill = |dt| ops::creation::full(&dims, s.as_f64(), dt);
-        make(dtype, s.default_dtype(), device, requires_grad, fill)
+        make(dtype, s.default_dtype(), requires_grad, fill)
     }
-    fn full_like["full_like"](input: &Obj<'_>, fill_value: &Obj<'_>, dtype: Opt<'_, '_>,
-        device: Opt<'_, '_>, requires_grad: bool)
-        [input, fill_value, *, dtype=None, device=None, requires_grad=false] -> Tensor {
+    fn full_like["full_like"](input: Object, fill_value: Object; dtype: Option<DType> = None,
+        device: Option<Device> = None, requires_grad: bool = false) -> Tensor {
         let t = Tensor::extract("full_like", input)?;
         let s = fill_scalar("full_like", fill_value)?;
         let fill = |dt| ops::creation::full(&t.dims(), s.as_f64(), dt);
-        make(dtype, t.dtype(), device, requires_grad, fill)
+        make(dtype, t.dtype(), requires_grad, fill)
     }
     /// `arange(end)`, `arange(start, end, step=1)`: int64 for integer arguments, else the
     /// default float dtype.
-    fn arange["arange"](start: &Obj<'_>, end: Opt<'_, '_>, step: Opt<'_, '_>,
-        dtype: Opt<'_, '_>, device: Opt<'_, '_>, requires_grad: bool)
-        [start, end=None, step=None, *, dtype=None, device=None, requires_grad=false]
-        -> Tensor {
-        check_device(device)?;
+    fn arange["arange"](start: Object, end: Option<Object> = None, step: Option<Object> = None;
+        dtype: Option<DType> = None, device: Option<Device> = None,
+        requires_grad: bool = false) -> Tensor {
         let num = |o: Opt<'_, '_>| o.filter(|o| !o.is_none()).map(|o| fill_scalar("arange", o));
         let (s, e) = match num(end) {
             Some(e) => (fill_scalar("arange", start)?, e?),
@@ -168,27 +154,23 @@ functions! { mod functions;
         let st = num(step).transpose()?.unwrap_or(Scalar::Int(1));
         let any_float = [s, e, st].iter().any(|x| matches!(x, Scalar::Float(_)));
         let default = if any_float { default_float() } else { DType::Int64 };
-        make(dtype, default, None, requires_grad, |dt| ops::creation::arange(s, e, st, dt))
+        make(dtype, default, requires_grad, |dt| ops::creation::arange(s, e, st, dt))
     }
-    fn linspace["linspace"](start: f64, end: f64, steps: i64, dtype: Opt<'_, '_>,
-        device: Opt<'_, '_>, requires_grad: bool)
-        [start, end, steps, *, dtype=None, device=None, requires_grad=false] -> Tensor {
+    fn linspace["linspace"](start: f64, end: f64, steps: i64; dtype: Option<DType> = None,
+        device: Option<Device> = None, requires_grad: bool = false) -> Tensor {
         let f = |dt| ops::creation::linspace(start, end, steps, dt);
-        make(dtype, default_float(), device, requires_grad, f)
+        make(dtype, default_float(), requires_grad, f)
     }
-    fn eye["eye"](n: i64, m: Option<i64>, dtype: Opt<'_, '_>, device: Opt<'_, '_>,
-        requires_grad: bool) [n, m=None, *, dtype=None, device=None, requires_grad=false]
-        -> Tensor {
+    fn eye["eye"](n: i64, m: Option<i64> = None; dtype: Option<DType> = None,
+        device: Option<Device> = None, requires_grad: bool = false) -> Tensor {
         let f = |dt| ops::creation::eye(n, m.unwrap_or(n), dt);
-        make(dtype, default_float(), device, requires_grad, f)
+        make(dtype, default_float(), requires_grad, f)
     }
     /// `randint(high, size)` or `randint(low, high, size)`.
-    fn randint["randint"](args: &Bound<'_, PyTuple>, size: Opt<'_, '_>, dtype: Opt<'_, '_>,
-        device: Opt<'_, '_>, requires_grad: bool, generator: Opt<'_, '_>)
-        [*args, size=None, dtype=None, device=None, requires_grad=false, generator=None]
-        -> Tensor {
+    fn randint["randint"](*args: Tuple; size: Option<Object> = None, dtype: Option<DType> = None,
+        device: Option<Device> = None, requires_grad: bool = false,
+        generator: Option<Object> = None) -> Tensor {
         let _ = requires_grad;
-        check_device(device)?;
         let g = pick_generator("randint", generator)?;
         let mut ints: Vec<i64> = Vec::new();
         let mut sz = size.cloned();
@@ -211,19 +193,17 @@ functions! { mod functions;
             sz.ok_or_else(|| PyTypeError::new_err("randint() missing required argument 'size'"))?;
         let dims = one_size("randint", &sz)?;
         let f = |dt| random::randint(low, high, &dims, dt, &g);
-        make(dtype, DType::Int64, None, false, f)
+        make(dtype, DType::Int64, false, f)
     }
-    fn randperm["randperm"](n: i64, dtype: Opt<'_, '_>, device: Opt<'_, '_>,
-        requires_grad: bool, generator: Opt<'_, '_>)
-        [n, *, dtype=None, device=None, requires_grad=false, generator=None] -> Tensor {
+    fn randperm["randperm"](n: i64; dtype: Option<DType> = None, device: Option<Device> = None,
+        requires_grad: bool = false, generator: Option<Object> = None) -> Tensor {
         let _ = requires_grad;
-        check_device(device)?;
         let g = pick_generator("randperm", generator)?;
-        make(dtype, DType::Int64, None, false, |dt| random::randperm(n, dt, &g))
+        make(dtype, DType::Int64, false, |dt| random::randperm(n, dt, &g))
     }
     /// `set_default_dtype(d)`: the dtype of Python floats, float factories and int-to-float
     /// promotion. Any floating-point dtype, as in PyTorch.
-    fn set_default_dtype["set_default_dtype"](d: &Obj<'_>) [d] -> () {
+    fn set_default_dtype["set_default_dtype"](d: Object) -> () {
         if d.cast::<PyDType>().is_err() {
             return Err(PyTypeError::new_err(format!(
                 "set_default_dtype(): invalid dtype object: only floating-point types are \
@@ -241,12 +221,12 @@ functions! { mod functions;
         })
     }
     /// The default float dtype (float32 unless `set_default_dtype` changed it).
-    fn get_default_dtype["get_default_dtype"](py: Python<'_>) [] -> Py<PyDType> {
+    fn get_default_dtype["get_default_dtype"](py: Python<'_>) -> Py<PyDType> {
         PyDType::object(py, dtype::default_float())
     }
     /// `meshgrid(*tensors, indexing="ij")`: views of each 1-D input expanded to the grid.
-    fn meshgrid["meshgrid"](py: Python<'_>, tensors: &Bound<'_, PyTuple>, indexing: Option<&str>)
-        [*tensors, indexing=None] -> Py<PyTuple> {
+    fn meshgrid["meshgrid"](py: Python<'_>, *tensors: Tuple;
+        indexing: Option<Str> = None) -> Py<PyTuple> {
         let items: Vec<Obj<'_>> =
             if tensors.len() == 1 && tensors.get_item(0)?.cast::<PyTensor>().is_err() {
                 tensors.get_item(0)?.try_iter()?.collect::<PyResult<_>>()?

@@ -141,7 +141,7 @@ functions! { mod functions;
     /// `from_dlpack(ext_tensor)`: a tensor holding a copy of an object's data, taken through
     /// DLPack (`__dlpack__`, or a DLPack capsule). The result is a leaf that does not
     /// require grad, as in PyTorch; unlike PyTorch, it does not share the producer's memory.
-    fn from_dlpack["from_dlpack"](ext_tensor: &Obj<'_>) [ext_tensor] -> Tensor {
+    fn from_dlpack["from_dlpack"](py: Python<'_>, ext_tensor: Object) -> Tensor {
         let py = ext_tensor.py();
         if let Ok(t) = ext_tensor.cast::<PyTensor>() {
             return Ok(t.get().t.detach());
@@ -168,7 +168,7 @@ functions! { mod functions;
     }
     /// `utils.dlpack.to_dlpack(tensor)`: the legacy capsule, as `torch.utils.dlpack.to_dlpack`
     /// (which, unlike `__dlpack__`, exports a tensor that requires grad: its data only).
-    fn to_dlpack["to_dlpack"](py: Python<'_>, tensor as "tensor": &Obj<'_>) [tensor] -> Py<PyAny> {
+    fn to_dlpack["to_dlpack"](py: Python<'_>, tensor: Tensor) -> Py<PyAny> {
         capsule::<DLManagedTensor>(py, &tensor, false)
     }
 }

@@ -5,7 +5,6 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::PyList;
 
 use crate::autograd::node::{EdgeGrads, Node, NodeBase, Run};
 use crate::bindings::convert::extract_tensor;
@@ -86,9 +85,8 @@ impl Node for PyFunctionNode {
 functions! { mod functions;
     /// Attach a Python-defined backward to `output`: gradients flow to `inputs` (those that
     /// require grad). The caller ran the forward without recording.
-    fn _function_node["Function"](output: &Obj<'_>, inputs: &Bound<'_, PyList>,
-        backward: Py<PyAny>, release: Py<PyAny>, name: String)
-        [output, inputs, backward, release, name] -> () {
+    fn _function_node["Function"](output: Object, inputs: List, backward: Py<PyAny>,
+        release: Py<PyAny>, name: String) -> () {
         let out = extract_tensor(&name, "output", output)?;
         if !out.is_leaf() || out.requires_grad() {
             return Err(PyTypeError::new_err(format!(
@@ -120,11 +118,11 @@ functions! { mod functions;
     }
     /// Turn structure-only recording on or off (see `autograd::function::set_structure_only`);
     /// returns the previous setting.
-    fn _set_structure_only["_set_structure_only"](on: bool) [on] -> bool {
+    fn _set_structure_only["_set_structure_only"](on: bool) -> bool {
         Ok(crate::autograd::function::set_structure_only(on))
     }
     /// The leaf tensors that require grad and that `t`'s graph leads to, in discovery order.
-    fn _graph_leaves["_graph_leaves"](t as "t": &Obj<'_>) [t] -> Vec<Tensor> {
+    fn _graph_leaves["_graph_leaves"](t: Tensor) -> Vec<Tensor> {
         Ok(crate::autograd::node::graph_leaves(&t))
     }
 }

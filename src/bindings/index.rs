@@ -190,56 +190,48 @@ impl PyTensor {
 }
 
 tensor_ops! { mod functions;
-    both fn gather(x: Tensor, dim: i64, index as "index": &Obj<'_>, sparse_grad: bool)
-        [dim, index, *, sparse_grad=false] -> Tensor {
+    both fn gather(x: Tensor, dim: i64, index: Tensor; sparse_grad: bool = false) -> Tensor {
         let _ = sparse_grad;
         Ok(index::gather(&x, dim, &index)?)
     }
-    both fn index_select(x: Tensor, dim: i64, index as "index": &Obj<'_>) [dim, index] -> Tensor {
+    both fn index_select(x: Tensor, dim: i64, index: Tensor) -> Tensor {
         Ok(index::index_select(&x, dim, &index)?)
     }
-    both fn take_along_dim(x: Tensor, indices as "indices": &Obj<'_>, dim: Option<i64>)
-        [indices, dim=None] -> Tensor {
+    both fn take_along_dim(x: Tensor, indices: Tensor, dim: Option<i64> = None) -> Tensor {
         Ok(index::take_along_dim(&x, &indices, dim)?)
     }
-    both fn scatter_add(x: Tensor, dim: i64, index as "index": &Obj<'_>, src as "src": &Obj<'_>)
-        [dim, index, src] -> Tensor {
+    both fn scatter_add(x: Tensor, dim: i64, index: Tensor, src: Tensor) -> Tensor {
         Ok(index::out_of_place(&x, |o| index::scatter_add_(o, dim, &index, &src))?)
     }
-    method fn scatter_add_(x: Py<PyTensor>, dim: i64, index as "index": &Obj<'_>,
-        src as "src": &Obj<'_>) [dim, index, src] -> Py<PyTensor> {
+    method fn scatter_add_(x: Py<PyTensor>, dim: i64, index: Tensor, src: Tensor) -> Py<PyTensor> {
         index::scatter_add_(&x.get().t, dim, &index, &src)?;
         Ok(x)
     }
-    both fn scatter(x: Tensor, dim: i64, index as "index": &Obj<'_>, src: Option<&Obj<'_>>,
-        value: Option<&Obj<'_>>, reduce: Option<&str>)
-        [dim, index, src=None, value=None, *, reduce=None] -> Tensor {
+    both fn scatter(x: Tensor, dim: i64, index: Tensor, src: Option<Object> = None,
+        value: Option<Object> = None; reduce: Option<Str> = None) -> Tensor {
         no_reduce(reduce)?;
         let s = scatter_src(&x, src, value, &index)?;
         Ok(index::out_of_place(&x, |o| index::scatter_(o, dim, &index, &s))?)
     }
-    method fn scatter_(x: Py<PyTensor>, dim: i64, index as "index": &Obj<'_>, src: Option<&Obj<'_>>,
-        value: Option<&Obj<'_>>, reduce: Option<&str>)
-        [dim, index, src=None, value=None, *, reduce=None] -> Py<PyTensor> {
+    method fn scatter_(x: Py<PyTensor>, dim: i64, index: Tensor, src: Option<Object> = None,
+        value: Option<Object> = None; reduce: Option<Str> = None) -> Py<PyTensor> {
         no_reduce(reduce)?;
         let t = &x.get().t;
         index::scatter_(t, dim, &index, &scatter_src(t, src, value, &index)?)?;
         Ok(x)
     }
-    both fn masked_fill(x: Tensor, mask as "mask": &Obj<'_>, value: &Obj<'_>)
-        [mask, value] -> Tensor {
+    both fn masked_fill(x: Tensor, mask: Tensor, value: Object) -> Tensor {
         Ok(index::masked_fill(&x, &mask, &masked_fill_value(&x, value)?)?)
     }
-    method fn masked_fill_(x: Py<PyTensor>, mask as "mask": &Obj<'_>, value: &Obj<'_>)
-        [mask, value] -> Py<PyTensor> {
+    method fn masked_fill_(x: Py<PyTensor>, mask: Tensor, value: Object) -> Py<PyTensor> {
         let t = &x.get().t;
         index::masked_fill_(t, &mask, &masked_fill_value(t, value)?)?;
         Ok(x)
     }
-    both fn masked_select(x: Tensor, mask as "mask": &Obj<'_>) [mask] -> Tensor {
+    both fn masked_select(x: Tensor, mask: Tensor) -> Tensor {
         Ok(index::masked_select(&x, &mask)?)
     }
-    both fn nonzero(x: Tensor, as_tuple: bool) [*, as_tuple=false] -> Py<PyAny> {
+    both fn nonzero(x: Tensor; as_tuple: bool = false) -> Py<PyAny> {
         let mut r = index::nonzero(&x, as_tuple)?;
         Python::attach(|py| {
             Ok(if as_tuple {
@@ -249,15 +241,15 @@ tensor_ops! { mod functions;
             })
         })
     }
-    both fn argwhere(x: Tensor) [] -> Tensor { Ok(index::nonzero(&x, false)?.remove(0)) }
-    both fn index_put(x: Tensor, indices: &Obj<'_>, values: &Obj<'_>, accumulate: bool)
-        [indices, values, accumulate=false] -> Tensor {
+    both fn argwhere(x: Tensor) -> Tensor { Ok(index::nonzero(&x, false)?.remove(0)) }
+    both fn index_put(x: Tensor, indices: Object, values: Object,
+        accumulate: bool = false) -> Tensor {
         let idx = index_tensors(indices)?;
         let v = value_tensor("index_put", values, x.dtype())?;
         Ok(index::out_of_place(&x, |o| index::index_put_indices(o, &idx, &v, accumulate))?)
     }
-    method fn index_put_(x: Py<PyTensor>, indices: &Obj<'_>, values: &Obj<'_>, accumulate: bool)
-        [indices, values, accumulate=false] -> Py<PyTensor> {
+    method fn index_put_(x: Py<PyTensor>, indices: Object, values: Object,
+        accumulate: bool = false) -> Py<PyTensor> {
         let t = &x.get().t;
         let idx = index_tensors(indices)?;
         let v = value_tensor("index_put_", values, t.dtype())?;

@@ -17,21 +17,8 @@ use crate::ops::unary::{self, predicate, unary, Predicate, UnaryOp};
 use crate::ops::Operand;
 use crate::tensor::Tensor;
 
-/// An optional bound (`clamp(min=None)`): absent, a number or a tensor.
-fn opt_operand(op: &str, obj: Option<&Obj<'_>>) -> PyResult<Option<Operand>> {
-    obj.filter(|o| !o.is_none())
-        .map(|o| extract_operand(op, o))
-        .transpose()
-}
-
-/// `a op b` for a method's or function's `other`.
-fn bin(op: BinaryOp, a: &Operand, other: &Obj<'_>) -> PyResult<Tensor> {
-    Ok(binary(op, a, &extract_operand(op.name(), other)?)?)
-}
-
 /// `a + alpha * b` / `a - alpha * b`.
-fn with_alpha(op: BinaryOp, a: &Operand, other: &Obj<'_>, alpha: Option<f64>) -> PyResult<Tensor> {
-    let b = extract_operand(op.name(), other)?;
+fn with_alpha(op: BinaryOp, a: &Operand, b: Operand, alpha: Option<f64>) -> PyResult<Tensor> {
     let b = match alpha {
         None => b,
         Some(al) => scale(&b, al)?,
@@ -39,27 +26,13 @@ fn with_alpha(op: BinaryOp, a: &Operand, other: &Obj<'_>, alpha: Option<f64>) ->
     Ok(binary(op, a, &b)?)
 }
 
-fn clamp_to(t: &Tensor, min: Option<&Obj<'_>>, max: Option<&Obj<'_>>) -> PyResult<Tensor> {
-    let (lo, hi) = (opt_operand("clamp", min)?, opt_operand("clamp", max)?);
-    Ok(binary::clamp(t, lo.as_ref(), hi.as_ref())?)
-}
-
-/// `addcmul` (`mul`) or `addcdiv` of `input` and the tensors `t1`, `t2`.
-fn addc(mul: bool, input: &Tensor, t1: &Obj<'_>, t2: &Obj<'_>, value: f64) -> PyResult<Tensor> {
-    let (op, name) = match mul {
-        true => (BinaryOp::Mul, "addcmul"),
-        false => (BinaryOp::Div, "addcdiv"),
-    };
-    let (a, b) = (
-        extract_tensor(name, "tensor1", t1)?,
-        extract_tensor(name, "tensor2", t2)?,
-    );
-    Ok(binary::addc(op, input, &a, &b, value)?)
-}
-
-fn lerp_to(input: &Tensor, end: &Obj<'_>, weight: &Obj<'_>) -> PyResult<Tensor> {
-    let e = extract_tensor("lerp", "end", end)?;
-    Ok(binary::lerp(input, &e, &extract_operand("lerp", weight)?)?)
+/// `addcmul` (`mul`) or `addcdiv`.
+fn addc_op(mul: bool) -> BinaryOp {
+    if mul {
+        BinaryOp::Mul
+    } else {
+        BinaryOp::Div
+    }
 }
 
 /// Write `f(x)` into `x` (the op named `name`) and hand `x` back.
@@ -85,11 +58,11 @@ fn arith_(
     x: Py<PyTensor>,
     name: &str,
     op: BinaryOp,
-    other: &Obj<'_>,
+    other: Operand,
     alpha: Option<f64>,
 ) -> PyResult<Py<PyTensor>> {
-    let o = extract_operand(name, other)?;
-    arith_inplace(op, &x.get().t, &o, alpha)?;
+    let _ = name;
+    arith_inplace(op, &x.get().t, &other, alpha)?;
     crate::autograd::saved_hooks::check()?;
     Ok(x)
 }
@@ -145,8 +118,7 @@ macro_rules! operators {
             $(fn $pname(
                 slf: &Bound<'_, Self>,
                 other: &Obj<'_>,
-                modulo: Option<&Obj<'_>>,
-            ) -> PyResult<Py<PyAny>> {
+                modulo: Option<&Obj<'_>>,) -> PyResult<Py<PyAny>> {
                 let _ = modulo;
                 dunder(slf.as_any(), Operator::Arith(BinaryOp::Pow), other, $preflected)
             })*
@@ -156,7 +128,8 @@ macro_rules! operators {
             fn __abs__(&self) -> PyResult<Tensor> { Ok(unary(UnaryOp::Abs, &self.t)?) }
             $(fn $iname(slf: &Bound<'_, Self>, other: &Obj<'_>) -> PyResult<()> {
                 let x = slf.clone().unbind();
-                arith_(x, stringify!($method), BinaryOp::$iop, other, None).map(drop)
+                let o = extract_operand(stringify!($method), other)?;
+                arith_(x, stringify!($method), BinaryOp::$iop, o, None).map(drop)
             })*
         }
     };
@@ -197,8 +170,8 @@ impl IntoOperand for Operand {
 macro_rules! binary_ops {
     ($($xty:ty: $($name:ident($arg:ident) => $op:ident),*;)*) => {
         tensor_ops! { mod binary_fns; $($(
-            both fn $name(x: $xty, $arg: &Obj<'_>) [$arg] -> Tensor {
-                bin(BinaryOp::$op, &x.into_operand(), $arg)
+            both fn $name(x: $xty, $arg: Operand) -> Tensor {
+                Ok(binary(BinaryOp::$op, &x.into_operand(), &$arg)?)
             }
         )*)* }
     };
@@ -215,8 +188,7 @@ binary_ops! {
 macro_rules! compare_ops {
     ($($name:ident => $op:ident),*) => {
         tensor_ops! { mod compare_fns; $(
-            both fn $name(x: Tensor, other: &Obj<'_>) [other] -> Tensor {
-                let other = extract_operand(stringify!($name), other)?;
+            both fn $name(x: Tensor, other: Operand) -> Tensor {
                 Ok(compare(CompareOp::$op, &(&x).into(), &other)?)
             }
         )* }
@@ -229,7 +201,7 @@ compare_ops!(eq => Eq, ne => Ne, lt => Lt, le => Le, gt => Gt, ge => Ge);
 macro_rules! tensor_pair_ops {
     ($($name:ident => $f:expr),*) => {
         tensor_ops! { mod tensor_pair_fns; $(
-            both fn $name(x: Tensor, other as "other": &Obj<'_>) [other] -> Tensor {
+            both fn $name(x: Tensor, other: Tensor) -> Tensor {
                 Ok(($f)(&x, &other)?)
             }
         )* }
@@ -246,33 +218,29 @@ tensor_pair_ops!(
 );
 
 tensor_ops! { mod arith_fns;
-    both fn add(x: Operand, other: &Obj<'_>, alpha: Option<f64>) [other, *, alpha=None] -> Tensor {
+    both fn add(x: Operand, other: Operand; alpha: Option<f64> = None) -> Tensor {
         with_alpha(BinaryOp::Add, &x, other, alpha)
     }
-    both fn sub | subtract(x: Operand, other: &Obj<'_>, alpha: Option<f64>)
-        [other, *, alpha=None] -> Tensor {
+    both fn sub | subtract(x: Operand, other: Operand; alpha: Option<f64> = None) -> Tensor {
         with_alpha(BinaryOp::Sub, &x, other, alpha)
     }
-    both fn div | divide(x: Operand, other: &Obj<'_>, rounding_mode: Option<&str>)
-        [other, *, rounding_mode=None] -> Tensor {
-        bin(BinaryOp::division(rounding_mode)?, &x, other)
+    both fn div | divide(x: Operand, other: Operand; rounding_mode: Option<Str> = None) -> Tensor {
+        Ok(binary(BinaryOp::division(rounding_mode)?, &x, &other)?)
     }
-    method fn add_(x: Py<PyTensor>, other: &Obj<'_>, alpha: Option<f64>)
-        [other, *, alpha=None] -> Py<PyTensor> {
+    method fn add_(x: Py<PyTensor>, other: Operand; alpha: Option<f64> = None) -> Py<PyTensor> {
         arith_(x, "add_", BinaryOp::Add, other, alpha)
     }
-    method fn sub_(x: Py<PyTensor>, other: &Obj<'_>, alpha: Option<f64>)
-        [other, *, alpha=None] -> Py<PyTensor> {
+    method fn sub_(x: Py<PyTensor>, other: Operand; alpha: Option<f64> = None) -> Py<PyTensor> {
         arith_(x, "sub_", BinaryOp::Sub, other, alpha)
     }
-    method fn mul_(x: Py<PyTensor>, other: &Obj<'_>) [other] -> Py<PyTensor> {
+    method fn mul_(x: Py<PyTensor>, other: Operand) -> Py<PyTensor> {
         arith_(x, "mul_", BinaryOp::Mul, other, None)
     }
-    method fn div_(x: Py<PyTensor>, other: &Obj<'_>, rounding_mode: Option<&str>)
-        [other, *, rounding_mode=None] -> Py<PyTensor> {
+    method fn div_(x: Py<PyTensor>, other: Operand; rounding_mode: Option<Str> = None)
+        -> Py<PyTensor> {
         arith_(x, "div_", BinaryOp::division(rounding_mode)?, other, None)
     }
-    method fn pow_(x: Py<PyTensor>, exponent: &Obj<'_>) [exponent] -> Py<PyTensor> {
+    method fn pow_(x: Py<PyTensor>, exponent: Operand) -> Py<PyTensor> {
         arith_(x, "pow_", BinaryOp::Pow, exponent, None)
     }
 }
@@ -284,8 +252,8 @@ tensor_ops! { mod arith_fns;
 macro_rules! unary_ops {
     ($($name:ident $(($iname:ident))? => $op:ident),* $(,)?) => {
         tensor_ops! { mod unary_fns; $(
-            both fn $name(x: Tensor) [] -> Tensor { Ok(unary(UnaryOp::$op, &x)?) }
-            $(both fn $iname(x: Py<PyTensor>) [] -> Py<PyTensor> {
+            both fn $name(x: Tensor) -> Tensor { Ok(unary(UnaryOp::$op, &x)?) }
+            $(both fn $iname(x: Py<PyTensor>) -> Py<PyTensor> {
                 unary_(x, stringify!($iname), UnaryOp::$op)
             })?
         )* }
@@ -306,22 +274,22 @@ unary_ops! {
 }
 
 tensor_ops! { mod other_fns;
-    both fn round(x: Tensor, decimals: i64) [*, decimals=0] -> Tensor {
+    both fn round(x: Tensor; decimals: i64 = 0) -> Tensor {
         Ok(unary::round(&x, decimals)?)
     }
     /// `max(x, 0)`; its backward keeps a 1-bit mask (`ops/threshold.rs`).
-    both fn relu(x: Tensor) [] -> Tensor { Ok(thresh::relu(&x)?) }
-    both fn relu_(x: Py<PyTensor>) [] -> Py<PyTensor> {
+    both fn relu(x: Tensor) -> Tensor { Ok(thresh::relu(&x)?) }
+    both fn relu_(x: Py<PyTensor>) -> Py<PyTensor> {
         update(x, "relu_", &[], false, thresh::relu)
     }
-    both fn isnan(x: Tensor) [] -> Tensor { Ok(predicate(Predicate::IsNan, &x)?) }
-    both fn isinf(x: Tensor) [] -> Tensor { Ok(predicate(Predicate::IsInf, &x)?) }
-    both fn isfinite(x: Tensor) [] -> Tensor { Ok(predicate(Predicate::IsFinite, &x)?) }
-    both fn logical_not(x: Tensor) [] -> Tensor { Ok(unary::logical_not(&x)?) }
-    both fn bitwise_not(x: Tensor) [] -> Tensor { Ok(unary::bitwise_not(&x)?) }
+    both fn isnan(x: Tensor) -> Tensor { Ok(predicate(Predicate::IsNan, &x)?) }
+    both fn isinf(x: Tensor) -> Tensor { Ok(predicate(Predicate::IsInf, &x)?) }
+    both fn isfinite(x: Tensor) -> Tensor { Ok(predicate(Predicate::IsFinite, &x)?) }
+    both fn logical_not(x: Tensor) -> Tensor { Ok(unary::logical_not(&x)?) }
+    both fn bitwise_not(x: Tensor) -> Tensor { Ok(unary::bitwise_not(&x)?) }
 
     /// `silu(x) = x * sigmoid(x)`; `inplace=True` writes it into `x` (`nn.functional.silu`).
-    function fn silu(x: Py<PyTensor>, inplace: bool) [inplace=false] -> Py<PyTensor> {
+    function fn silu(x: Py<PyTensor>, inplace: bool = false) -> Py<PyTensor> {
         if inplace {
             return unary_(x, "silu_", UnaryOp::Silu);
         }
@@ -330,23 +298,21 @@ tensor_ops! { mod other_fns;
     }
     /// `softplus(x, beta=1, threshold=20)`: `log(1 + exp(beta x)) / beta`, linear above the
     /// threshold.
-    function fn softplus(x: Tensor, beta: f64, threshold: f64)
-        [beta=1.0, threshold=20.0] -> Tensor {
+    function fn softplus(x: Tensor, beta: f64 = 1.0, threshold: f64 = 20.0) -> Tensor {
         Ok(unary::softplus(&x, beta, threshold)?)
     }
     /// `gelu(x, approximate='none')`: exact (erf) or the tanh approximation.
-    function fn gelu(x: Tensor, approximate: &str) [*, approximate="none"] -> Tensor {
+    function fn gelu(x: Tensor; approximate: Str = "none") -> Tensor {
         Ok(unary::gelu(&x, approximate)?)
     }
 
     /// `threshold(input, threshold, value)`: `input` where `input > threshold`, else `value`.
     /// Its backward saves one bit per element.
-    function fn threshold(x: Tensor, threshold: f64, value: f64) [threshold, value] -> Tensor {
+    function fn threshold(x: Tensor, threshold: f64, value: f64) -> Tensor {
         Ok(thresh::threshold(&x, threshold, value)?)
     }
     /// `threshold_(input, threshold, value)`: `threshold` in place, returning `input`.
-    function fn threshold_(x: Py<PyTensor>, threshold: f64, value: f64)
-        [threshold, value] -> Py<PyTensor> {
+    function fn threshold_(x: Py<PyTensor>, threshold: f64, value: f64) -> Py<PyTensor> {
         // Without masks the backward reads the input, which is about to be overwritten.
         let saves_input = !thresh::bitmask_enabled();
         update(x, "threshold_", &[], saves_input, |t| {
@@ -355,45 +321,47 @@ tensor_ops! { mod other_fns;
     }
 
     /// Clamp to `[min, max]`; either bound may be None, a number or a tensor.
-    both fn clamp | clip(x: Tensor, min: Option<&Obj<'_>>, max: Option<&Obj<'_>>)
-        [min=None, max=None] -> Tensor {
-        clamp_to(&x, min, max)
+    both fn clamp | clip(x: Tensor, min: Option<Operand> = None, max: Option<Operand> = None)
+        -> Tensor {
+        Ok(binary::clamp(&x, min.as_ref(), max.as_ref())?)
     }
-    both fn clamp_min(x: Tensor, min: &Obj<'_>) [min] -> Tensor { clamp_to(&x, Some(min), None) }
-    both fn clamp_max(x: Tensor, max: &Obj<'_>) [max] -> Tensor { clamp_to(&x, None, Some(max)) }
-    both fn clamp_ | clip_(x: Py<PyTensor>, min: Option<&Obj<'_>>, max: Option<&Obj<'_>>)
-        [min=None, max=None] -> Py<PyTensor> {
+    both fn clamp_min(x: Tensor, min: Operand) -> Tensor {
+        Ok(binary::clamp(&x, Some(&min), None)?)
+    }
+    both fn clamp_max(x: Tensor, max: Operand) -> Tensor {
+        Ok(binary::clamp(&x, None, Some(&max))?)
+    }
+    both fn clamp_ | clip_(x: Py<PyTensor>, min: Option<Operand> = None,
+        max: Option<Operand> = None) -> Py<PyTensor> {
         clamp_inplace(x, min, max)
     }
 
     /// `input + value * tensor1 * tensor2` (`addcdiv`: `/ tensor2`).
-    both fn addcmul[true] | addcdiv[false](x: Tensor, tensor1: &Obj<'_>, tensor2: &Obj<'_>,
-        value: f64) [tensor1, tensor2, *, value=1.0] -> Tensor {
-        addc(FLAG, &x, tensor1, tensor2, value)
+    both fn addcmul[true] | addcdiv[false](x: Tensor, tensor1: Tensor, tensor2: Tensor;
+        value: f64 = 1.0) -> Tensor {
+        Ok(binary::addc(addc_op(FLAG), &x, &tensor1, &tensor2, value)?)
     }
     /// `input + weight * (end - input)`.
-    both fn lerp(x: Tensor, end: &Obj<'_>, weight: &Obj<'_>) [end, weight] -> Tensor {
-        lerp_to(&x, end, weight)
+    both fn lerp(x: Tensor, end: Tensor, weight: Operand) -> Tensor {
+        Ok(binary::lerp(&x, &end, &weight)?)
     }
-    method fn addcmul_[true] | addcdiv_[false](x: Py<PyTensor>, tensor1: &Obj<'_>,
-        tensor2: &Obj<'_>, value: f64) [tensor1, tensor2, *, value=1.0] -> Py<PyTensor> {
-        let new = addc(FLAG, &x.get().t, tensor1, tensor2, value)?;
+    method fn addcmul_[true] | addcdiv_[false](x: Py<PyTensor>, tensor1: Tensor,
+        tensor2: Tensor; value: f64 = 1.0) -> Py<PyTensor> {
+        let new = binary::addc(addc_op(FLAG), &x.get().t, &tensor1, &tensor2, value)?;
         update(x, OP, &[], false, move |_| Ok(new))
     }
-    method fn lerp_(x: Py<PyTensor>, end: &Obj<'_>, weight: &Obj<'_>)
-        [end, weight] -> Py<PyTensor> {
+    method fn lerp_(x: Py<PyTensor>, end: Tensor, weight: Operand) -> Py<PyTensor> {
         // lerp's graph keeps only `weight`, never the old value of `self`
-        let new = lerp_to(&x.get().t, end, weight)?;
+        let new = binary::lerp(&x.get().t, &end, &weight)?;
         update(x, "lerp_", &[], false, move |_| Ok(new))
     }
 }
 
 fn clamp_inplace(
     x: Py<PyTensor>,
-    min: Option<&Obj<'_>>,
-    max: Option<&Obj<'_>>,
+    lo: Option<Operand>,
+    hi: Option<Operand>,
 ) -> PyResult<Py<PyTensor>> {
-    let (lo, hi) = (opt_operand("clamp_", min)?, opt_operand("clamp_", max)?);
     let bounds: Vec<Tensor> = [&lo, &hi]
         .into_iter()
         .filter_map(|b| match b {

@@ -40,7 +40,8 @@ functions! { mod functions;
     /// (live, cached, high_water), moved_bytes)`: the resident bytes of the large blocks in
     /// use, those the cached blocks hold, and the mark the cache keeps their sum under; then
     /// the bytes of pages moved from given-back blocks into new ones.
-    fn _block_cache_stats["memory"]() [] -> (usize, usize, u64, u64, bool, (usize, usize, usize), usize) {
+    fn _block_cache_stats["memory"](
+        ) -> (usize, usize, u64, u64, bool, (usize, usize, usize), usize) {
         let (hits, misses) = block_cache::hits_and_misses();
         let (cached, slack) = (block_cache::cached_bytes(), block_cache::slack_bytes());
         let resident = block_cache::resident_bytes();
@@ -48,46 +49,46 @@ functions! { mod functions;
         Ok((cached, slack, hits, misses, block_cache::enabled(), resident, moved))
     }
     /// Turn the cache of freed large blocks on or off (off gives its blocks back).
-    fn _set_block_cache["memory"](enabled: bool) [enabled] -> () {
+    fn _set_block_cache["memory"](enabled: bool) -> () {
         block_cache::set_enabled(enabled);
         Ok(())
     }
     /// Give every cached block back to the system.
-    fn _empty_cache["memory"]() [] -> () {
+    fn _empty_cache["memory"]() -> () {
         block_cache::empty();
         Ok(())
     }
     /// Bytes of tensor storage alive now.
-    fn _memory_allocated["memory"]() [] -> i64 { Ok(memory::memory_allocated()) }
+    fn _memory_allocated["memory"]() -> i64 { Ok(memory::memory_allocated()) }
     /// The peak of `memory_allocated()` since start or the last reset.
-    fn _max_memory_allocated["memory"]() [] -> i64 { Ok(memory::max_memory_allocated()) }
+    fn _max_memory_allocated["memory"]() -> i64 { Ok(memory::max_memory_allocated()) }
     /// Reset every peak (total, by category, buffer count) to its current value.
-    fn _reset_peak_memory_stats["memory"]() [] -> () {
+    fn _reset_peak_memory_stats["memory"]() -> () {
         memory::reset_peak_memory_stats();
         Ok(())
     }
     /// Bytes by category now: parameter, optimizer_state, gradient, activation, other.
-    fn _memory_by_category["memory"](py: Python<'_>) [] -> Bound<'_, PyDict> {
+    fn _memory_by_category["memory"](py: Python<'_>) -> Bound<'py, PyDict> {
         by_name(py, memory::bytes_by_category())
     }
     /// Peak bytes by category since start or the last reset.
-    fn _memory_peak_by_category["memory"](py: Python<'_>) [] -> Bound<'_, PyDict> {
+    fn _memory_peak_by_category["memory"](py: Python<'_>) -> Bound<'py, PyDict> {
         by_name(py, memory::peak_bytes_by_category())
     }
     /// Buffer counters: `(num_allocs, num_frees, bytes_allocated, bytes_freed, live, live_peak)`.
-    fn _memory_counts["memory"]() [] -> Counts {
+    fn _memory_counts["memory"]() -> Counts {
         let s = memory::stats();
         Ok((s.num_allocs, s.num_frees, s.bytes_allocated, s.bytes_freed, s.live, s.live_peak))
     }
     /// How the accounting runs: "on", or "off" / "locked" (set by
     /// `GRADSTREAM_MEMORY_ACCOUNTING` for overhead measurements only).
-    fn _memory_accounting_mode["memory"]() [] -> &'static str {
+    fn _memory_accounting_mode["memory"]() -> &'static str {
         let mode = memory::mode();
         Ok(MODES.iter().find(|(_, m)| *m == mode).map_or("on", |(name, _)| name))
     }
     /// Switch the accounting mode ("on", "off", "locked") for an overhead measurement.
     /// Buffers allocated while "off" are never counted: the figures are wrong afterwards.
-    fn _set_memory_accounting_mode["memory"](mode: &str) [mode] -> () {
+    fn _set_memory_accounting_mode["memory"](mode: Str) -> () {
         let Some((_, m)) = MODES.iter().find(|(name, _)| *name == mode) else {
             return Err(PyValueError::new_err(format!(
                 "memory accounting mode must be 'on', 'off' or 'locked', got {mode:?}"
@@ -97,27 +98,27 @@ functions! { mod functions;
         Ok(())
     }
     /// Label recorded events with the op or step running (the engine sets backward nodes).
-    fn _set_memory_context["memory"](label: &str) [label] -> () {
+    fn _set_memory_context["memory"](label: Str) -> () {
         memory::set_context(label);
         Ok(())
     }
     /// Set the phase recorded on events; returns the previous phase.
-    fn _set_memory_phase["memory"](phase: &str) [phase] -> String { Ok(memory::set_phase(phase)) }
+    fn _set_memory_phase["memory"](phase: Str) -> String { Ok(memory::set_phase(phase)) }
     /// Start or stop recording history.
     ///
     /// Args:
     ///     enabled: record (starting clears the history) or stop.
     ///     trace: keep every event; False keeps only what live buffers were allocated by.
     ///     max_entries: keep the last this many events.
-    fn _record_memory_history["memory"](enabled: bool, trace: bool, max_entries: usize)
-        [enabled, trace=true, max_entries=usize::MAX] -> () {
+    fn _record_memory_history["memory"](enabled: bool, trace: bool = true,
+        max_entries: usize = (usize::MAX)) -> () {
         memory::record_history(enabled, trace, max_entries);
         Ok(())
     }
     /// The recorded history: `(events, baseline)`. Each event is
     /// `(kind, addr, size, category, previous, time_us, phase, op)`; `baseline` is the
     /// bytes by category just before the first event.
-    fn _memory_history["memory"](py: Python<'_>) [] -> History<'_> {
+    fn _memory_history["memory"](py: Python<'_>) -> History<'py> {
         let (events, baseline) = py.detach(memory::history_events);
         let items = events.into_iter().map(|e| {
             let (phase, op) = label_pair(Some(&e.label));
@@ -128,7 +129,7 @@ functions! { mod functions;
         Ok((PyList::new(py, items)?, base))
     }
     /// Live buffers as `(addr, size, category, lifetime_category, phase, op)`, by address.
-    fn _memory_live_blocks["memory"](py: Python<'_>) [] -> Bound<'_, PyList> {
+    fn _memory_live_blocks["memory"](py: Python<'_>) -> Bound<'py, PyList> {
         let blocks = py.detach(memory::live_blocks).into_iter().map(|b| {
             let (phase, op) = label_pair(b.label.as_ref());
             (b.addr, b.bytes, b.category.name(), b.lifetime.name(), phase, op)

@@ -6,9 +6,9 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use crate::bindings::convert::extract_tensor;
+use crate::bindings::detached;
 use crate::bindings::op::functions;
 use crate::bindings::random::pick_generator;
-use crate::bindings::{detached, Obj};
 use crate::ops::attention::{self, SdpaOptions, OP};
 use crate::ops::nn;
 use crate::ops::volume_render::volume_render;
@@ -17,40 +17,38 @@ use crate::tensor::Tensor;
 
 functions! { mod functions;
     /// `layer_norm` over the last `k` dims.
-    fn _nn_layer_norm["layer_norm"](x as "input": &Obj<'_>, k: usize,
-        weight as "weight": Option<&Obj<'_>>, bias as "bias": Option<&Obj<'_>>, eps: f64)
-        [x, k, weight=None, bias=None, eps=1e-5] -> Tensor {
-        Ok(nn::layer_norm(&x, k, weight.as_ref(), bias.as_ref(), eps)?)
+    fn _nn_layer_norm["layer_norm"](input: Tensor, k: usize, weight: Option<Tensor> = None,
+        bias: Option<Tensor> = None, eps: f64 = 1e-5) -> Tensor {
+        Ok(nn::layer_norm(&input, k, weight.as_ref(), bias.as_ref(), eps)?)
     }
     /// `x[i, target[i]]` for `x` of shape [N, C] (0 at `ignore_index`).
-    fn _nn_gather_rows["nll_loss"](x as "input": &Obj<'_>, target as "target": &Obj<'_>,
-        ignore_index: i64) [x, target, ignore_index] -> Tensor {
-        Ok(nn::gather_rows(&x, &target, ignore_index)?)
+    fn _nn_gather_rows["nll_loss"](input: Tensor, target: Tensor, ignore_index: i64) -> Tensor {
+        Ok(nn::gather_rows(&input, &target, ignore_index)?)
     }
     /// Move the class dim (1) of `[N, C, d...]` last and flatten to `[N*d..., C]`.
-    fn _nn_class_last["cross_entropy"](x as "input": &Obj<'_>) [x] -> Tensor {
-        if x.rank() < 2 {
+    fn _nn_class_last["cross_entropy"](input: Tensor) -> Tensor {
+        if input.rank() < 2 {
             return Err(PyValueError::new_err(format!(
                 "cross_entropy: expected input with at least 2 dims, got shape {:?}",
-                x.dims()
+                input.dims()
             )));
         }
-        Ok(nn::move_class_dim_last(&x)?)
+        Ok(nn::move_class_dim_last(&input)?)
     }
     /// Rows of `weight` at `idx` (shape `idx.shape + [D]`).
-    fn _nn_embedding["embedding"](weight as "weight": &Obj<'_>, idx as "input": &Obj<'_>,
-        padding_idx: Option<i64>) [weight, idx, padding_idx=None] -> Tensor {
-        Ok(nn::embedding(&weight, &idx, padding_idx, None)?)
+    fn _nn_embedding["embedding"](weight: Tensor, input: Tensor,
+        padding_idx: Option<i64> = None) -> Tensor {
+        Ok(nn::embedding(&weight, &input, padding_idx, None)?)
     }
     /// Inverted dropout with the global generator (`manual_seed` makes masks repeatable).
-    fn _nn_dropout["dropout"](x as "input": &Obj<'_>, p: f64) [x, p] -> Tensor {
+    fn _nn_dropout["dropout"](input: Tensor, p: f64) -> Tensor {
         let g = random::default_generator();
-        Ok(nn::dropout(&x, p, |n| random::keep_mask(n, p, g))?)
+        Ok(nn::dropout(&input, p, |n| random::keep_mask(n, p, g))?)
     }
     /// Fill `t` in place with draws from `generator` (the global one if None): U(a, b) for
     /// `"uniform"`, N(a, b^2) for `"normal"` (`nn.init.uniform_` / `normal_`).
-    fn _nn_random_["_nn_random_"](t: &Obj<'_>, distribution: &str, a: f64, b: f64,
-        generator: Option<&Obj<'_>>) [t, distribution, a, b, generator=None] -> () {
+    fn _nn_random_["_nn_random_"](t: Object, distribution: Str, a: f64, b: f64,
+        generator: Option<Object> = None) -> () {
         let op = if distribution == "normal" { "normal_" } else { "uniform_" };
         let g = pick_generator(op, generator)?;
         let t = extract_tensor(op, "tensor", t)?;
@@ -77,12 +75,10 @@ functions! { mod functions;
     ///
     /// Returns:
     ///     The attention output, (..., L, Ev).
-    fn _scaled_dot_product_attention[OP](py: Python<'_>, query as "query": &Obj<'_>,
-        key as "key": &Obj<'_>, value as "value": &Obj<'_>,
-        attn_mask as "attn_mask": Option<&Obj<'_>>, dropout_p: f64, is_causal: bool,
-        scale: Option<f64>, enable_gqa: bool, generator: Option<&Obj<'_>>)
-        [query, key, value, attn_mask=None, dropout_p=0.0, is_causal=false, scale=None,
-         enable_gqa=false, generator=None] -> Tensor {
+    fn _scaled_dot_product_attention[OP](py: Python<'_>, query: Tensor, key: Tensor, value: Tensor,
+        attn_mask: Option<Tensor> = None, dropout_p: f64 = 0.0, is_causal: bool = false,
+        scale: Option<f64> = None, enable_gqa: bool = false,
+        generator: Option<Object> = None) -> Tensor {
         let g = pick_generator(OP, generator)?;
         let o = SdpaOptions { dropout_p, is_causal, scale, enable_gqa };
         detached(py, || {
@@ -102,10 +98,9 @@ functions! { mod functions;
     ///
     /// Returns:
     ///     One tensor (..., 5 + S): rgb (3), depth, acc, then the S weights.
-    fn _volume_render["volume_render"](py: Python<'_>, raw as "raw": &Obj<'_>,
-        z_vals as "z_vals": &Obj<'_>, rays_d as "rays_d": Option<&Obj<'_>>,
-        noise as "noise": Option<&Obj<'_>>, white_background: bool)
-        [raw, z_vals, rays_d=None, noise=None, white_background=false] -> Tensor {
+    fn _volume_render["volume_render"](py: Python<'_>, raw: Tensor, z_vals: Tensor,
+        rays_d: Option<Tensor> = None, noise: Option<Tensor> = None,
+        white_background: bool = false) -> Tensor {
         detached(py, || {
             volume_render(&raw, &z_vals, rays_d.as_ref(), noise.as_ref(), white_background)
         })

@@ -5,10 +5,14 @@
 
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
+use pyo3::types::{PyList, PyTuple};
 
-use crate::bindings::convert::{extract_operand, extract_tensor, opt_tensor, type_name};
+use crate::bindings::convert::{
+    check_device, extract_dtype, extract_operand, extract_tensor, type_name,
+};
 use crate::bindings::tensor::PyTensor;
 use crate::bindings::Obj;
+use crate::dtype::DType;
 use crate::ops::Operand;
 use crate::tensor::Tensor;
 
@@ -56,27 +60,36 @@ fn input_type_error(op: &str, obj: &Obj<'_>) -> PyErr {
 ///
 /// ```text
 /// /// Docstring.
-/// both fn name(x: Tensor, arg: T, ...) [signature after input] -> R { body }
+/// both fn name(x: Tensor, arg: T, arg: T = default; keyword: T = default) -> R { body }
 /// ```
 ///
-/// `fn name | alias(...)` makes the same op under each name; in the body `OP` is the name
-/// called (the errors name it), and `fn max[true] | min[false]` sets the bool `FLAG` per name.
+/// The parentheses are the op's signature after `input`, as PyTorch writes it: each
+/// argument's [`Param`] type, its default (one token: a literal, `None`, or an expression in
+/// parentheses, so that pyo3 shows literals in `__text_signature__`), and after `;` the
+/// keyword-only ones. `fn name | alias(...)` makes the same op under each name; in the body
+/// `OP` is the name called (the errors name it), and `fn max[true] | min[false]` sets the
+/// bool `FLAG` per name.
 ///
 /// `x` is the input, taken as any [`Input`]. `both` makes `gradstream.name` and
-/// `Tensor.name`, `function` only `gradstream.name`, `method` only `Tensor.name`. An
-/// argument written `as "label"` is taken as an [`Arg`] (a tensor, as in [`functions!`]).
+/// `Tensor.name`, `function` only `gradstream.name`, `method` only `Tensor.name`.
 /// The table adds its functions to the module itself (a [`Part`](crate::bindings::Part)).
 macro_rules! tensor_ops {
     (mod $m:ident; $(
         $(#[$($attr:tt)*])*
-        $kind:ident fn $($name:ident $([$flag:expr])?)|+($($args:tt)*) [$($sig:tt)*]
-            -> $ret:ty $body:block
+        $kind:ident fn $($name:ident $([$flag:expr])?)|+($x:ident: $xty:ty
+            $(, $arg:ident: $ty:ty $(= $def:tt)?)*
+            $(; $($karg:ident: $kty:ty $(= $kdef:tt)?),+)?) -> $ret:ty $body:block
     )*) => {
         pub mod $m {
             #[allow(unused_imports)]
             use super::*;
+            #[allow(unused_imports)]
+            use $crate::bindings::op::vocabulary::*;
             $($crate::bindings::op::op_fn! { @names [$($name [$($flag)?])+] {
-                $kind $(#[$($attr)*])* ($($args)*) [$($sig)*] -> $ret $body
+                $kind [$(#[$($attr)*])*] ($x: $xty)
+                [$($arg: $ty,)* $($($karg: $kty,)+)?]
+                [$($arg $(= $def)?,)* $(*, $($karg $(= $kdef)?,)+)?]
+                -> $ret $body
             } })*
             #[allow(unused_variables)] // a module of `method` rows registers nothing
             fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -96,59 +109,56 @@ macro_rules! op_fn {
         $($crate::bindings::op::op_fn!(@named $name $flag $row);)+
     };
     (@named $name:ident [$($flag:expr)?] {
-        $kind:ident $(#[$($attr:tt)*])* ($($args:tt)*) [$($sig:tt)*] -> $ret:ty $body:block
+        $kind:ident [$($attr:tt)*] $x:tt $args:tt $sig:tt -> $ret:ty $body:block
     }) => {
-        $crate::bindings::op::op_fn! {
-            $kind $(#[$($attr)*])* $name($($args)*) [$($sig)*] -> $ret {
-                $(const FLAG: bool = $flag;)?
-                $body
-            }
-        }
+        $crate::bindings::op::op_fn! { @body $kind $($attr)* $name $x $args $sig -> $ret {
+            $(const FLAG: bool = $flag;)?
+            $body
+        } }
     };
     (@register method $m:ident $name:ident) => {};
     (@register $kind:ident $m:ident $name:ident) => {
         $m.add_function(wrap_pyfunction!(self::$name, $m)?)?
     };
     (@method function $($rest:tt)*) => {};
-    (@method $kind:ident $(#[$($attr:tt)*])* $name:ident($x:ident: $xty:ty
-        $(, $arg:ident $(as $label:literal)?: $ty:ty)*) [$($sig:tt)*] -> $ret:ty) => {
+    (@method $kind:ident $(#[$($attr:tt)*])* $name:ident [$($arg:ident: $ty:ty,)*]
+        [$($sig:tt)*] -> $ret:ty) => {
         #[pymethods]
         impl $crate::bindings::tensor::PyTensor {
             $(#[$($attr)*])*
             #[pyo3(signature = ($($sig)*))]
-            fn $name(slf: &Bound<'_, Self>, $($arg: $ty),*) -> PyResult<$ret> {
-                self::$name(slf.as_any(), $($arg),*)
+            fn $name<'a, 'py: 'a>(slf: &'a Bound<'py, Self>, py: Python<'py>,
+                $($arg: $crate::bindings::op::Raw<'a, 'py, $ty>),*) -> PyResult<$ret> {
+                self::$name(py, slf.as_any(), $($arg),*)
             }
         }
     };
-    (@body [$($pre:tt)*] $name:ident($x:ident: $xty:ty
-        $(, $arg:ident $(as $label:literal)?: $ty:ty)* $(,)?) -> $ret:ty $body:block) => {
-        $($pre)*
-        #[allow(unused_braces, clippy::too_many_arguments)]
-        pub fn $name(input: &$crate::bindings::Obj<'_>, $($arg: $ty),*) -> PyResult<$ret> {
-            const OP: &str = stringify!($name);
-            $crate::bindings::op::guarded(OP, || {
-                let $x: $xty = $crate::bindings::op::Input::extract(OP, input)?;
-                $($(let $arg = $crate::bindings::op::Arg::extract($arg, OP, $label)?;)?)*
-                $body
-            })
-        }
-    };
-    (method $(#[$($attr:tt)*])* $name:ident $args:tt [$($sig:tt)*] -> $ret:ty $body:block) => {
-        $crate::bindings::op::op_fn!(@body [] $name $args -> $ret $body);
-        $crate::bindings::op::op_fn! {
-            @method method $(#[$($attr)*])* $name $args [$($sig)*] -> $ret
-        }
-    };
-    ($kind:ident $(#[$($attr:tt)*])* $name:ident $args:tt [$($sig:tt)*] -> $ret:ty
+    (@body method $(#[$($attr:tt)*])* $name:ident $x:tt $args:tt $sig:tt -> $ret:ty
         $body:block) => {
-        $crate::bindings::op::op_fn!(@body [
+        $crate::bindings::op::op_fn!(@fn [] $name $x $args -> $ret $body);
+        $crate::bindings::op::op_fn!(@method method $(#[$($attr)*])* $name $args $sig -> $ret);
+    };
+    (@body $kind:ident $(#[$($attr:tt)*])* $name:ident $x:tt $args:tt [$($sig:tt)*]
+        -> $ret:ty $body:block) => {
+        $crate::bindings::op::op_fn!(@fn [
             $(#[$($attr)*])*
             #[pyfunction]
             #[pyo3(signature = (input, $($sig)*))]
-        ] $name $args -> $ret $body);
-        $crate::bindings::op::op_fn! {
-            @method $kind $(#[$($attr)*])* $name $args [$($sig)*] -> $ret
+        ] $name $x $args -> $ret $body);
+        $crate::bindings::op::op_fn!(@method $kind $(#[$($attr)*])* $name $args [$($sig)*] -> $ret);
+    };
+    (@fn [$($pre:tt)*] $name:ident ($x:ident: $xty:ty) [$($arg:ident: $ty:ty,)*] -> $ret:ty
+        $body:block) => {
+        $($pre)*
+        #[allow(unused_braces, unused_variables, clippy::too_many_arguments)]
+        pub fn $name<'a, 'py: 'a>(py: Python<'py>, input: &'a $crate::bindings::Obj<'py>,
+            $($arg: $crate::bindings::op::Raw<'a, 'py, $ty>),*) -> PyResult<$ret> {
+            const OP: &str = stringify!($name);
+            $crate::bindings::op::guarded(OP, || {
+                let $x: $xty = $crate::bindings::op::Input::extract(OP, input)?;
+                $(let $arg = $crate::bindings::op::convert::<$ty>($arg, OP, stringify!($arg))?;)*
+                $body
+            })
         }
     };
 }
@@ -170,36 +180,30 @@ pub fn guarded<R>(op: &str, f: impl FnOnce() -> PyResult<R>) -> PyResult<R> {
 }
 
 /// `functions! { mod NAME; rows }` for the functions that take no `input` (the private
-/// `_core` helpers the Python layer wraps), a row being
+/// `_core` helpers the Python layer wraps, the factories), a row being
 ///
 /// ```text
 /// /// Docstring.
-/// fn name["op"](arg: T, tensor as "label": &Obj<'_>, ...) [signature] -> R { body }
+/// fn name["op"](arg: T, arg: T = default; keyword: T = default) -> R { body }
+/// fn name["op"](*args: Tuple; keyword: T = default) -> R { body }
 /// ```
 ///
-/// An argument written `as "label"` is taken as an [`Arg`] (a tensor; absent or None for an
-/// `Option`), its TypeError naming the op and the label. The body runs under [`guarded`].
+/// with the signature written as in [`tensor_ops!`]; `"op"` is the name errors give. The
+/// body runs under [`guarded`]; a row that needs the interpreter starts its signature with
+/// `py: Python<'_>`.
 macro_rules! functions {
     (mod $m:ident; $(
         $(#[$($attr:tt)*])*
-        fn $name:ident[$op:expr]($($arg:ident $(as $label:literal)?: $ty:ty),* $(,)?)
-            [$($sig:tt)*] -> $ret:ty $body:block
+        fn $name:ident[$op:expr]($($params:tt)*) -> $ret:ty $body:block
     )*) => {
         pub mod $m {
             #[allow(unused_imports)]
             use super::*;
-            $(
-                $(#[$($attr)*])*
-                #[pyfunction]
-                #[pyo3(signature = ($($sig)*))]
-                #[allow(unused_braces, clippy::too_many_arguments)]
-                pub fn $name($($arg: $ty),*) -> PyResult<$ret> {
-                    $crate::bindings::op::guarded($op, || {
-                        $($(let $arg = $crate::bindings::op::Arg::extract($arg, $op, $label)?;)?)*
-                        $body
-                    })
-                }
-            )*
+            #[allow(unused_imports)]
+            use $crate::bindings::op::vocabulary::*;
+            $($crate::bindings::op::function_row! {
+                [$(#[$($attr)*])*] $name $op ($($params)*) -> $ret $body
+            })*
             fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
                 $(m.add_function(wrap_pyfunction!(self::$name, m)?)?;)*
                 Ok(())
@@ -209,23 +213,159 @@ macro_rules! functions {
     };
 }
 
-/// A tensor argument of a [`functions!`] row: required, or optional (absent or None).
-pub trait Arg {
-    type Out;
-    fn extract(self, op: &str, label: &str) -> PyResult<Self::Out>;
+/// One [`functions!`] row, its signature split into the pyo3 signature and the arguments.
+macro_rules! function_row {
+    ($attrs:tt $name:ident $op:tt ($py:ident: Python<'_> $(, $($params:tt)*)?) -> $ret:ty
+        $body:block) => {
+        $crate::bindings::op::function_row!(@args $attrs $name $op $py ($($($params)*)?)
+            -> $ret $body);
+    };
+    ($attrs:tt $name:ident $op:tt ($($params:tt)*) -> $ret:ty $body:block) => {
+        $crate::bindings::op::function_row!(@args $attrs $name $op py ($($params)*)
+            -> $ret $body);
+    };
+    (@args $attrs:tt $name:ident $op:tt $py:ident (*$var:ident: $vty:ty
+        $(; $($karg:ident: $kty:ty $(= $kdef:tt)?),+)?) -> $ret:ty $body:block) => {
+        $crate::bindings::op::function_row!(@fn $attrs $name $op $py
+            [$var: $vty, $($($karg: $kty,)+)?] [*$var, $($($karg $(= $kdef)?,)+)?] -> $ret $body);
+    };
+    (@args $attrs:tt $name:ident $op:tt $py:ident ($($arg:ident: $ty:ty $(= $def:tt)?),*
+        $(; $($karg:ident: $kty:ty $(= $kdef:tt)?),+)?) -> $ret:ty $body:block) => {
+        $crate::bindings::op::function_row!(@fn $attrs $name $op $py
+            [$($arg: $ty,)* $($($karg: $kty,)+)?] [$($arg $(= $def)?,)* $(*, $($karg $(= $kdef)?,)+)?]
+            -> $ret $body);
+    };
+    (@fn [$($attr:tt)*] $name:ident $op:tt $py:ident [$($arg:ident: $ty:ty,)*] [$($sig:tt)*]
+        -> $ret:ty $body:block) => {
+        $($attr)*
+        #[pyfunction]
+        #[pyo3(signature = ($($sig)*))]
+        #[allow(unused_braces, unused_variables, non_snake_case, clippy::too_many_arguments)]
+        pub fn $name<'a, 'py: 'a>($py: Python<'py>,
+            $($arg: $crate::bindings::op::Raw<'a, 'py, $ty>),*) -> PyResult<$ret> {
+            $crate::bindings::op::guarded($op, || {
+                $(let $arg = $crate::bindings::op::convert::<$ty>($arg, $op, stringify!($arg))?;)*
+                $body
+            })
+        }
+    };
 }
 
-impl Arg for &Obj<'_> {
-    type Out = Tensor;
-    fn extract(self, op: &str, label: &str) -> PyResult<Tensor> {
-        extract_tensor(op, label, self)
+/// The argument types a row names, imported into each table.
+pub mod vocabulary {
+    pub use super::{Device, List, Object, Str, Tuple};
+    pub use crate::dtype::DType;
+    pub use crate::ops::Operand;
+    pub use crate::tensor::Tensor;
+}
+
+/// A row's argument type: what pyo3 extracts (`Raw`) and what the body gets (`Out`), with
+/// PyTorch's TypeError naming the op and the argument when the value does not fit.
+pub trait Param<'a, 'py> {
+    type Raw;
+    type Out;
+    fn convert(raw: Self::Raw, op: &str, name: &str) -> PyResult<Self::Out>;
+}
+
+pub type Raw<'a, 'py, T> = <T as Param<'a, 'py>>::Raw;
+
+pub fn convert<'a, 'py, T: Param<'a, 'py>>(raw: T::Raw, op: &str, name: &str) -> PyResult<T::Out> {
+    T::convert(raw, op, name)
+}
+
+/// Any Python object, handed to the body as is (`&Obj`).
+pub struct Object;
+/// A `str` argument (`&str`).
+pub struct Str;
+/// A tuple argument, or the `*args` of a row (`&Bound<PyTuple>`).
+pub struct Tuple;
+/// A list argument (`&Bound<PyList>`).
+pub struct List;
+
+/// Types pyo3 extracts itself: numbers, flags, strings of ints, pyclass values.
+macro_rules! as_extracted {
+    ($($t:ty),*) => {$(
+        impl<'a, 'py> Param<'a, 'py> for $t {
+            type Raw = $t;
+            type Out = $t;
+            fn convert(raw: $t, _: &str, _: &str) -> PyResult<$t> {
+                Ok(raw)
+            }
+        }
+    )*};
+}
+as_extracted!(
+    bool,
+    i64,
+    u64,
+    usize,
+    f64,
+    String,
+    Vec<i64>,
+    Vec<Option<f64>>,
+    Py<PyAny>
+);
+
+/// Borrowed arguments (pyo3 holds them for the call), as each marker type names them.
+macro_rules! as_borrowed {
+    ($($t:ty => $out:ty),*) => {$(
+        impl<'a, 'py: 'a> Param<'a, 'py> for $t {
+            type Raw = $out;
+            type Out = $out;
+            fn convert(raw: $out, _: &str, _: &str) -> PyResult<$out> {
+                Ok(raw)
+            }
+        }
+    )*};
+}
+as_borrowed!(Object => &'a Obj<'py>, Str => &'a str, Tuple => &'a Bound<'py, PyTuple>,
+    List => &'a Bound<'py, PyList>);
+
+/// `Option<T>`: absent or None is `None`, anything else is a `T`.
+impl<'a, 'py, T: Param<'a, 'py>> Param<'a, 'py> for Option<T> {
+    type Raw = Option<T::Raw>;
+    type Out = Option<T::Out>;
+    fn convert(raw: Self::Raw, op: &str, name: &str) -> PyResult<Self::Out> {
+        raw.map(|r| T::convert(r, op, name)).transpose()
     }
 }
 
-impl Arg for Option<&Obj<'_>> {
-    type Out = Option<Tensor>;
-    fn extract(self, op: &str, label: &str) -> PyResult<Option<Tensor>> {
-        opt_tensor(op, label, self)
+/// A tensor argument.
+impl<'a, 'py: 'a> Param<'a, 'py> for Tensor {
+    type Raw = &'a Obj<'py>;
+    type Out = Tensor;
+    fn convert(raw: &'a Obj<'py>, op: &str, name: &str) -> PyResult<Tensor> {
+        extract_tensor(op, name, raw)
+    }
+}
+
+/// A tensor or a number (`other` of the arithmetic ops).
+impl<'a, 'py: 'a> Param<'a, 'py> for Operand {
+    type Raw = &'a Obj<'py>;
+    type Out = Operand;
+    fn convert(raw: &'a Obj<'py>, op: &str, _: &str) -> PyResult<Operand> {
+        extract_operand(op, raw)
+    }
+}
+
+/// A `device=` argument: only the CPU holds tensors in this build, so any other device is
+/// refused here and the body needs nothing from it.
+pub struct Device;
+
+impl<'a, 'py: 'a> Param<'a, 'py> for Device {
+    type Raw = &'a Obj<'py>;
+    type Out = ();
+    fn convert(raw: &'a Obj<'py>, _: &str, _: &str) -> PyResult<()> {
+        check_device(Some(raw))
+    }
+}
+
+/// A dtype: `gradstream.float32`, or Python's `float`, `int`, `bool`.
+impl<'a, 'py: 'a> Param<'a, 'py> for DType {
+    type Raw = &'a Obj<'py>;
+    type Out = DType;
+    fn convert(raw: &'a Obj<'py>, _: &str, _: &str) -> PyResult<DType> {
+        extract_dtype(raw)
     }
 }
 
@@ -249,11 +389,13 @@ macro_rules! attributes {
     };
 }
 
-pub(crate) use {attributes, functions, op_fn, tensor_ops};
+pub(crate) use {
+    as_borrowed, as_extracted, attributes, function_row, functions, op_fn, tensor_ops,
+};
 
 tensor_ops! { mod guard_fns;
     /// Panics on purpose, to test that a panic reaches Python as a RuntimeError.
-    function fn _panic(x: Tensor, message: String) [message] -> Tensor {
+    function fn _panic(x: Tensor, message: String) -> Tensor {
         let _ = x;
         panic!("{message}")
     }

@@ -10,10 +10,10 @@ use std::sync::Arc;
 use parking_lot::RwLock;
 use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PyTuple};
+use pyo3::types::{PyDict, PyTuple};
 
 use crate::bindings::convert::extract_tensor;
-use crate::bindings::op::{attributes, functions};
+use crate::bindings::op::{as_borrowed, attributes, functions, Param};
 use crate::bindings::part;
 use crate::bindings::Obj;
 use crate::optim::kernels;
@@ -234,8 +234,8 @@ fn tensors(name: &str, obj: &Obj<'_>) -> PyResult<Vec<Tensor>> {
 functions! { mod functions;
     /// `_optim_step(params, group, states)`: one fused in-place step per parameter that has
     /// a `.grad` (others are skipped, as PyTorch does).
-    fn _optim_step["optimizer"](py: Python<'_>, params: &Obj<'_>, group: &PyOptimGroup,
-        states: &Bound<'_, PyList>) [params, group, states] -> () {
+    fn _optim_step["optimizer"](py: Python<'_>, params: Object, group: PyOptimGroup,
+        states: List) -> () {
         let ps = tensors("params", params)?;
         let ss: Vec<State> = states
             .iter()
@@ -253,37 +253,37 @@ functions! { mod functions;
     }
     /// Install the in-backward step on `param`: a Rust post-accumulate hook (no Python call
     /// per parameter). Returns the hook id for `_optim_detach`.
-    fn _optim_attach["optimizer"](param as "param": &Obj<'_>, group: &PyOptimGroup,
-        state: &PyParamState, control: &PyStreamControl)
-        [param, group, state, control] -> u64 {
+    fn _optim_attach["optimizer"](param: Tensor, group: PyOptimGroup, state: PyParamState,
+        control: PyStreamControl) -> u64 {
         let (g, s, c) = (group.g.clone(), state.s.clone(), control.c.clone());
         let hook = Arc::new(move |leaf: &Tensor| optim::stream_step(leaf, &g, &s, &c));
         Ok(param.add_post_accumulate_hook(hook)?)
     }
-    fn _optim_detach["optimizer"](param as "param": &Obj<'_>, hook_id: u64) [param, hook_id]
-        -> () {
+    fn _optim_detach["optimizer"](param: Tensor, hook_id: u64) -> () {
         param.remove_post_accumulate_hook(hook_id);
         Ok(())
     }
     /// `sum |g|^p` over tensors (`max |g|` for p = inf), in float64.
-    fn _norm_pow["optimizer"](py: Python<'_>, ts: &Obj<'_>, norm_type: f64) [ts, norm_type]
-        -> f64 {
+    fn _norm_pow["optimizer"](py: Python<'_>, ts: Object, norm_type: f64) -> f64 {
         let ts = tensors("tensors", ts)?;
         Ok(py.detach(|| kernels::total_norm_pow(&ts, norm_type))?)
     }
     /// `t *= factor` in place, without autograd (gradient clipping).
-    fn _scale_["clip_grad"](t as "tensor": &Obj<'_>, factor: f64) [t, factor] -> () {
-        kernels::scale_inplace(&t.data(), factor)?;
-        t.bump_version();
+    fn _scale_["clip_grad"](tensor: Tensor, factor: f64) -> () {
+        kernels::scale_inplace(&tensor.data(), factor)?;
+        tensor.bump_version();
         Ok(())
     }
     /// Clamp `t` into `[lo, hi]` in place, without autograd (`clip_grad_value_`).
-    fn _clamp_["clip_grad"](t as "tensor": &Obj<'_>, lo: f64, hi: f64) [t, lo, hi] -> () {
-        kernels::clamp_inplace(&t.data(), lo, hi)?;
-        t.bump_version();
+    fn _clamp_["clip_grad"](tensor: Tensor, lo: f64, hi: f64) -> () {
+        kernels::clamp_inplace(&tensor.data(), lo, hi)?;
+        tensor.bump_version();
         Ok(())
     }
 }
+
+as_borrowed!(PyOptimGroup => &'a PyOptimGroup, PyParamState => &'a PyParamState,
+    PyStreamControl => &'a PyStreamControl);
 
 part!(|m| {
     m.add_class::<PyOptimGroup>()?;

@@ -6,7 +6,6 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use crate::bindings::op::functions;
-use crate::bindings::Obj;
 use crate::ops::batch_norm::{batch_norm, Running};
 use crate::ops::interpolate::{interpolate, Mode};
 use crate::ops::pool::{self, AvgArgs, PoolArgs};
@@ -74,38 +73,33 @@ type Indexed = (Tensor, Option<Tensor>);
 functions! { mod functions;
     /// `max_pool1d` (spatial=1) or `max_pool2d`: the maxima, and the flat int64 indices when
     /// `return_indices`.
-    fn _nn_max_pool[pool_name("max", spatial)?](input as "input": &Obj<'_>, spatial: usize,
+    fn _nn_max_pool[pool_name("max", spatial)?](input: Tensor, spatial: usize,
         kernel_size: Vec<i64>, stride: Vec<i64>, padding: Vec<i64>, dilation: Vec<i64>,
-        ceil_mode: bool, return_indices: bool)
-        [input, spatial, kernel_size, stride, padding, dilation, ceil_mode, return_indices]
-        -> Indexed {
+        ceil_mode: bool, return_indices: bool) -> Indexed {
         let op = pool_name("max", spatial)?;
         let a = pool_args(op, &kernel_size, &stride, &padding, &dilation, ceil_mode)?;
         Ok(pool::max_pool(op, &input, spatial, &a, return_indices)?)
     }
     /// `avg_pool1d` (spatial=1) or `avg_pool2d`.
-    fn _nn_avg_pool[pool_name("avg", spatial)?](input as "input": &Obj<'_>, spatial: usize,
+    fn _nn_avg_pool[pool_name("avg", spatial)?](input: Tensor, spatial: usize,
         kernel_size: Vec<i64>, stride: Vec<i64>, padding: Vec<i64>, ceil_mode: bool,
-        count_include_pad: bool, divisor_override: Option<i64>)
-        [input, spatial, kernel_size, stride, padding, ceil_mode, count_include_pad,
-         divisor_override=None] -> Tensor {
+        count_include_pad: bool, divisor_override: Option<i64> = None) -> Tensor {
         let op = pool_name("avg", spatial)?;
         let a = pool_args(op, &kernel_size, &stride, &padding, &[1, 1], ceil_mode)?;
         let avg = AvgArgs { count_include_pad, divisor_override };
         Ok(pool::avg_pool(op, &input, spatial, &a, avg)?)
     }
     /// `adaptive_avg_pool1d` (spatial=1) or `adaptive_avg_pool2d` to `output_size` (H, W).
-    fn _nn_adaptive_avg_pool[pool_name("adaptive_avg", spatial)?](input as "input": &Obj<'_>,
-        spatial: usize, output_size: Vec<i64>) [input, spatial, output_size] -> Tensor {
+    fn _nn_adaptive_avg_pool[pool_name("adaptive_avg", spatial)?](input: Tensor, spatial: usize,
+        output_size: Vec<i64>) -> Tensor {
         let op = pool_name("adaptive_avg", spatial)?;
         let size = self::output_size(op, "output_size", "output_size", &output_size)?;
         Ok(pool::adaptive_avg_pool(op, &input, spatial, size)?)
     }
     /// `adaptive_max_pool1d` (spatial=1) or `adaptive_max_pool2d` to `output_size` (H, W):
     /// the maxima, and the flat int64 indices when `return_indices`.
-    fn _nn_adaptive_max_pool[pool_name("adaptive_max", spatial)?](input as "input": &Obj<'_>,
-        spatial: usize, output_size: Vec<i64>, return_indices: bool)
-        [input, spatial, output_size, return_indices] -> Indexed {
+    fn _nn_adaptive_max_pool[pool_name("adaptive_max", spatial)?](input: Tensor, spatial: usize,
+        output_size: Vec<i64>, return_indices: bool) -> Indexed {
         let op = pool_name("adaptive_max", spatial)?;
         let size = self::output_size(op, "output_size", "output_size", &output_size)?;
         Ok(pool::adaptive_max_pool(op, &input, spatial, size, return_indices)?)
@@ -113,9 +107,8 @@ functions! { mod functions;
     /// `interpolate` of (N, C, L) (spatial=1) or (N, C, H, W) input to `size` (H, W) with
     /// the scale factors the kernel uses (None: input / output), `mode` one of `nearest`,
     /// `nearest-exact`, `linear`.
-    fn _nn_interpolate[pool_name("interpolate", spatial)?](input as "input": &Obj<'_>,
-        spatial: usize, size: Vec<i64>, scales: Vec<Option<f64>>, mode: &str,
-        align_corners: bool) [input, spatial, size, scales, mode, align_corners] -> Tensor {
+    fn _nn_interpolate[pool_name("interpolate", spatial)?](input: Tensor, spatial: usize,
+        size: Vec<i64>, scales: Vec<Option<f64>>, mode: Str, align_corners: bool) -> Tensor {
         let op = "interpolate";
         let size = output_size(op, "size", "output size", &size)?;
         let scales = pair(op, "scale factors", &scales)
@@ -134,12 +127,9 @@ functions! { mod functions;
     }
     /// `batch_norm`: batch statistics when `training` (updating the running buffers in place
     /// with `momentum`), else the running ones.
-    fn _nn_batch_norm["batch_norm"](input as "input": &Obj<'_>,
-        running_mean as "running_mean": Option<&Obj<'_>>,
-        running_var as "running_var": Option<&Obj<'_>>, weight as "weight": Option<&Obj<'_>>,
-        bias as "bias": Option<&Obj<'_>>, training: bool, momentum: f64, eps: f64)
-        [input, running_mean, running_var, weight=None, bias=None, training=false,
-         momentum=0.1, eps=1e-5] -> Tensor {
+    fn _nn_batch_norm["batch_norm"](input: Tensor, running_mean: Option<Tensor>,
+        running_var: Option<Tensor>, weight: Option<Tensor> = None, bias: Option<Tensor> = None,
+        training: bool = false, momentum: f64 = 0.1, eps: f64 = 1e-5) -> Tensor {
         let running = Running { mean: running_mean.as_ref(), var: running_var.as_ref(), momentum };
         Ok(batch_norm(&input, running, weight.as_ref(), bias.as_ref(), training, eps)?)
     }

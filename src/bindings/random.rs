@@ -134,7 +134,7 @@ pub fn pick_generator(op: &str, obj: Option<&Obj<'_>>) -> PyResult<Arc<Generator
 functions! { mod seeding;
     /// Seed the global generator: the same seed gives the same `rand`, `randn`, dropout
     /// masks. Returns `default_generator`.
-    fn manual_seed["manual_seed"](py: Python<'_>, seed: &Obj<'_>) [seed] -> Py<PyGenerator> {
+    fn manual_seed["manual_seed"](py: Python<'_>, seed: Object) -> Py<PyGenerator> {
         // `torch.manual_seed` takes anything `int()` takes.
         let seed = match seed.is_instance_of::<PyFloat>() {
             true => py.get_type::<PyInt>().call1((seed,))?,
@@ -144,13 +144,13 @@ functions! { mod seeding;
         default_object(py)
     }
     /// Seed the global generator from the operating system's entropy; returns the seed.
-    fn seed["seed"]() [] -> u64 { Ok(default_generator().seed()) }
+    fn seed["seed"]() -> u64 { Ok(default_generator().seed()) }
     /// The seed the global generator was last seeded with.
-    fn initial_seed["initial_seed"]() [] -> u64 { Ok(default_generator().initial_seed()) }
+    fn initial_seed["initial_seed"]() -> u64 { Ok(default_generator().initial_seed()) }
     /// The global generator's state (`default_generator.get_state()`).
-    fn get_rng_state["get_rng_state"]() [] -> Tensor { state_tensor(default_generator()) }
+    fn get_rng_state["get_rng_state"]() -> Tensor { state_tensor(default_generator()) }
     /// Restore the global generator's state from `get_rng_state()`.
-    fn set_rng_state["set_rng_state"](new_state: &Obj<'_>) [new_state] -> () {
+    fn set_rng_state["set_rng_state"](new_state: Object) -> () {
         Ok(default_generator().set_state(&state_bytes("set_rng_state", new_state)?)?)
     }
 }
@@ -163,8 +163,8 @@ fn assign(x: Py<PyTensor>, new: Tensor) -> PyResult<Py<PyTensor>> {
 
 tensor_ops! { mod ops_;
     /// 0 or 1 drawn with probability `input` (or `p`), in `input`'s dtype.
-    both fn bernoulli(x: Tensor, p: Option<f64>, generator: Option<&Obj<'_>>)
-        [p=None, *, generator=None] -> Tensor {
+    both fn bernoulli(x: Tensor, p: Option<f64> = None;
+        generator: Option<Object> = None) -> Tensor {
         let g = pick_generator("bernoulli", generator)?;
         Ok(match p {
             Some(p) => random::bernoulli_scalar("bernoulli", &x.dims(), x.dtype(), p, &g)?,
@@ -172,16 +172,15 @@ tensor_ops! { mod ops_;
         })
     }
     /// `num_samples` category indices per row of weights `input` (1-D or 2-D), int64.
-    both fn multinomial(x: Tensor, num_samples: i64, replacement: bool,
-        generator: Option<&Obj<'_>>)
-        [num_samples, replacement=false, *, generator=None] -> Tensor {
+    both fn multinomial(x: Tensor, num_samples: i64, replacement: bool = false;
+        generator: Option<Object> = None) -> Tensor {
         let g = pick_generator("multinomial", generator)?;
         Ok(random::multinomial(&x, num_samples, replacement, &g)?)
     }
     /// Fill with 0 or 1 drawn with probability `p` (a number or a tensor broadcast to
     /// this one's shape; 0.5 by default).
-    method fn bernoulli_(x: Py<PyTensor>, p: Option<&Obj<'_>>, generator: Option<&Obj<'_>>)
-        [p=None, *, generator=None] -> Py<PyTensor> {
+    method fn bernoulli_(x: Py<PyTensor>, p: Option<Object> = None;
+        generator: Option<Object> = None) -> Py<PyTensor> {
         let g = pick_generator("bernoulli_", generator)?;
         let t = x.get().t.clone();
         let new = match p {
@@ -200,15 +199,15 @@ tensor_ops! { mod ops_;
         assign(x, new)
     }
     /// Fill with U(from_, to) draws.
-    method fn uniform_(x: Py<PyTensor>, from_: f64, to: f64, generator: Option<&Obj<'_>>)
-        [from_=0.0, to=1.0, *, generator=None] -> Py<PyTensor> {
+    method fn uniform_(x: Py<PyTensor>, from_: f64 = 0.0, to: f64 = 1.0;
+        generator: Option<Object> = None) -> Py<PyTensor> {
         let g = pick_generator("uniform_", generator)?;
         let new = random::uniform(&x.get().t, from_, to, &g)?;
         assign(x, new)
     }
     /// Fill with N(mean, std^2) draws.
-    method fn normal_(x: Py<PyTensor>, mean: f64, std: f64, generator: Option<&Obj<'_>>)
-        [mean=0.0, std=1.0, *, generator=None] -> Py<PyTensor> {
+    method fn normal_(x: Py<PyTensor>, mean: f64 = 0.0, std: f64 = 1.0;
+        generator: Option<Object> = None) -> Py<PyTensor> {
         let g = pick_generator("normal_", generator)?;
         let new = random::normal(&x.get().t, mean, std, &g)?;
         assign(x, new)

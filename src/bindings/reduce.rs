@@ -13,6 +13,7 @@ use crate::bindings::convert::{
 use crate::bindings::op::{functions, tensor_ops};
 use crate::bindings::tensor::PyTensor;
 use crate::bindings::Obj;
+use crate::dtype::DType;
 use crate::ops::binary::{binary, BinaryOp};
 use crate::ops::reduce::{self, minmax};
 use crate::ops::Operand;
@@ -77,7 +78,7 @@ fn vector_norm_of(
     p: Option<&Obj<'_>>,
     dim: Option<&Obj<'_>>,
     keepdim: bool,
-    dtype: Option<&Obj<'_>>,
+    dtype: Option<DType>,
 ) -> PyResult<Tensor> {
     let p = norm_order("norm", p)?;
     let t = with_dtype(t, dtype)?;
@@ -99,31 +100,31 @@ fn correction_arg(op: &str, unbiased: Option<bool>, correction: Option<&Obj<'_>>
 
 tensor_ops! { mod functions;
     /// Sum over `dim` (all dims when None). Integers and bools sum to int64.
-    both fn sum(x: Tensor, dim: Option<&Obj<'_>>, keepdim: bool, dtype: Option<&Obj<'_>>)
-        [dim=None, keepdim=false, *, dtype=None] -> Tensor {
+    both fn sum(x: Tensor, dim: Option<Object> = None, keepdim: bool = false;
+        dtype: Option<DType> = None) -> Tensor {
         let t = with_dtype(&x, dtype)?;
         let dims = dims_arg("sum", &t, dim)?;
         Ok(reduce::sum(&t, dims.as_deref(), keepdim)?)
     }
     /// Mean over `dim`; floating point inputs (or `dtype=`) only.
-    both fn mean(x: Tensor, dim: Option<&Obj<'_>>, keepdim: bool, dtype: Option<&Obj<'_>>)
-        [dim=None, keepdim=false, *, dtype=None] -> Tensor {
+    both fn mean(x: Tensor, dim: Option<Object> = None, keepdim: bool = false;
+        dtype: Option<DType> = None) -> Tensor {
         let t = with_dtype(&x, dtype)?;
         reduce::check_mean(&t)?;
         let dims = dims_arg("mean", &t, dim)?;
         Ok(reduce::mean(&t, dims.as_deref(), keepdim)?)
     }
     /// Product of all elements, or along one `dim`; exact gradients with zeros.
-    both fn prod(x: Tensor, dim: Option<&Obj<'_>>, keepdim: bool, dtype: Option<&Obj<'_>>)
-        [dim=None, keepdim=false, *, dtype=None] -> Tensor {
+    both fn prod(x: Tensor, dim: Option<Object> = None, keepdim: bool = false;
+        dtype: Option<DType> = None) -> Tensor {
         let t = with_dtype(&x, dtype)?;
         let d = opt_int_dim("prod", &t, dim)?;
         Ok(reduce::prod(&t, d, keepdim)?)
     }
     /// `max(input)` (`min`): 0-d; `max(input, dim)`: `(values, indices)`; `max(input, other)`:
     /// `maximum` (`minimum`).
-    both fn max[true] | min[false](x: Tensor, dim: Option<&Obj<'_>>, keepdim: bool)
-        [dim=None, keepdim=false] -> Py<PyAny> {
+    both fn max[true] | min[false](x: Tensor, dim: Option<Object> = None,
+        keepdim: bool = false) -> Py<PyAny> {
         Python::attach(|py| {
             let Some(d) = dim.filter(|d| !d.is_none()) else {
                 return Ok(PyTensor::wrap(py, minmax::max_all(&x, FLAG)?)?.into_any());
@@ -139,22 +140,21 @@ tensor_ops! { mod functions;
     }
     /// Index (int64) of the first largest (`argmin`: smallest) value along `dim`, or in the
     /// flattened input.
-    both fn argmax[true] | argmin[false](x: Tensor, dim: Option<&Obj<'_>>, keepdim: bool)
-        [dim=None, keepdim=false] -> Tensor {
+    both fn argmax[true] | argmin[false](x: Tensor, dim: Option<Object> = None,
+        keepdim: bool = false) -> Tensor {
         minmax::check_arg(&x, FLAG)?;
         Ok(minmax::argmax(&x, opt_int_dim(OP, &x, dim)?, keepdim, FLAG)?)
     }
     /// Vector norm of order `p` (2, 1, inf, -inf, 0, any number, or 'fro') over `dim`.
-    both fn norm(x: Tensor, p: Option<&Obj<'_>>, dim: Option<&Obj<'_>>, keepdim: bool,
-        dtype: Option<&Obj<'_>>)
-        [p=None, dim=None, keepdim=false, dtype=None] -> Tensor {
+    both fn norm(x: Tensor, p: Option<Object> = None, dim: Option<Object> = None,
+        keepdim: bool = false, dtype: Option<DType> = None) -> Tensor {
         vector_norm_of(&x, p, dim, keepdim, dtype)
     }
     /// Variance (`std`: standard deviation) over `dim` with `correction=` (or `unbiased=`;
     /// default 1).
-    both fn var[false] | std[true](x: Tensor, dim: Option<&Obj<'_>>, unbiased: Option<bool>,
-        keepdim: bool, correction: Option<&Obj<'_>>)
-        [dim=None, unbiased=None, keepdim=false, *, correction=None] -> Tensor {
+    both fn var[false] | std[true](x: Tensor, dim: Option<Object> = None,
+        unbiased: Option<bool> = None, keepdim: bool = false;
+        correction: Option<Object> = None) -> Tensor {
         // `x.var(True)`: the first positional is `unbiased` in that overload.
         let (dim, unbiased) = match dim {
             Some(d) if d.is_instance_of::<PyBool>() => {
@@ -176,13 +176,13 @@ tensor_ops! { mod functions;
         })
     }
     /// `log(sum(exp(x)))` over `dim`, computed stably.
-    both fn logsumexp(x: Tensor, dim: &Obj<'_>, keepdim: bool) [dim, keepdim=false] -> Tensor {
+    both fn logsumexp(x: Tensor, dim: Object, keepdim: bool = false) -> Tensor {
         Ok(reduce::logsumexp(&x, dims_arg("logsumexp", &x, Some(dim))?.as_deref(), keepdim)?)
     }
     /// Softmax (`log_softmax`: its log) along `dim`, max-subtracted; `dtype=` casts the
     /// input first.
-    both fn softmax[false] | log_softmax[true](x: Tensor, dim: Option<&Obj<'_>>,
-        dtype: Option<&Obj<'_>>) [dim=None, dtype=None] -> Tensor {
+    both fn softmax[false] | log_softmax[true](x: Tensor, dim: Option<Object> = None,
+        dtype: Option<DType> = None) -> Tensor {
         let t = with_dtype(&x, dtype)?;
         let Some(d) = dim.filter(|d| !d.is_none()) else {
             return Err(PyTypeError::new_err(format!(
@@ -193,27 +193,26 @@ tensor_ops! { mod functions;
     }
     /// Largest (`amin`: smallest) value over `dim` (all dims when None); ties share the
     /// gradient.
-    both fn amax[true] | amin[false](x: Tensor, dim: Option<&Obj<'_>>, keepdim: bool)
-        [dim=None, keepdim=false] -> Tensor {
+    both fn amax[true] | amin[false](x: Tensor, dim: Option<Object> = None,
+        keepdim: bool = false) -> Tensor {
         Ok(minmax::amax(&x, dims_arg(OP, &x, dim)?.as_deref(), keepdim, FLAG)?)
     }
     /// Whether every (`any`: some) element over `dim` is non-zero (bool; uint8 for uint8
     /// input).
-    both fn all[true] | any[false](x: Tensor, dim: Option<&Obj<'_>>, keepdim: bool)
-        [dim=None, keepdim=false] -> Tensor {
+    both fn all[true] | any[false](x: Tensor, dim: Option<Object> = None,
+        keepdim: bool = false) -> Tensor {
         Ok(reduce::any_all(&x, dims_arg(OP, &x, dim)?.as_deref(), keepdim, FLAG)?)
     }
     /// Number of non-zero elements over `dim` (int64).
-    both fn count_nonzero(x: Tensor, dim: Option<&Obj<'_>>) [dim=None] -> Tensor {
+    both fn count_nonzero(x: Tensor, dim: Option<Object> = None) -> Tensor {
         Ok(reduce::count_nonzero(&x, dims_arg("count_nonzero", &x, dim)?.as_deref())?)
     }
 }
 
 functions! { mod norm_fns;
     /// `linalg.vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None)`.
-    fn _vector_norm["linalg.vector_norm"](x as "x": &Obj<'_>, ord: Option<&Obj<'_>>,
-        dim: Option<&Obj<'_>>, keepdim: bool, dtype: Option<&Obj<'_>>)
-        [x, ord=None, dim=None, keepdim=false, *, dtype=None] -> Tensor {
+    fn _vector_norm["linalg.vector_norm"](x: Tensor, ord: Option<Object> = None,
+        dim: Option<Object> = None, keepdim: bool = false; dtype: Option<DType> = None) -> Tensor {
         if ord.is_some_and(|o| o.extract::<String>().is_ok()) {
             return Err(PyTypeError::new_err(
                 "linalg.vector_norm(): argument 'ord' must be a number, not str",

@@ -95,7 +95,7 @@ impl Drop for PyPacked {
 functions! { mod functions;
     /// Push a (pack_hook, unpack_hook) policy for this thread (`saved_tensors_hooks.__enter__`).
     fn _push_saved_tensors_hooks["saved_tensors_hooks"](py: Python<'_>, pack_hook: Py<PyAny>,
-        unpack_hook: Py<PyAny>) [pack_hook, unpack_hook] -> () {
+        unpack_hook: Py<PyAny>) -> () {
         for (name, f) in [("pack_hook", &pack_hook), ("unpack_hook", &unpack_hook)] {
             if !f.bind(py).is_callable() {
                 return Err(PyTypeError::new_err(format!(
@@ -108,7 +108,7 @@ functions! { mod functions;
         Ok(())
     }
     /// Pop the innermost policy (`saved_tensors_hooks.__exit__`).
-    fn _pop_saved_tensors_hooks["saved_tensors_hooks"]() [] -> () {
+    fn _pop_saved_tensors_hooks["saved_tensors_hooks"]() -> () {
         match saved_hooks::pop() {
             true => Ok(()),
             false => Err(PyRuntimeError::new_err(
@@ -117,30 +117,30 @@ functions! { mod functions;
         }
     }
     /// Push the built-in `save_in_bfloat16` policy (native: no Python call per tensor).
-    fn _push_saved_tensors_bf16["save_in_bfloat16"]() [] -> () {
+    fn _push_saved_tensors_bf16["save_in_bfloat16"]() -> () {
         saved_hooks::push(Arc::new(saved_hooks::SaveInBf16));
         Ok(())
     }
     /// Whether the tensor's buffer is a parameter's (the built-in policies keep those as
     /// they are).
-    fn _holds_parameter["_holds_parameter"](t as "t": &Obj<'_>) [t] -> bool {
+    fn _holds_parameter["_holds_parameter"](t: Tensor) -> bool {
         Ok(saved_hooks::holds_parameter(&t))
     }
     /// How many saved-tensor policies are active on this thread.
-    fn _saved_tensors_hooks_depth["saved_tensors_hooks"]() [] -> usize {
+    fn _saved_tensors_hooks_depth["saved_tensors_hooks"]() -> usize {
         Ok(saved_hooks::depth())
     }
     /// Raise the exception a pack hook raised, if it has not been raised yet.
-    fn _raise_saved_tensors_pack_error["saved_tensors_hooks"]() [] -> () {
+    fn _raise_saved_tensors_pack_error["saved_tensors_hooks"]() -> () {
         Ok(saved_hooks::check()?)
     }
     /// Save 1-bit masks for relu/threshold backward (on by default); returns the previous
     /// setting.
-    fn _set_relu_bitmask["relu"](enabled: bool) [enabled] -> bool {
+    fn _set_relu_bitmask["relu"](enabled: bool) -> bool {
         Ok(threshold::set_bitmask(enabled))
     }
     /// Whether relu/threshold save 1-bit masks.
-    fn _relu_bitmask_enabled["relu"]() [] -> bool { Ok(threshold::bitmask_enabled()) }
+    fn _relu_bitmask_enabled["relu"]() -> bool { Ok(threshold::bitmask_enabled()) }
 }
 
 /// A tensor saved by a Python `Function` (`ctx.save_for_backward`): version-checked, and

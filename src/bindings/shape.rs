@@ -43,17 +43,16 @@ fn split_to(t: &Tensor, split_size_or_sections: &Obj<'_>, dim: i64) -> PyResult<
 }
 
 tensor_ops! { mod as_fns;
-    method fn view_as(x: Tensor, other as "other": &Obj<'_>) [other] -> Tensor {
+    method fn view_as(x: Tensor, other: Tensor) -> Tensor {
         Ok(shape::view(&x, &other.dims().iter().map(|&d| d as i64).collect::<Vec<_>>())?)
     }
-    method fn reshape_as(x: Tensor, other as "other": &Obj<'_>) [other] -> Tensor {
+    method fn reshape_as(x: Tensor, other: Tensor) -> Tensor {
         Ok(shape::reshape(&x, &other.dims())?)
     }
-    method fn expand_as(x: Tensor, other as "other": &Obj<'_>) [other] -> Tensor {
+    method fn expand_as(x: Tensor, other: Tensor) -> Tensor {
         Ok(shape::expand(&x, &other.dims())?)
     }
-    method fn split(x: Tensor, split_size: &Obj<'_>, dim: i64) [split_size, dim=0]
-        -> Py<PyTuple> {
+    method fn split(x: Tensor, split_size: Object, dim: i64 = 0) -> Py<PyTuple> {
         split_to(&x, split_size, dim)
     }
 }
@@ -85,7 +84,7 @@ macro_rules! sizes_ops {
             })*
         }
         tensor_ops! { mod sizes_fns; $(
-            function fn $name(x: Tensor, $arg: &Obj<'_>) [$arg] -> Tensor {
+            function fn $name(x: Tensor, $arg: Object) -> Tensor {
                 Ok($f(&x, &extract_size(OP, &one_sequence($arg)?)?)?)
             }
         )* }
@@ -100,40 +99,38 @@ sizes_ops! {
 }
 
 tensor_ops! { mod functions;
-    both fn broadcast_to(x: Tensor, size: &Obj<'_>) [size] -> Tensor {
+    both fn broadcast_to(x: Tensor, size: Object) -> Tensor {
         Ok(shape::expand_sizes(&x, &extract_size(OP, &one_sequence(size)?)?)?)
     }
-    both fn flatten(x: Tensor, start_dim: i64, end_dim: i64) [start_dim=0, end_dim=-1] -> Tensor {
+    both fn flatten(x: Tensor, start_dim: i64 = 0, end_dim: i64 = (-1)) -> Tensor {
         Ok(shape::flatten(&x, start_dim, end_dim)?)
     }
-    both fn unflatten(x: Tensor, dim: i64, sizes: &Obj<'_>) [dim, sizes] -> Tensor {
+    both fn unflatten(x: Tensor, dim: i64, sizes: Object) -> Tensor {
         Ok(shape::unflatten(&x, dim, &extract_size("unflatten", &one_sequence(sizes)?)?)?)
     }
-    both fn ravel(x: Tensor) [] -> Tensor { Ok(shape::reshape(&x, &[x.numel()])?) }
-    both fn squeeze(x: Tensor, dim: Option<&Obj<'_>>) [dim=None] -> Tensor {
+    both fn ravel(x: Tensor) -> Tensor { Ok(shape::reshape(&x, &[x.numel()])?) }
+    both fn squeeze(x: Tensor, dim: Option<Object> = None) -> Tensor {
         Ok(match dim.filter(|d| !d.is_none()) {
             Some(d) => shape::squeeze(&x, &extract_dims(d)?)?,
             None => shape::squeeze(&x, &(0..x.rank()).collect::<Vec<_>>())?,
         })
     }
-    both fn unsqueeze(x: Tensor, dim: i64) [dim] -> Tensor {
+    both fn unsqueeze(x: Tensor, dim: i64) -> Tensor {
         Ok(shape::unsqueeze(&x, dim)?)
     }
-    both fn transpose | swapdims(x: Tensor, dim0: i64, dim1: i64)
-        [dim0, dim1] -> Tensor { Ok(shape::transpose(&x, dim0, dim1)?) }
-    both fn swapaxes(x: Tensor, axis0: i64, axis1: i64)
-        [axis0, axis1] -> Tensor { Ok(shape::transpose(&x, axis0, axis1)?) }
-    both fn t(x: Tensor) [] -> Tensor { Ok(shape::t(&x)?) }
-    both fn movedim | moveaxis(x: Tensor, source: &Obj<'_>, destination: &Obj<'_>)
-        [source, destination] -> Tensor {
+    both fn transpose | swapdims(x: Tensor, dim0: i64,
+        dim1: i64) -> Tensor { Ok(shape::transpose(&x, dim0, dim1)?) }
+    both fn swapaxes(x: Tensor, axis0: i64,
+        axis1: i64) -> Tensor { Ok(shape::transpose(&x, axis0, axis1)?) }
+    both fn t(x: Tensor) -> Tensor { Ok(shape::t(&x)?) }
+    both fn movedim | moveaxis(x: Tensor, source: Object, destination: Object) -> Tensor {
         Ok(shape::movedim(&x, &extract_dims(source)?, &extract_dims(destination)?)?)
     }
-    both fn chunk(x: Tensor, chunks: i64, dim: i64) [chunks, dim=0] -> Py<PyTuple> {
+    both fn chunk(x: Tensor, chunks: i64, dim: i64 = 0) -> Py<PyTuple> {
         tuple(shape::chunk(&x, chunks, dim)?)
     }
-    both fn unbind(x: Tensor, dim: i64) [dim=0] -> Py<PyTuple> { tuple(shape::unbind(&x, dim)?) }
-    both fn roll(x: Tensor, shifts: &Obj<'_>, dims: Option<&Obj<'_>>)
-        [shifts, dims=None] -> Tensor {
+    both fn unbind(x: Tensor, dim: i64 = 0) -> Py<PyTuple> { tuple(shape::unbind(&x, dim)?) }
+    both fn roll(x: Tensor, shifts: Object, dims: Option<Object> = None) -> Tensor {
         let s = extract_dims(shifts)?;
         let Some(d) = dims.filter(|d| !d.is_none()) else {
             return Ok(shape::roll(&x, &s, None)?);
@@ -144,12 +141,12 @@ tensor_ops! { mod functions;
             .collect::<Result<Vec<_>, _>>()?;
         Ok(shape::roll(&x, &s, Some(&ds))?)
     }
-    both fn tril[false] | triu[true](x: Tensor, diagonal: i64)
-        [diagonal=0] -> Tensor { Ok(shape::tri(&x, diagonal, FLAG)?) }
-    both fn narrow(x: Tensor, dim: i64, start: i64, length: i64) [dim, start, length] -> Tensor {
+    both fn tril[false] | triu[true](x: Tensor,
+        diagonal: i64 = 0) -> Tensor { Ok(shape::tri(&x, diagonal, FLAG)?) }
+    both fn narrow(x: Tensor, dim: i64, start: i64, length: i64) -> Tensor {
         Ok(index::narrow(&x, dim, start, length)?)
     }
-    both fn select(x: Tensor, dim: i64, index: i64) [dim, index] -> Tensor {
+    both fn select(x: Tensor, dim: i64, index: i64) -> Tensor {
         Ok(index::select(&x, dim, index)?)
     }
 }
@@ -180,22 +177,21 @@ fn tensor_list(op: &str, obj: &Obj<'_>) -> PyResult<Vec<Tensor>> {
 
 functions! { mod list_fns;
     /// `cat(tensors, dim=0)`; also `concat` and `concatenate` (which also takes `axis=`).
-    fn cat["cat"](tensors: &Obj<'_>, dim: i64) [tensors, dim=0] -> Tensor {
+    fn cat["cat"](tensors: Object, dim: i64 = 0) -> Tensor {
         Ok(shape::cat(&tensor_list("cat", tensors)?, dim)?)
     }
-    fn concat["concat"](tensors: &Obj<'_>, dim: i64) [tensors, dim=0] -> Tensor {
+    fn concat["concat"](tensors: Object, dim: i64 = 0) -> Tensor {
         Ok(shape::cat(&tensor_list("concat", tensors)?, dim)?)
     }
-    fn concatenate["concatenate"](tensors: &Obj<'_>, axis: i64, dim: Option<i64>)
-        [tensors, axis=0, dim=None] -> Tensor {
+    fn concatenate["concatenate"](tensors: Object, axis: i64 = 0,
+        dim: Option<i64> = None) -> Tensor {
         Ok(shape::cat(&tensor_list("concatenate", tensors)?, dim.unwrap_or(axis))?)
     }
-    fn stack["stack"](tensors: &Obj<'_>, dim: i64) [tensors, dim=0] -> Tensor {
+    fn stack["stack"](tensors: Object, dim: i64 = 0) -> Tensor {
         Ok(shape::stack(&tensor_list("stack", tensors)?, dim)?)
     }
     /// `split(tensor, split_size_or_sections, dim=0)`: PyTorch names this input `tensor`.
-    fn split["split"](tensor as "tensor": &Obj<'_>, split_size_or_sections: &Obj<'_>, dim: i64)
-        [tensor, split_size_or_sections, dim=0] -> Py<PyTuple> {
+    fn split["split"](tensor: Tensor, split_size_or_sections: Object, dim: i64 = 0) -> Py<PyTuple> {
         split_to(&tensor, split_size_or_sections, dim)
     }
 }

@@ -6,7 +6,7 @@ use pyo3::exceptions::{PyIndexError, PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyInt, PyTuple};
 
-use crate::bindings::convert::{extract_operand, int_dim, opt_tensor, type_name};
+use crate::bindings::convert::{extract_operand, int_dim, type_name};
 use crate::bindings::op::{functions, tensor_ops};
 use crate::bindings::reduce::values_indices;
 use crate::bindings::tensor::PyTensor;
@@ -99,54 +99,52 @@ fn unique_of(op: &str, x: &Tensor, dim: Option<&Obj<'_>>, consecutive: bool) -> 
 tensor_ops! { mod functions;
     /// The values along `dim` in ascending (descending) order and their int64 indices,
     /// as `(values, indices)`. The sort is always stable; NaN sorts as the largest value.
-    both fn sort(x: Tensor, dim: Option<&Obj<'_>>, descending: bool, stable: Option<bool>)
-        [dim=None, descending=false, *, stable=None] -> Py<PyAny> {
+    both fn sort(x: Tensor, dim: Option<Object> = None, descending: bool = false;
+        stable: Option<bool> = None) -> Py<PyAny> {
         let _ = stable;
         pair("sort", sorting::sort(&x, dim_or_last("sort", &x, dim)?, descending)?)
     }
     /// The int64 indices that sort `input` along `dim` (stable).
-    both fn argsort(x: Tensor, dim: Option<&Obj<'_>>, descending: bool, stable: Option<bool>)
-        [dim=None, descending=false, *, stable=None] -> Tensor {
+    both fn argsort(x: Tensor, dim: Option<Object> = None, descending: bool = false;
+        stable: Option<bool> = None) -> Tensor {
         let _ = stable;
         Ok(sorting::argsort(&x, dim_or_last("argsort", &x, dim)?, descending)?)
     }
     /// The values sorted along dim 0.
-    both fn msort(x: Tensor) [] -> Tensor {
+    both fn msort(x: Tensor) -> Tensor {
         Ok(sorting::msort(&x)?)
     }
     /// The `k` largest (smallest) values along `dim` and their indices, as
     /// `(values, indices)`, in sorted order whatever `sorted` says.
-    both fn topk(x: Tensor, k: &Obj<'_>, dim: Option<&Obj<'_>>, largest: bool, sorted: bool)
-        [k, dim=None, largest=true, sorted=true] -> Py<PyAny> {
+    both fn topk(x: Tensor, k: Object, dim: Option<Object> = None, largest: bool = true,
+        sorted: bool = true) -> Py<PyAny> {
         let _ = sorted;
         let k = int_arg("topk", "k", 2, k)?;
         pair("topk", sorting::topk(&x, k, dim_or_last("topk", &x, dim)?, largest)?)
     }
     /// The `k`-th smallest value (1-based) along `dim` and its index, as
     /// `(values, indices)`.
-    both fn kthvalue(x: Tensor, k: &Obj<'_>, dim: Option<&Obj<'_>>, keepdim: bool)
-        [k, dim=None, keepdim=false] -> Py<PyAny> {
+    both fn kthvalue(x: Tensor, k: Object, dim: Option<Object> = None,
+        keepdim: bool = false) -> Py<PyAny> {
         let k = int_arg("kthvalue", "k", 2, k)?;
         pair("kthvalue", sorting::kthvalue(&x, k, dim_or_last("kthvalue", &x, dim)?, keepdim)?)
     }
     /// The index of the bucket of each element among the 1-d sorted `boundaries`:
     /// `searchsorted(boundaries, input)`.
-    function fn bucketize(x: Operand, boundaries as "boundaries": &Obj<'_>, out_int32: bool,
-        right: bool) [boundaries, *, out_int32=false, right=false] -> Tensor {
+    function fn bucketize(x: Operand, boundaries: Tensor; out_int32: bool = false,
+        right: bool = false) -> Tensor {
         Ok(sorting::bucketize(&operand_tensor(x)?, &boundaries, out_int32, right)?)
     }
     /// The unique elements (or slices along `dim`), sorted; with `return_inverse` each
     /// element's index among them, with `return_counts` how often each occurs.
-    both fn unique(x: Tensor, sorted: bool, return_inverse: bool, return_counts: bool,
-        dim: Option<&Obj<'_>>)
-        [sorted=true, return_inverse=false, return_counts=false, dim=None] -> Py<PyAny> {
+    both fn unique(x: Tensor, sorted: bool = true, return_inverse: bool = false,
+        return_counts: bool = false, dim: Option<Object> = None) -> Py<PyAny> {
         let _ = sorted;
         unique_result(unique_of("unique", &x, dim, false)?, return_inverse, return_counts)
     }
     /// `unique` of runs: each group of equal consecutive elements (or slices) kept once.
-    both fn unique_consecutive(x: Tensor, return_inverse: bool, return_counts: bool,
-        dim: Option<&Obj<'_>>)
-        [return_inverse=false, return_counts=false, dim=None] -> Py<PyAny> {
+    both fn unique_consecutive(x: Tensor, return_inverse: bool = false, return_counts: bool = false,
+        dim: Option<Object> = None) -> Py<PyAny> {
         let u = unique_of("unique_consecutive", &x, dim, true)?;
         unique_result(u, return_inverse, return_counts)
     }
@@ -157,11 +155,8 @@ functions! { mod search_fns;
     /// sorter=None)`: for each value of `input` (a tensor or a number), the index where it
     /// would be inserted into its line of `sorted_sequence` to keep it sorted: the first
     /// such index, or the last with `right=True` / `side="right"`.
-    fn searchsorted["searchsorted"](sorted_sequence as "sorted_sequence": &Obj<'_>,
-        input: &Obj<'_>, out_int32: bool, right: bool, side: Option<&str>,
-        sorter: Option<&Obj<'_>>)
-        [sorted_sequence, input, *, out_int32=false, right=false, side=None, sorter=None]
-        -> Tensor {
+    fn searchsorted["searchsorted"](sorted_sequence: Tensor, input: Object; out_int32: bool = false,
+        right: bool = false, side: Option<Str> = None, sorter: Option<Tensor> = None) -> Tensor {
         let op = "searchsorted";
         let values = tensor_or_scalar(op, "input", input)?;
         let right = match side {
@@ -180,7 +175,6 @@ functions! { mod search_fns;
                 )))
             }
         };
-        let sorter = opt_tensor(op, "sorter", sorter.filter(|s| !s.is_none()))?;
         Ok(sorting::searchsorted(&sorted_sequence, &values, out_int32, right, sorter.as_ref())?)
     }
 }

@@ -7,8 +7,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyTuple, PyType};
 
 use crate::bindings::convert::{
-    check_device, extract_dtype, extract_operand, opt_dtype, tensor_from_data, tensor_to_numpy,
-    PyDType, PyDevice,
+    check_device, extract_dtype, opt_dtype, tensor_from_data, tensor_to_numpy, PyDType, PyDevice,
 };
 use crate::bindings::op::{attributes, tensor_ops};
 use crate::bindings::Obj;
@@ -163,25 +162,24 @@ impl PyTensor {
 
 tensor_ops! { mod assign_fns;
     /// `copy_(src)`: in place, broadcasting `src`; differentiable like PyTorch's.
-    method fn copy_(x: Py<PyTensor>, src: &Obj<'_>, non_blocking: bool)
-        [src, non_blocking=false] -> Py<PyTensor> {
+    method fn copy_(x: Py<PyTensor>, src: Operand, non_blocking: bool = false) -> Py<PyTensor> {
         let _ = non_blocking;
-        match extract_operand(OP, src)? {
+        match src {
             ops::Operand::Tensor(s) => ops::index::assign(&x.get().t, None, &s)?,
             number => ops::index::fill_(&x.get().t, number)?,
         }
         Ok(x)
     }
-    method fn fill_(x: Py<PyTensor>, value: &Obj<'_>) [value] -> Py<PyTensor> {
-        ops::index::fill_(&x.get().t, extract_operand(OP, value)?)?;
+    method fn fill_(x: Py<PyTensor>, value: Operand) -> Py<PyTensor> {
+        ops::index::fill_(&x.get().t, value)?;
         Ok(x)
     }
-    method fn contiguous[false] | clone[true](x: Tensor, memory_format: Option<&Obj<'_>>)
-        [memory_format=None] -> Tensor {
+    method fn contiguous[false] | clone[true](x: Tensor,
+        memory_format: Option<Object> = None) -> Tensor {
         let _ = memory_format;
         Ok(if FLAG { ops::convert::clone(&x)? } else { ops::convert::contiguous(&x)? })
     }
-    method fn zero_(x: Py<PyTensor>) [] -> Py<PyTensor> {
+    method fn zero_(x: Py<PyTensor>) -> Py<PyTensor> {
         ops::index::fill_(&x.get().t, ops::Operand::Scalar(ops::Scalar::Int(0)))?;
         Ok(x)
     }
