@@ -56,12 +56,10 @@ fn unary_(x: Py<PyTensor>, name: &str, op: UnaryOp) -> PyResult<Py<PyTensor>> {
 /// `x op= other` (`add_`...), handing `x` back.
 fn arith_(
     x: Py<PyTensor>,
-    name: &str,
     op: BinaryOp,
     other: Operand,
     alpha: Option<f64>,
 ) -> PyResult<Py<PyTensor>> {
-    let _ = name;
     arith_inplace(op, &x.get().t, &other, alpha)?;
     crate::autograd::saved_hooks::check()?;
     Ok(x)
@@ -118,7 +116,8 @@ macro_rules! operators {
             $(fn $pname(
                 slf: &Bound<'_, Self>,
                 other: &Obj<'_>,
-                modulo: Option<&Obj<'_>>,) -> PyResult<Py<PyAny>> {
+                modulo: Option<&Obj<'_>>,
+            ) -> PyResult<Py<PyAny>> {
                 let _ = modulo;
                 dunder(slf.as_any(), Operator::Arith(BinaryOp::Pow), other, $preflected)
             })*
@@ -129,7 +128,7 @@ macro_rules! operators {
             $(fn $iname(slf: &Bound<'_, Self>, other: &Obj<'_>) -> PyResult<()> {
                 let x = slf.clone().unbind();
                 let o = extract_operand(stringify!($method), other)?;
-                arith_(x, stringify!($method), BinaryOp::$iop, o, None).map(drop)
+                arith_(x, BinaryOp::$iop, o, None).map(drop)
             })*
         }
     };
@@ -228,20 +227,20 @@ tensor_ops! { mod arith_fns;
         Ok(binary(BinaryOp::division(rounding_mode)?, &x, &other)?)
     }
     method fn add_(x: Py<PyTensor>, other: Operand; alpha: Option<f64> = None) -> Py<PyTensor> {
-        arith_(x, "add_", BinaryOp::Add, other, alpha)
+        arith_(x, BinaryOp::Add, other, alpha)
     }
     method fn sub_(x: Py<PyTensor>, other: Operand; alpha: Option<f64> = None) -> Py<PyTensor> {
-        arith_(x, "sub_", BinaryOp::Sub, other, alpha)
+        arith_(x, BinaryOp::Sub, other, alpha)
     }
     method fn mul_(x: Py<PyTensor>, other: Operand) -> Py<PyTensor> {
-        arith_(x, "mul_", BinaryOp::Mul, other, None)
+        arith_(x, BinaryOp::Mul, other, None)
     }
     method fn div_(x: Py<PyTensor>, other: Operand; rounding_mode: Option<Str> = None)
         -> Py<PyTensor> {
-        arith_(x, "div_", BinaryOp::division(rounding_mode)?, other, None)
+        arith_(x, BinaryOp::division(rounding_mode)?, other, None)
     }
     method fn pow_(x: Py<PyTensor>, exponent: Operand) -> Py<PyTensor> {
-        arith_(x, "pow_", BinaryOp::Pow, exponent, None)
+        arith_(x, BinaryOp::Pow, exponent, None)
     }
 }
 
