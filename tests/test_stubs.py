@@ -2,6 +2,7 @@
 
 import ast
 import importlib.util
+import inspect
 import pathlib
 import subprocess
 import sys
@@ -74,7 +75,8 @@ def test_type_checker_sees_the_ops_types(tmp_path):
             z: g.Tensor = g.where(x > 0, x, 0.0).softmax(-1).clamp(min=0.0)
             parts: tuple[g.Tensor, ...] = x.split(1, dim=0)
             n: int = x.numel() + x.dim()
-            g.sum(x, keepdim="yes")  # the one error
+            g.sum(x, keepdim="yes")  # an error
+            g.atan2(x, 2.0)  # an error: atan2 takes no number, as its row says
             """
         )
     )
@@ -83,4 +85,22 @@ def test_type_checker_sees_the_ops_types(tmp_path):
     )
     assert status == 1, out
     errors = [line for line in out.splitlines() if ": error:" in line]
-    assert len(errors) == 1 and "keepdim" in errors[0], out
+    assert len(errors) == 2, out
+    assert "keepdim" in errors[0] and '"atan2"' in errors[1], out
+
+
+def test_row_types_describe_the_built_signatures():
+    """`_row_types()` (what the stub is typed from) names each row's arguments in the order
+    the built function takes them, for the function and for the method."""
+    rows = core._row_types()
+    assert len(rows) > 300
+    for name, kind, params, _ in rows:
+        names = [p for p, _ in params]
+        built = []
+        if kind != "method":
+            built.append((getattr(core, name), names))
+        if kind != "function":
+            built.append((getattr(core.Tensor, name), [p for p in names if p != "input"]))
+        for fn, expected in built:
+            got = [p for p in inspect.signature(fn).parameters if p != "self"]
+            assert got == expected, (name, kind)

@@ -4,11 +4,14 @@
     python tools/gen_stubs.py --check    # exit 1 if the stub is out of date
 
 pyo3 gives every function and method a `__text_signature__`: the stub keeps its names,
-defaults and kinds, and the doc comments. The types come from the tables below: a
-parameter's type from its name (`dim`, `keepdim`, `dtype`...), unless `OVERRIDES` names the
-op; a return type from `RETURNS`, else `Tensor`. A parameter no table knows stops the
-generator, so every new parameter gets a real type. `python -m mypy.stubtest gradstream._core`
-checks the result against the built module (CI runs it; it needs no allowlist).
+defaults and kinds, and the doc comments. The types come from the rows themselves
+(`_core._row_types()`: each `tensor_ops!`/`functions!` row's argument and result types).
+Where a row takes a raw Python object and parses it itself, and for the hand-written
+methods, they come from the tables below: a parameter's type from its name (`dim`, `dtype`...),
+unless `OVERRIDES` names the op; a return type from `RETURNS`, else `Tensor`. A parameter no
+row or table types stops the generator, and so does a table entry nothing uses, so the
+tables hold only what the rows cannot say. `python -m mypy.stubtest gradstream._core` checks
+the result against the built module (CI runs it; it needs no allowlist).
 """
 
 from __future__ import annotations
@@ -50,31 +53,16 @@ class _ValuesIndices(NamedTuple):
 
 # A parameter's type by its name.
 PARAMS = {
-    "bytes": "int | None",
     "rtol": "float",
     "atol": "float",
     "equal_nan": "bool",
     "input": "Tensor",
-    "B": "Tensor",
-    "LU": "Tensor",
     "other": "_Operand",
-    "exponent": "_Operand",
-    "alpha": "float | None",
-    "beta": "float",
-    "rounding_mode": "str | None",
     "dim": "int",
-    "dim0": "int",
     "dim1": "int",
-    "axis": "int",
-    "axis0": "int",
-    "axis1": "int",
-    "start_dim": "int",
-    "end_dim": "int",
-    "keepdim": "bool",
     "dtype": "_Dtype | None",
     "device": "_Device | None",
     "requires_grad": "bool",
-    "pin_memory": "bool",
     "layout": "object | None",
     "out": "Tensor | None",
     "memory_format": "object | None",
@@ -85,67 +73,29 @@ PARAMS = {
     "sizes": "_Size",
     "shape": "_Size",
     "dims": "_Dims",
-    "min": "_Operand",
-    "max": "_Operand",
-    "tensor1": "Tensor",
-    "tensor2": "Tensor",
     "value": "_Operand",
     "values": "_Data",
-    "end": "Tensor",
     "weight": "Tensor",
-    "decimals": "int",
-    "approximate": "str",
-    "threshold": "float",
-    "unbiased": "bool | None",
     "correction": "float | None",
     "p": "float | str | None",
     "ord": "float | None",
-    "index": "Tensor",
     "indices": "Tensor",
     "src": "Tensor | _Number",
-    "reduce": "str | None",
-    "sparse_grad": "bool",
-    "mask": "Tensor",
-    "as_tuple": "bool",
-    "accumulate": "bool",
     "condition": "Tensor",
-    "mat1": "Tensor",
-    "mat2": "Tensor",
-    "vec2": "Tensor",
-    "tensor": "Tensor",
     "bias": "Tensor | None",
-    "spatial": "int",
-    "stride": "Sequence[int]",
-    "padding": "Sequence[int]",
-    "dilation": "Sequence[int]",
-    "output_padding": "Sequence[int]",
-    "groups": "int",
-    "chunks": "int",
     "split_size": "int | Sequence[int]",
     "split_size_or_sections": "int | Sequence[int]",
     "shifts": "_Dims",
     "source": "_Dims",
     "destination": "_Dims",
-    "diagonal": "int",
-    "start": "_Number",
-    "length": "int",
     "tensors": "Sequence[Tensor]",
     "data": "_Data",
     "array": "np.ndarray",
     "fill_value": "_Number | Tensor",
     "step": "_Number | None",
-    "steps": "int",
-    "n": "int",
-    "m": "int | None",
-    "indexing": "str | None",
     "seed": "int",
     "new_state": "Tensor",
-    "num_samples": "int",
-    "replacement": "bool",
-    "from_": "float",
-    "to": "float",
     "d": "dtype",
-    "inplace": "bool",
     "gradient": "Tensor | None",
     "retain_graph": "bool | None",
     "create_graph": "bool",
@@ -155,109 +105,33 @@ PARAMS = {
     "force": "bool",
     "memo": "dict[int, object]",
     "key": "str",
-    "enabled": "bool",
-    "on": "bool",
-    "mode": "str",
-    "label": "str",
-    "phase": "str",
-    "trace": "bool",
-    "max_entries": "int",
-    "outputs": "Tensor | Sequence[Tensor]",
-    "grad_tensors": "Tensor | Sequence[Tensor | None] | None",
-    "grad_outputs": "Tensor | Sequence[Tensor | None] | None",
-    "allow_unused": "bool | None",
-    "materialize_grads": "bool",
     "pack_hook": "Callable[[Tensor], object]",
     "unpack_hook": "Callable[[Any], Tensor]",
     "name": "str",
     "t": "Tensor",
-    "x": "Tensor",
     "k": "int",
-    "eps": "float",
-    "target": "Tensor",
-    "ignore_index": "int",
-    "padding_idx": "int | None",
-    "a": "float",
-    "b": "float",
-    "mean": "float",
-    "std": "float",
-    "lo": "float",
-    "hi": "float",
-    "factor": "float",
-    "ts": "Sequence[Tensor]",
     "norm_type": "float",
     "clip_value": "float | None",
     "clip_norm": "float | None",
     "scale": "float",
     "param": "Tensor",
     "params": "Sequence[Tensor]",
-    "group": "_OptimGroup",
     "states": "list[_ParamState]",
-    "control": "_StreamControl",
-    "hook_id": "int",
-    "kind": "str",
-    "raw": "Tensor",
-    "z_vals": "Tensor",
-    "rays_d": "Tensor | None",
-    "noise": "Tensor | None",
-    "white_background": "bool",
     "backward": "Callable[[Tensor], Sequence[Tensor | None]]",
     "release": "Callable[[], object] | None",
-    "output": "Tensor",
     "spec": "str | device",
-    "mod": "object",
-    "value_": "_Operand",
-    "descending": "bool",
-    "stable": "bool | None",
-    "largest": "bool",
-    "sorted": "bool",
-    "sorted_sequence": "Tensor",
-    "boundaries": "Tensor",
-    "out_int32": "bool",
-    "right": "bool",
-    "side": "str | None",
-    "sorter": "Tensor | None",
-    "return_inverse": "bool",
-    "return_counts": "bool",
     "upper": "bool",
-    "left": "bool",
-    "adjoint": "bool",
-    "unitriangular": "bool",
-    "full_matrices": "bool",
-    "uplo": "str",
-    "pivots": "Tensor",
-    "A": "Tensor",
     "offset": "int",
     "dim2": "int",
 }
 
 # Where an op gives a parameter a type its name does not: "op.param" or "Class.op.param".
 OVERRIDES = {
-    "_scaled_dot_product_attention.query": "Tensor",
-    "_scaled_dot_product_attention.key": "Tensor",
-    "_scaled_dot_product_attention.value": "Tensor",
-    "_scaled_dot_product_attention.attn_mask": "Tensor | None",
-    "_scaled_dot_product_attention.dropout_p": "float",
-    "_scaled_dot_product_attention.is_causal": "bool",
-    "_scaled_dot_product_attention.scale": "float | None",
-    "_scaled_dot_product_attention.enable_gqa": "bool",
-    "_nn_random_.distribution": "str",
-    "_panic.message": "str",
-    "_set_autocast_dtype.dtype": "dtype | None",
     "_run_backward.roots": "list[Tensor]",
     "_run_backward.grads": "list[Tensor | None]",
-    "_run_backward.retain_graph": "bool",
     "_run_backward.inputs": "list[Tensor] | None",
     "_run_backward.consumer": "Callable[[Tensor, Tensor], object] | None",
-    **dict.fromkeys(
-        [
-            f"{op}.input"
-            for op in "add sub subtract mul multiply div divide true_divide "
-            "floor_divide remainder pow bitwise_and bitwise_or bitwise_xor".split()
-        ]
-        + ["where.input"],
-        "_Operand",
-    ),
+    "where.input": "_Operand",
     **dict.fromkeys(
         [
             f"{op}.dim"
@@ -269,7 +143,7 @@ OVERRIDES = {
     **dict.fromkeys(
         [
             f"{op}.dim"
-            for op in "prod argmax argmin take_along_dim softmax log_softmax sort argsort topk "
+            for op in "prod argmax argmin softmax log_softmax sort argsort topk "
             "kthvalue unique unique_consecutive".split()
         ],
         "int | None",
@@ -277,30 +151,10 @@ OVERRIDES = {
     **dict.fromkeys(["max.dim", "min.dim"], "int | Tensor | None"),
     "logsumexp.dim": "_Dims",
     "roll.dims": "_Dims | None",
-    **dict.fromkeys(["logical_and.other", "logical_or.other", "logical_xor.other"], "Tensor"),
     "masked_fill.value": "_Operand",
-    **dict.fromkeys(["searchsorted.input", "bucketize.input"], "Tensor | _Number"),
-    **dict.fromkeys(["lerp.weight", "lerp_.weight"], "_Operand"),
-    **dict.fromkeys(
-        [
-            "addcmul.value",
-            "addcdiv.value",
-            "addcmul_.value",
-            "addcdiv_.value",
-            "threshold.value",
-            "threshold_.value",
-        ],
-        "float",
-    ),
-    **dict.fromkeys(["scatter_add.src", "scatter_add_.src", "matmul.other"], "Tensor"),
-    **dict.fromkeys(["select.index", "narrow.start"], "int"),
-    "_optim_attach.state": "_ParamState",
-    "_stepped_in_pass.state": "_ParamState",
-    **dict.fromkeys(
-        ["view_as.other", "reshape_as.other", "expand_as.other", "type_as.other"], "Tensor"
-    ),
+    "searchsorted.input": "Tensor | _Number",
+    "type_as.other": "Tensor",
     **dict.fromkeys(["scatter.value", "scatter_.value"], "_Number"),
-    "fill_.value": "_Operand",
     "set.value": "object",
     "get.key": "str",
     "Tensor.__setitem__.value": "_Data",
@@ -314,67 +168,25 @@ OVERRIDES = {
     "Tensor.__dlpack__.dl_device": "tuple[int, int] | None",
     "Tensor.__dlpack__.copy": "bool | None",
     "from_dlpack.ext_tensor": "object",
-    "to_dlpack.tensor": "Tensor",
     "Tensor.cuda.device": "_Device | int | None",
     "Tensor.__new__.args": "Any",
     "Tensor.size.dim": "int",
     "Tensor.to.args": "_Dtype | _Device | Tensor | None",
     "_OptimGroup.__new__.kind": "str",
     "Tensor.type.dtype": "_Dtype | None",
-    "Tensor.set_data.value": "Tensor",
     "arange.start": "_Number",
     "arange.end": "_Number | None",
-    "linspace.start": "float",
-    "linspace.end": "float",
     "randint.args": "int | _Size",
     "randint.size": "_Size | None",
     "meshgrid.tensors": "Tensor | Sequence[Tensor]",
-    "cat.dim": "int",
-    "concatenate.dim": "int | None",
-    "_nn_dropout.p": "float",
-    "bernoulli.p": "float | None",
     "bernoulli_.p": "float | Tensor | None",
     "Generator.manual_seed.seed": "int",
     "_SavedTensor.__new__.t": "Tensor",
     "_ParamState.load.state": "dict[str, Tensor | float | None]",
     "_function_node.inputs": "Sequence[Tensor]",
     "_function_node.output": "Tensor",
-    "eye.m": "int | None",
     "device.__new__.index": "int | None",
-    "_nn_gather_rows.x": "Tensor",
-    # Pooling, interpolation and batch norm (bindings/pool.rs).
-    **{
-        f"{op}.{name}": t
-        for op in "_nn_max_pool _nn_avg_pool _nn_adaptive_avg_pool _nn_adaptive_max_pool "
-        "_nn_interpolate".split()
-        for name, t in {
-            "spatial": "int",
-            "kernel_size": "list[int]",
-            "stride": "list[int]",
-            "padding": "list[int]",
-            "dilation": "list[int]",
-            "ceil_mode": "bool",
-            "return_indices": "bool",
-            "count_include_pad": "bool",
-            "divisor_override": "int | None",
-            "output_size": "list[int]",
-            "size": "list[int]",
-            "scales": "list[float | None]",
-            "align_corners": "bool",
-        }.items()
-    },
-    **{
-        f"_nn_batch_norm.{name}": t
-        for name, t in {
-            "running_mean": "Tensor | None",
-            "running_var": "Tensor | None",
-            "weight": "Tensor | None",
-            "training": "bool",
-            "momentum": "float",
-        }.items()
-    },
     "_norm_pow.ts": "Sequence[Tensor]",
-    "_graph_leaves.t": "Tensor",
     "RemovableHandle.__exit__._a": "object",
     "RemovableHandle.__exit__._b": "object",
     "RemovableHandle.__exit__._c": "object",
@@ -387,38 +199,8 @@ RETURNS = {
     **dict.fromkeys(["unique", "unique_consecutive"], "Tensor | tuple[Tensor, ...]"),
     **dict.fromkeys(["split", "chunk", "unbind", "meshgrid"], "tuple[Tensor, ...]"),
     "nonzero": "Tensor | tuple[Tensor, ...]",
-    "_graph_leaves": "list[Tensor]",
-    "_run_backward": "list[Tensor | None]",
-    "_panic": "Tensor",
     "Tensor.allclose": "bool",
     "Tensor.equal": "bool",
-    **dict.fromkeys(
-        "set_rng_state set_default_dtype _set_grad_enabled _set_memory_context "
-        "_reset_peak_memory_stats "
-        "_record_memory_history _push_saved_tensors_hooks _pop_saved_tensors_hooks "
-        "_push_saved_tensors_bf16 _raise_saved_tensors_pack_error "
-        "_optim_step _optim_detach _scale_ _clamp_ _nn_random_ "
-        "_set_memory_accounting_mode".split(),
-        "None",
-    ),
-    **dict.fromkeys(
-        "is_grad_enabled _set_relu_bitmask _relu_bitmask_enabled _holds_parameter "
-        "_set_structure_only".split(),
-        "bool",
-    ),
-    **dict.fromkeys(
-        "_memory_allocated _max_memory_allocated seed initial_seed _backward_calls "
-        "_saved_tensors_hooks_depth _optim_attach".split(),
-        "int",
-    ),
-    "_set_memory_phase": "str",
-    "_backward_pass": "int",
-    "_stepped_in_pass": "int | None",
-    "_memory_accounting_mode": "str",
-    "_norm_pow": "float",
-    "manual_seed": "Generator",
-    "get_default_dtype": "dtype",
-    **dict.fromkeys(["_autocast_dtype", "_set_autocast_dtype"], "dtype | None"),
     "Generator.manual_seed": "Generator",
     "Generator.set_state": "Generator",
     "Generator.seed": "int",
@@ -427,41 +209,13 @@ RETURNS = {
     "Generator.get_state": "Tensor",
     "_memory_by_category": "dict[str, int]",
     "_memory_peak_by_category": "dict[str, int]",
-    "_memory_counts": "tuple[int, int, int, int, int, int]",
-    "_block_cache_stats": "tuple[int, int, int, int, bool, tuple[int, int, int]]",
-    "_empty_cache": "None",
-    "_set_block_cache": "None",
     "_memory_history": "tuple[list[Any], dict[str, Any]]",
     "_memory_live_blocks": "list[Any]",
-    **dict.fromkeys(["_set_memory_budget", "_memory_budget"], "int | None"),
     "_memory_budget_stats": "dict[str, float]",
-    "_reset_memory_budget_stats": "None",
-    **dict.fromkeys(
-        "_linear _nn_class_last _nn_dropout _nn_embedding _nn_gather_rows _nn_layer_norm "
-        "_vector_norm _volume_render".split(),
-        "Tensor",
-    ),
-    "_scaled_dot_product_attention": "Tensor",
-    **dict.fromkeys(["_conv", "_conv_transpose"], "Tensor"),
-    **dict.fromkeys(["_nn_max_pool", "_nn_adaptive_max_pool"], "tuple[Tensor, Tensor | None]"),
-    **dict.fromkeys(
-        "_nn_avg_pool _nn_adaptive_avg_pool _nn_interpolate _nn_batch_norm".split(), "Tensor"
-    ),
-    **dict.fromkeys(
-        "_linalg_det _linalg_inv _linalg_svdvals _linalg_cholesky _linalg_eigvalsh "
-        "_linalg_lu_solve _linalg_solve _linalg_solve_triangular".split(),
-        "Tensor",
-    ),
-    **dict.fromkeys(
-        "_linalg_inv_ex _linalg_slogdet _linalg_lu_factor _linalg_qr _linalg_cholesky_ex "
-        "_linalg_solve_ex _linalg_eigh Tensor.slogdet".split(),
-        "tuple[Tensor, Tensor]",
-    ),
-    **dict.fromkeys("_linalg_lu_factor_ex _linalg_svd".split(), "tuple[Tensor, Tensor, Tensor]"),
-    "_function_node": "None",
+    "_row_types": "list[tuple[str, str, list[tuple[str, str | None]], str | None]]",
+    "Tensor.slogdet": "tuple[Tensor, Tensor]",
     "Tensor.backward": "None",
     "Tensor.retain_grad": "None",
-    "Tensor.set_data": "None",
     "Tensor._mark_parameter": "None",
     "Tensor.register_hook": "RemovableHandle",
     "Tensor.register_post_accumulate_grad_hook": "RemovableHandle",
@@ -475,7 +229,6 @@ RETURNS = {
     "Tensor.__int__": "int",
     "Tensor.__index__": "int",
     "Tensor.__hash__": "int",
-    "Tensor.__repr__": "str",
     "Tensor.__reduce__": "tuple[Any, ...]",
     "Tensor.__deepcopy__": "Tensor",
     "Tensor.__array__": "np.ndarray",
@@ -507,20 +260,16 @@ RETURNS = {
     "Node.next_functions": "tuple[tuple[Node | None, int], ...]",
     "Node.variable": "Tensor | None",
     "Node.__hash__": "int",
-    "Node.__repr__": "str",
     "RemovableHandle.remove": "None",
     "RemovableHandle.__enter__": "RemovableHandle",
     "RemovableHandle.__exit__": "None",
     "dtype.is_floating_point": "bool",
     "dtype.is_signed": "bool",
     "dtype.itemsize": "int",
-    "dtype.__repr__": "str",
     "dtype.__reduce__": "str",
     "dtype.__hash__": "int",
     "device.type": "str",
     "device.index": "int | None",
-    "device.__repr__": "str",
-    "device.__str__": "str",
     "device.__hash__": "int",
     "_OptimGroup.set": "None",
     "_OptimGroup.get": "Any",
@@ -562,6 +311,32 @@ class MissingType(Exception):
     pass
 
 
+# `(owner, name)` -> the row's `{argument: type or None}` and result type (or None), from
+# `_core._row_types()`; the owner is None for `gradstream.X`, "Tensor" for `Tensor.X`.
+ROWS: dict[tuple[str | None, str], tuple[dict[str, str | None], str | None]] = {}
+# The table entries the stub used, as ("PARAMS", key)...; any other entry is stale.
+USED: set[tuple[str, str]] = set()
+
+
+def load_rows(core) -> None:
+    ROWS.clear()
+    for name, kind, params, returns in core._row_types():
+        if kind != "method":
+            ROWS[None, name] = (dict(params), returns)
+        if kind != "function":
+            ROWS["Tensor", name] = ({p: t for p, t in params if p != "input"}, returns)
+
+
+def _table(table: str, key: str) -> str:
+    USED.add((table, key))
+    return {"PARAMS": PARAMS, "OVERRIDES": OVERRIDES, "RETURNS": RETURNS}[table][key]
+
+
+def stale_entries() -> list[str]:
+    tables = {"PARAMS": PARAMS, "OVERRIDES": OVERRIDES, "RETURNS": RETURNS}
+    return [f"{t}[{k!r}]" for t, d in tables.items() for k in d if (t, k) not in USED]
+
+
 def _builtins(ty: str) -> str:
     """A type with the builtins `bool`, `int`, `float` under their stub names."""
     return re.sub(r"\b(bool|int|float)\b", r"_\1", ty)
@@ -578,11 +353,14 @@ def _raw_param_type(owner: str | None, func: str, name: str) -> str:
         return "_Operand"
     if owner == "Tensor" and func in ("__matmul__", "__rmatmul__"):
         return "Tensor"
+    row = ROWS.get((owner, func))
+    if row and row[0].get(name):
+        return row[0][name]
     for key in (f"{owner}.{func}.{name}", f"{func}.{name}"):
         if key in OVERRIDES:
-            return OVERRIDES[key]
+            return _table("OVERRIDES", key)
     if name in PARAMS:
-        return PARAMS[name]
+        return _table("PARAMS", name)
     raise MissingType(f"{owner + '.' if owner else ''}{func}({name}): add it to gen_stubs.py")
 
 
@@ -591,11 +369,14 @@ def _return_type(owner: str | None, func: str) -> str:
 
 
 def _raw_return_type(owner: str | None, func: str) -> str:
+    row = ROWS.get((owner, func))
+    if row and row[1]:
+        return row[1]
     key = f"{owner}.{func}" if owner else func
     if key in RETURNS:
-        return RETURNS[key]
+        return _table("RETURNS", key)
     if owner in (None, "Tensor") and func in RETURNS and "." not in func:
-        return RETURNS[func]
+        return _table("RETURNS", func)
     if owner != "Tensor" and func in COMPARE:
         return "bool"
     # Public functions and Tensor methods are ops; a private function says what it returns.
@@ -694,6 +475,8 @@ def _class_decorators(cls) -> list[str]:
 
 
 def render(core) -> str:
+    load_rows(core)
+    USED.clear()
     lines = [HEADER]
     missing = []
     for name in sorted(dir(core)):
@@ -722,6 +505,8 @@ def render(core) -> str:
             missing.append(str(e))
     if missing:
         raise SystemExit("gen_stubs.py: no type for\n  " + "\n  ".join(missing))
+    if stale := stale_entries():
+        raise SystemExit("gen_stubs.py: entries no parameter uses\n  " + "\n  ".join(stale))
     return "\n".join(lines).rstrip() + "\n"
 
 

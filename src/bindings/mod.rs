@@ -20,6 +20,7 @@ pub mod pass;
 pub mod pool;
 pub mod random;
 pub mod reduce;
+pub mod row_types;
 pub mod saved_hooks;
 pub mod scan;
 pub mod shape;

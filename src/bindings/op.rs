@@ -10,6 +10,7 @@ use pyo3::types::{PyList, PyTuple};
 use crate::bindings::convert::{
     check_device, extract_dtype, extract_operand, extract_tensor, type_name,
 };
+use crate::bindings::row_types::typed;
 use crate::bindings::tensor::PyTensor;
 use crate::bindings::Obj;
 use crate::dtype::DType;
@@ -19,9 +20,14 @@ use crate::tensor::Tensor;
 /// What an op takes its `input` (or `self`) as.
 pub trait Input: Sized {
     fn extract(op: &str, obj: &Obj<'_>) -> PyResult<Self>;
+    /// Its type in the stub (see [`RowTypes`](crate::bindings::row_types::RowTypes)).
+    fn annotation() -> Option<String>;
 }
 
 impl Input for Tensor {
+    fn annotation() -> Option<String> {
+        typed("Tensor")
+    }
     fn extract(op: &str, obj: &Obj<'_>) -> PyResult<Self> {
         Ok(tensor_object(op, obj)?.get().t.clone())
     }
@@ -29,6 +35,9 @@ impl Input for Tensor {
 
 /// The arithmetic ops also take a number as `input`, as PyTorch's do (`add(2, t)`).
 impl Input for Operand {
+    fn annotation() -> Option<String> {
+        typed("_Operand")
+    }
     fn extract(op: &str, obj: &Obj<'_>) -> PyResult<Self> {
         extract_operand(op, obj).map_err(|e| match e.is_instance_of::<PyTypeError>(obj.py()) {
             true => input_type_error(op, obj),
@@ -39,6 +48,9 @@ impl Input for Operand {
 
 /// In-place ops hand back the very object they changed (a `Parameter` stays one).
 impl Input for Py<PyTensor> {
+    fn annotation() -> Option<String> {
+        typed("Tensor")
+    }
     fn extract(op: &str, obj: &Obj<'_>) -> PyResult<Self> {
         Ok(tensor_object(op, obj)?.clone().unbind())
     }
@@ -115,6 +127,11 @@ macro_rules! op_fn {
             $(const FLAG: bool = $flag;)?
             $body
         } }
+        $crate::bindings::op::op_fn!(@types $kind $name $x $args -> $ret);
+    };
+    (@types $kind:ident $name:ident ($x:ident: $xty:ty) [$($arg:ident: $ty:ty,)*] -> $ret:ty) => {
+        $crate::bindings::row_types::row_types!(stringify!($kind), $name
+            [<$xty as $crate::bindings::op::Input>::annotation] [$($arg: $ty,)*] -> $ret);
     };
     (@register method $m:ident $name:ident) => {};
     (@register $kind:ident $m:ident $name:ident) => {
@@ -248,6 +265,7 @@ macro_rules! function_row {
                 $body
             })
         }
+        $crate::bindings::row_types::row_types!("function", $name [] [$($arg: $ty,)*] -> $ret);
     };
 }
 
@@ -265,6 +283,8 @@ pub trait Param<'a, 'py> {
     type Raw;
     type Out;
     fn convert(raw: Self::Raw, op: &str, name: &str) -> PyResult<Self::Out>;
+    /// Its type in the stub (see [`RowTypes`](crate::bindings::row_types::RowTypes)).
+    fn annotation() -> Option<String>;
 }
 
 pub type Raw<'a, 'py, T> = <T as Param<'a, 'py>>::Raw;
@@ -284,42 +304,52 @@ pub struct List;
 
 /// Types pyo3 extracts itself: numbers, flags, strings of ints, pyclass values.
 macro_rules! as_extracted {
-    ($($t:ty),*) => {$(
+    ($($t:ty => $ann:expr),* $(,)?) => {$(
         impl<'a, 'py> Param<'a, 'py> for $t {
             type Raw = $t;
             type Out = $t;
             fn convert(raw: $t, _: &str, _: &str) -> PyResult<$t> {
                 Ok(raw)
             }
+            fn annotation() -> Option<String> {
+                $ann
+            }
         }
     )*};
 }
 as_extracted!(
-    bool,
-    i64,
-    u64,
-    usize,
-    f64,
-    String,
-    Vec<i64>,
-    Vec<Option<f64>>,
-    Py<PyAny>
+    bool => typed("bool"),
+    i64 => typed("int"),
+    u64 => typed("int"),
+    usize => typed("int"),
+    f64 => typed("float"),
+    String => typed("str"),
+    Vec<i64> => typed("Sequence[int]"),
+    Vec<Option<f64>> => typed("Sequence[float | None]"),
+    Py<PyAny> => None,
 );
 
 /// Borrowed arguments (pyo3 holds them for the call), as each marker type names them.
 macro_rules! as_borrowed {
-    ($($t:ty => $out:ty),*) => {$(
+    ($($t:ty => $out:ty: $ann:expr),* $(,)?) => {$(
         impl<'a, 'py: 'a> Param<'a, 'py> for $t {
             type Raw = $out;
             type Out = $out;
             fn convert(raw: $out, _: &str, _: &str) -> PyResult<$out> {
                 Ok(raw)
             }
+            fn annotation() -> Option<String> {
+                $ann
+            }
         }
     )*};
 }
-as_borrowed!(Object => &'a Obj<'py>, Str => &'a str, Tuple => &'a Bound<'py, PyTuple>,
-    List => &'a Bound<'py, PyList>);
+as_borrowed!(
+    Object => &'a Obj<'py>: None,
+    Str => &'a str: typed("str"),
+    Tuple => &'a Bound<'py, PyTuple>: None,
+    List => &'a Bound<'py, PyList>: None,
+);
 
 /// `Option<T>`: absent or None is `None`, anything else is a `T`.
 impl<'a, 'py, T: Param<'a, 'py>> Param<'a, 'py> for Option<T> {
@@ -327,6 +357,9 @@ impl<'a, 'py, T: Param<'a, 'py>> Param<'a, 'py> for Option<T> {
     type Out = Option<T::Out>;
     fn convert(raw: Self::Raw, op: &str, name: &str) -> PyResult<Self::Out> {
         raw.map(|r| T::convert(r, op, name)).transpose()
+    }
+    fn annotation() -> Option<String> {
+        T::annotation().map(|t| format!("{t} | None"))
     }
 }
 
@@ -337,6 +370,9 @@ impl<'a, 'py: 'a> Param<'a, 'py> for Tensor {
     fn convert(raw: &'a Obj<'py>, op: &str, name: &str) -> PyResult<Tensor> {
         extract_tensor(op, name, raw)
     }
+    fn annotation() -> Option<String> {
+        typed("Tensor")
+    }
 }
 
 /// A tensor or a number (`other` of the arithmetic ops).
@@ -345,6 +381,9 @@ impl<'a, 'py: 'a> Param<'a, 'py> for Operand {
     type Out = Operand;
     fn convert(raw: &'a Obj<'py>, op: &str, _: &str) -> PyResult<Operand> {
         extract_operand(op, raw)
+    }
+    fn annotation() -> Option<String> {
+        typed("_Operand")
     }
 }
 
@@ -358,6 +397,9 @@ impl<'a, 'py: 'a> Param<'a, 'py> for Device {
     fn convert(raw: &'a Obj<'py>, _: &str, _: &str) -> PyResult<()> {
         check_device(Some(raw))
     }
+    fn annotation() -> Option<String> {
+        typed("_Device")
+    }
 }
 
 /// A dtype: `gradstream.float32`, or Python's `float`, `int`, `bool`.
@@ -366,6 +408,9 @@ impl<'a, 'py: 'a> Param<'a, 'py> for DType {
     type Out = DType;
     fn convert(raw: &'a Obj<'py>, _: &str, _: &str) -> PyResult<DType> {
         extract_dtype(raw)
+    }
+    fn annotation() -> Option<String> {
+        typed("_Dtype")
     }
 }
 

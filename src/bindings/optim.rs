@@ -15,6 +15,7 @@ use pyo3::types::{PyDict, PyTuple};
 use crate::bindings::convert::extract_tensor;
 use crate::bindings::op::{as_borrowed, attributes, functions, Param};
 use crate::bindings::part;
+use crate::bindings::row_types::typed;
 use crate::bindings::Obj;
 use crate::optim::kernels;
 use crate::optim::{self, Control, Field, Group, Hyper, Kind, ParamState, Phase, State};
@@ -282,8 +283,11 @@ functions! { mod functions;
     }
 }
 
-as_borrowed!(PyOptimGroup => &'a PyOptimGroup, PyParamState => &'a PyParamState,
-    PyStreamControl => &'a PyStreamControl);
+as_borrowed!(
+    PyOptimGroup => &'a PyOptimGroup: typed("_OptimGroup"),
+    PyParamState => &'a PyParamState: typed("_ParamState"),
+    PyStreamControl => &'a PyStreamControl: typed("_StreamControl"),
+);
 
 part!(|m| {
     m.add_class::<PyOptimGroup>()?;
