@@ -5,8 +5,7 @@ use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyFloat, PyInt, PyList, PyString, PyTuple};
 
-use crate::bindings::op::{as_extracted, attributes, Param};
-use crate::bindings::row_types::typed;
+use crate::bindings::op::{attributes, passed_as_is};
 use crate::bindings::tensor::PyTensor;
 use crate::bindings::Obj;
 use crate::dtype::{default_float, DType};
@@ -37,7 +36,7 @@ attributes! { PyDType.dt;
     fn __reduce__(dt) -> &'static str = dt.name();
 }
 
-as_extracted!(PyDType => typed("dtype"));
+passed_as_is!(extracted: PyDType);
 
 static DTYPE_OBJECTS: pyo3::sync::PyOnceLock<Vec<Py<PyDType>>> = pyo3::sync::PyOnceLock::new();
 

@@ -302,37 +302,19 @@ pub struct Tuple;
 /// A list argument (`&Bound<PyList>`).
 pub struct List;
 
-/// Types pyo3 extracts itself: numbers, flags, strings of ints, pyclass values.
-macro_rules! as_extracted {
-    ($($t:ty => $ann:expr),* $(,)?) => {$(
-        impl<'a, 'py> Param<'a, 'py> for $t {
-            type Raw = $t;
-            type Out = $t;
-            fn convert(raw: $t, _: &str, _: &str) -> PyResult<$t> {
-                Ok(raw)
-            }
-            fn annotation() -> Option<String> {
-                $ann
-            }
-        }
-    )*};
-}
-as_extracted!(
-    bool => typed("bool"),
-    i64 => typed("int"),
-    u64 => typed("int"),
-    usize => typed("int"),
-    f64 => typed("float"),
-    String => typed("str"),
-    Vec<i64> => typed("Sequence[int]"),
-    Vec<Option<f64>> => typed("Sequence[float | None]"),
-    Py<PyAny> => None,
-);
-
-/// Borrowed arguments (pyo3 holds them for the call), as each marker type names them.
-macro_rules! as_borrowed {
-    ($($t:ty => $out:ty: $ann:expr),* $(,)?) => {$(
-        impl<'a, 'py: 'a> Param<'a, 'py> for $t {
+/// Arguments the body takes as pyo3 hands them over: `extracted:` types pyo3 extracts
+/// itself (numbers, flags, pyclass values), typed in the stub as their [`PyType`];
+/// `borrowed:` marker types and what pyo3 lends for them, each with its stub type.
+macro_rules! passed_as_is {
+    (extracted: $($t:ty),* $(,)?) => {
+        $($crate::bindings::op::passed_as_is!(@impl $t => $t:
+            <$t as $crate::bindings::row_types::PyType>::annotation());)*
+    };
+    (borrowed: $($t:ty => $out:ty: $ann:expr),* $(,)?) => {
+        $($crate::bindings::op::passed_as_is!(@impl $t => $out: $ann);)*
+    };
+    (@impl $t:ty => $out:ty: $ann:expr) => {
+        impl<'a, 'py: 'a> $crate::bindings::op::Param<'a, 'py> for $t {
             type Raw = $out;
             type Out = $out;
             fn convert(raw: $out, _: &str, _: &str) -> PyResult<$out> {
@@ -342,9 +324,12 @@ macro_rules! as_borrowed {
                 $ann
             }
         }
-    )*};
+    };
 }
-as_borrowed!(
+passed_as_is!(extracted: bool, i64, u64, usize, f64, String, Py<PyAny>);
+passed_as_is!(borrowed:
+    Vec<i64> => Vec<i64>: typed("Sequence[int]"),
+    Vec<Option<f64>> => Vec<Option<f64>>: typed("Sequence[float | None]"),
     Object => &'a Obj<'py>: None,
     Str => &'a str: typed("str"),
     Tuple => &'a Bound<'py, PyTuple>: None,
@@ -363,55 +348,36 @@ impl<'a, 'py, T: Param<'a, 'py>> Param<'a, 'py> for Option<T> {
     }
 }
 
-/// A tensor argument.
-impl<'a, 'py: 'a> Param<'a, 'py> for Tensor {
-    type Raw = &'a Obj<'py>;
-    type Out = Tensor;
-    fn convert(raw: &'a Obj<'py>, op: &str, name: &str) -> PyResult<Tensor> {
-        extract_tensor(op, name, raw)
-    }
-    fn annotation() -> Option<String> {
-        typed("Tensor")
-    }
-}
-
-/// A tensor or a number (`other` of the arithmetic ops).
-impl<'a, 'py: 'a> Param<'a, 'py> for Operand {
-    type Raw = &'a Obj<'py>;
-    type Out = Operand;
-    fn convert(raw: &'a Obj<'py>, op: &str, _: &str) -> PyResult<Operand> {
-        extract_operand(op, raw)
-    }
-    fn annotation() -> Option<String> {
-        typed("_Operand")
-    }
-}
-
 /// A `device=` argument: only the CPU holds tensors in this build, so any other device is
-/// refused here and the body needs nothing from it.
+/// refused when converted and the body needs nothing from it.
 pub struct Device;
 
-impl<'a, 'py: 'a> Param<'a, 'py> for Device {
-    type Raw = &'a Obj<'py>;
-    type Out = ();
-    fn convert(raw: &'a Obj<'py>, _: &str, _: &str) -> PyResult<()> {
-        check_device(Some(raw))
-    }
-    fn annotation() -> Option<String> {
-        typed("_Device")
-    }
+/// Arguments converted from the object pyo3 lends: `Type => Out: "stub type" = |object, op,
+/// argument name| conversion;`.
+macro_rules! converted {
+    ($($(#[$doc:meta])* $t:ty => $out:ty: $ann:literal
+        = |$raw:ident, $op:pat_param, $name:pat_param| $conv:expr;)*) => {$(
+        $(#[$doc])*
+        impl<'a, 'py: 'a> Param<'a, 'py> for $t {
+            type Raw = &'a Obj<'py>;
+            type Out = $out;
+            fn convert($raw: &'a Obj<'py>, $op: &str, $name: &str) -> PyResult<$out> {
+                $conv
+            }
+            fn annotation() -> Option<String> {
+                typed($ann)
+            }
+        }
+    )*};
 }
-
-/// A dtype: `gradstream.float32`, or Python's `float`, `int`, `bool`.
-impl<'a, 'py: 'a> Param<'a, 'py> for DType {
-    type Raw = &'a Obj<'py>;
-    type Out = DType;
-    fn convert(raw: &'a Obj<'py>, _: &str, _: &str) -> PyResult<DType> {
-        extract_dtype(raw)
-    }
-    fn annotation() -> Option<String> {
-        typed("_Dtype")
-    }
+converted! {
+    /// A tensor argument.
+    Tensor => Tensor: "Tensor" = |raw, op, name| extract_tensor(op, name, raw);
+    /// A tensor or a number (`other` of the arithmetic ops).
+    Operand => Operand: "_Operand" = |raw, op, _| extract_operand(op, raw);
+    Device => (): "_Device" = |raw, _, _| check_device(Some(raw));
+    /// A dtype: `gradstream.float32`, or Python's `float`, `int`, `bool`.
+    DType => DType: "_Dtype" = |raw, _, _| extract_dtype(raw);
 }
 
 /// `attributes! { Class.field; rows }`: getters and argument-free methods of a pyclass that
@@ -434,9 +400,7 @@ macro_rules! attributes {
     };
 }
 
-pub(crate) use {
-    as_borrowed, as_extracted, attributes, function_row, functions, op_fn, tensor_ops,
-};
+pub(crate) use {attributes, function_row, functions, op_fn, passed_as_is, tensor_ops};
 
 tensor_ops! { mod guard_fns;
     /// Panics on purpose, to test that a panic reaches Python as a RuntimeError.

@@ -13,7 +13,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
 use crate::bindings::convert::extract_tensor;
-use crate::bindings::op::{as_borrowed, attributes, functions, Param};
+use crate::bindings::op::{attributes, functions, passed_as_is};
 use crate::bindings::part;
 use crate::bindings::row_types::typed;
 use crate::bindings::Obj;
@@ -283,7 +283,7 @@ functions! { mod functions;
     }
 }
 
-as_borrowed!(
+passed_as_is!(borrowed:
     PyOptimGroup => &'a PyOptimGroup: typed("_OptimGroup"),
     PyParamState => &'a PyParamState: typed("_ParamState"),
     PyStreamControl => &'a PyStreamControl: typed("_StreamControl"),

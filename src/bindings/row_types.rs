@@ -23,7 +23,7 @@ macro_rules! row_types {
             returns: {
                 #[allow(clippy::extra_unused_lifetimes)]
                 fn returns<'py>() -> Option<String> {
-                    <$ret as $crate::bindings::row_types::Returned>::annotation()
+                    <$ret as $crate::bindings::row_types::PyType>::annotation()
                 }
                 returns
             },
@@ -33,9 +33,10 @@ macro_rules! row_types {
 
 /// What a row tells `tools/gen_stubs.py` (through `_core._row_types()`): the Python type of
 /// each argument and of the result, so the stub is typed from the row itself. An
-/// [`Annotation`] is `None` where the row takes an [`Object`](crate::bindings::op::Object) and parses it itself; the
-/// generator then types that argument by its name. The annotations use the stub's own
-/// aliases (`_Operand`, `_Dtype`, `_Device`).
+/// [`Annotation`] is `None` where the row takes an
+/// [`Object`](crate::bindings::op::Object) and parses it itself; the generator then types
+/// that argument by its name. The annotations use the stub's own aliases (`_Operand`,
+/// `_Dtype`, `_Device`).
 pub struct RowTypes {
     pub name: &'static str,
     /// `both`, `function` or `method`, as in [`tensor_ops!`](crate::bindings::op::tensor_ops).
@@ -53,21 +54,22 @@ pub fn typed(annotation: &str) -> Option<String> {
     Some(annotation.to_string())
 }
 
-/// A row's result type, as the stub names it.
-pub trait Returned {
+/// A Rust value's Python type, as the stub names it: a row's result, or an argument pyo3
+/// hands over as it is (`None`: the stub's table names it).
+pub trait PyType {
     fn annotation() -> Option<String>;
 }
 
-macro_rules! returned {
+macro_rules! py_types {
     ($($t:ty => $ann:expr),* $(,)?) => {$(
-        impl Returned for $t {
+        impl PyType for $t {
             fn annotation() -> Option<String> {
                 $ann
             }
         }
     )*};
 }
-returned!(
+py_types!(
     Tensor => typed("Tensor"),
     Py<PyTensor> => typed("Tensor"),
     () => typed("None"),
@@ -77,35 +79,43 @@ returned!(
     usize => typed("int"),
     f64 => typed("float"),
     String => typed("str"),
-    &str => typed("str"),
+    str => typed("str"),
+    PyDType => typed("dtype"),
     Py<PyDType> => typed("dtype"),
     Py<PyGenerator> => typed("Generator"),
     Py<PyAny> => None,
     Py<PyTuple> => None,
 );
 
-/// Dicts, lists and tuples the body builds: the stub's table names what they hold.
-impl<T> Returned for Bound<'_, T> {
+impl<T: PyType + ?Sized> PyType for &T {
+    fn annotation() -> Option<String> {
+        T::annotation()
+    }
+}
+
+/// Python objects as they are (dicts, lists, tuples the body builds, or an argument the
+/// body parses): the stub's table names what they hold.
+impl<T> PyType for Bound<'_, T> {
     fn annotation() -> Option<String> {
         None
     }
 }
 
-impl<T: Returned> Returned for Option<T> {
+impl<T: PyType> PyType for Option<T> {
     fn annotation() -> Option<String> {
         T::annotation().map(|t| format!("{t} | None"))
     }
 }
 
-impl<T: Returned> Returned for Vec<T> {
+impl<T: PyType> PyType for Vec<T> {
     fn annotation() -> Option<String> {
         T::annotation().map(|t| format!("list[{t}]"))
     }
 }
 
-macro_rules! returned_tuple {
+macro_rules! py_type_tuple {
     ($($t:ident),+) => {
-        impl<$($t: Returned),+> Returned for ($($t,)+) {
+        impl<$($t: PyType),+> PyType for ($($t,)+) {
             fn annotation() -> Option<String> {
                 let items = [$($t::annotation()?),+];
                 Some(format!("tuple[{}]", items.join(", ")))
@@ -113,10 +123,10 @@ macro_rules! returned_tuple {
         }
     };
 }
-returned_tuple!(A, B);
-returned_tuple!(A, B, C);
-returned_tuple!(A, B, C, D, E, F);
-returned_tuple!(A, B, C, D, E, F, G);
+py_type_tuple!(A, B);
+py_type_tuple!(A, B, C);
+py_type_tuple!(A, B, C, D, E, F);
+py_type_tuple!(A, B, C, D, E, F, G);
 
 pub(crate) use row_types;
 
