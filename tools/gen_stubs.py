@@ -288,6 +288,7 @@ RETURNS = {
     "_SavedTensor.unpack": "Tensor",
     "_SavedTensor.release": "None",
 }
+TABLES = {"PARAMS": PARAMS, "OVERRIDES": OVERRIDES, "RETURNS": RETURNS}
 # The properties that can be assigned, and what they take.
 SETTERS = {"Tensor.requires_grad": "bool", "Tensor.grad": "Tensor | None", "Tensor.data": "Tensor"}
 # Operators taking a tensor or a number; the comparisons among them give a Tensor, where
@@ -329,12 +330,11 @@ def load_rows(core) -> None:
 
 def _table(table: str, key: str) -> str:
     USED.add((table, key))
-    return {"PARAMS": PARAMS, "OVERRIDES": OVERRIDES, "RETURNS": RETURNS}[table][key]
+    return TABLES[table][key]
 
 
 def stale_entries() -> list[str]:
-    tables = {"PARAMS": PARAMS, "OVERRIDES": OVERRIDES, "RETURNS": RETURNS}
-    return [f"{t}[{k!r}]" for t, d in tables.items() for k in d if (t, k) not in USED]
+    return [f"{t}[{k!r}]" for t, d in TABLES.items() for k in d if (t, k) not in USED]
 
 
 def _builtins(ty: str) -> str:

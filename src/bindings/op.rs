@@ -20,14 +20,9 @@ use crate::tensor::Tensor;
 /// What an op takes its `input` (or `self`) as.
 pub trait Input: Sized {
     fn extract(op: &str, obj: &Obj<'_>) -> PyResult<Self>;
-    /// Its type in the stub (see [`RowTypes`](crate::bindings::row_types::RowTypes)).
-    fn annotation() -> Option<String>;
 }
 
 impl Input for Tensor {
-    fn annotation() -> Option<String> {
-        typed("Tensor")
-    }
     fn extract(op: &str, obj: &Obj<'_>) -> PyResult<Self> {
         Ok(tensor_object(op, obj)?.get().t.clone())
     }
@@ -35,9 +30,6 @@ impl Input for Tensor {
 
 /// The arithmetic ops also take a number as `input`, as PyTorch's do (`add(2, t)`).
 impl Input for Operand {
-    fn annotation() -> Option<String> {
-        typed("_Operand")
-    }
     fn extract(op: &str, obj: &Obj<'_>) -> PyResult<Self> {
         extract_operand(op, obj).map_err(|e| match e.is_instance_of::<PyTypeError>(obj.py()) {
             true => input_type_error(op, obj),
@@ -48,9 +40,6 @@ impl Input for Operand {
 
 /// In-place ops hand back the very object they changed (a `Parameter` stays one).
 impl Input for Py<PyTensor> {
-    fn annotation() -> Option<String> {
-        typed("Tensor")
-    }
     fn extract(op: &str, obj: &Obj<'_>) -> PyResult<Self> {
         Ok(tensor_object(op, obj)?.clone().unbind())
     }
@@ -131,7 +120,7 @@ macro_rules! op_fn {
     };
     (@types $kind:ident $name:ident ($x:ident: $xty:ty) [$($arg:ident: $ty:ty,)*] -> $ret:ty) => {
         $crate::bindings::row_types::row_types!(stringify!($kind), $name
-            [<$xty as $crate::bindings::op::Input>::annotation] [$($arg: $ty,)*] -> $ret);
+            [<$xty as $crate::bindings::row_types::PyType>::annotation] [$($arg: $ty,)*] -> $ret);
     };
     (@register method $m:ident $name:ident) => {};
     (@register $kind:ident $m:ident $name:ident) => {
@@ -303,8 +292,9 @@ pub struct Tuple;
 pub struct List;
 
 /// Arguments the body takes as pyo3 hands them over: `extracted:` types pyo3 extracts
-/// itself (numbers, flags, pyclass values), typed in the stub as their [`PyType`];
-/// `borrowed:` marker types and what pyo3 lends for them, each with its stub type.
+/// itself (numbers, flags, pyclass values), typed in the stub as their
+/// [`PyType`](crate::bindings::row_types::PyType); `borrowed:` marker types and what pyo3
+/// lends for them, each with its stub type.
 macro_rules! passed_as_is {
     (extracted: $($t:ty),* $(,)?) => {
         $($crate::bindings::op::passed_as_is!(@impl $t => $t:

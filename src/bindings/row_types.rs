@@ -8,6 +8,7 @@ use crate::bindings::convert::PyDType;
 use crate::bindings::op::functions;
 use crate::bindings::random::PyGenerator;
 use crate::bindings::tensor::PyTensor;
+use crate::ops::Operand;
 use crate::tensor::Tensor;
 
 /// A row's [`RowTypes`]: `row_types!(kind, name [input] [args] -> R)`.
@@ -54,8 +55,8 @@ pub fn typed(annotation: &str) -> Option<String> {
     Some(annotation.to_string())
 }
 
-/// A Rust value's Python type, as the stub names it: a row's result, or an argument pyo3
-/// hands over as it is (`None`: the stub's table names it).
+/// A Rust value's Python type, as the stub names it: a row's result or input, or an argument
+/// pyo3 hands over as it is (`None`: the stub's table names it).
 pub trait PyType {
     fn annotation() -> Option<String>;
 }
@@ -72,6 +73,7 @@ macro_rules! py_types {
 py_types!(
     Tensor => typed("Tensor"),
     Py<PyTensor> => typed("Tensor"),
+    Operand => typed("_Operand"),
     () => typed("None"),
     bool => typed("bool"),
     i64 => typed("int"),
