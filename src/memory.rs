@@ -1,9 +1,12 @@
-//! Exact byte accounting of tensor storage.
+//! Exact byte accounting of tensor storage, per device.
 //!
-//! Every candle buffer that a gradstream `Tensor` wraps is registered here by its data
-//! pointer. The counting global allocator sees the moment that buffer is really freed
-//! (the last candle reference dropped), so `memory_allocated()` is exactly the bytes of
-//! live tensor storage: views add nothing, and a buffer shared by several tensors counts once.
+//! Every candle buffer that a gradstream `Tensor` wraps is registered here by its address
+//! (`backend::buffer_of`: a host pointer, or a device pointer) and counted on its device's
+//! slot. For host buffers the counting global allocator sees the moment a buffer is really
+//! freed (the last candle reference dropped), so `memory_allocated()` is exactly the bytes
+//! of live tensor storage: views add nothing, and a buffer shared by several tensors counts
+//! once. A device buffer's free is not the host allocator's to see: it is counted when the
+//! last gradstream tensor wrapping it goes.
 //!
 //! Cost. Every deallocation in the extension passes through `CountingAllocator::dealloc`.
 //! Its fast path is one hash and one relaxed load of a counting filter (`FILTER`): a slot
@@ -23,8 +26,6 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
-
-use candle_core::{CpuStorage, Storage};
 
 use crate::block_cache;
 use parking_lot::Mutex;
@@ -77,6 +78,8 @@ pub struct Label {
 
 struct Entry {
     bytes: usize,
+    /// The device slot it is counted on (`slot`).
+    device: Slot,
     /// gradstream tensors wrapping this buffer.
     refs: usize,
     roles: [u32; 4],
@@ -124,6 +127,8 @@ pub struct Event {
     pub kind: EventKind,
     pub addr: usize,
     pub size: usize,
+    /// The device slot of the buffer (`HOST` for phase events).
+    pub device: Slot,
     /// Alloc: `Other`; Free: the category at the free; Category: the new category.
     pub category: Category,
     /// Free: the buffer's lifetime category; Category: the category it left.
@@ -140,7 +145,8 @@ struct History {
     events: VecDeque<Event>,
     /// Bytes by category just before the first kept event (events dropped from the front
     /// of the ring are folded in), so the history replays to exact totals.
-    baseline: [i64; 5],
+    /// By device slot.
+    baseline: Vec<[i64; 5]>,
 }
 
 // ---- the registry: one lock over the buffers and the counters, and a counting filter ----
@@ -168,9 +174,33 @@ impl Counters {
     }
 }
 
+/// Where a buffer is counted: `HOST` (0) for host memory, `1 + n` for `cuda:n`.
+pub type Slot = u8;
+pub const HOST: Slot = 0;
+
+/// The slot of a device.
+pub fn slot(device: &candle_core::Device) -> Slot {
+    match device.location() {
+        candle_core::DeviceLocation::Cpu => HOST,
+        candle_core::DeviceLocation::Cuda { gpu_id } => 1 + gpu_id.min(254) as Slot,
+        candle_core::DeviceLocation::Metal { gpu_id } => 1 + gpu_id.min(254) as Slot,
+    }
+}
+
 struct Registry {
     buffers: HashMap<usize, Entry, BuildHasherDefault<AddrHasher>>,
-    counters: Counters,
+    /// Counters by device slot.
+    counters: Vec<Counters>,
+}
+
+impl Registry {
+    fn counters(&mut self, slot: Slot) -> &mut Counters {
+        let i = slot as usize;
+        if self.counters.len() <= i {
+            self.counters.resize_with(i + 1, Counters::default);
+        }
+        &mut self.counters[i]
+    }
 }
 
 static RECORDING: AtomicBool = AtomicBool::new(false);
@@ -224,7 +254,7 @@ fn registry() -> &'static Mutex<Registry> {
     R.get_or_init(|| {
         Mutex::new(Registry {
             buffers: HashMap::default(),
-            counters: Counters::default(),
+            counters: vec![Counters::default()],
         })
     })
 }
@@ -274,7 +304,7 @@ fn history() -> &'static Mutex<History> {
             trace: false,
             max_entries: usize::MAX,
             events: VecDeque::new(),
-            baseline: [0; 5],
+            baseline: Vec::new(),
         })
     })
 }
@@ -339,7 +369,11 @@ fn push_event(h: &mut History, e: Event) {
         match h.events.pop_front() {
             Some(old) => {
                 for (c, d) in category_delta(&old) {
-                    h.baseline[c as usize] += d;
+                    let slot = old.device as usize;
+                    if h.baseline.len() <= slot {
+                        h.baseline.resize(slot + 1, [0; 5]);
+                    }
+                    h.baseline[slot][c as usize] += d;
                 }
             }
             None => return, // max_entries == 0
@@ -350,8 +384,7 @@ fn push_event(h: &mut History, e: Event) {
 
 fn record_event(
     kind: EventKind,
-    addr: usize,
-    size: usize,
+    (addr, size, device): (usize, usize, Slot),
     category: Category,
     previous: Category,
     label: Option<Label>,
@@ -370,6 +403,7 @@ fn record_event(
             kind,
             addr,
             size,
+            device,
             category,
             previous,
             time_us: now_us(),
@@ -378,43 +412,15 @@ fn record_event(
     );
 }
 
-/// The registry key and byte size of a candle tensor's buffer; `None` for empty buffers
-/// and for buffers that are not in host memory.
-pub fn storage_key(t: &candle_core::Tensor) -> Option<(usize, usize)> {
-    let (storage, _) = t.storage_and_layout();
-    let (ptr, bytes) = match &*storage {
-        Storage::Cpu(cpu) => cpu_ptr_bytes(cpu),
-        _ => return None,
-    };
-    (bytes > 0).then_some((ptr, bytes))
-}
-
-fn cpu_ptr_bytes(s: &CpuStorage) -> (usize, usize) {
-    // The allocation's size is the capacity, which is what the allocator frees.
-    fn pb<T>(v: &Vec<T>) -> (usize, usize) {
-        (v.as_ptr() as usize, v.capacity() * std::mem::size_of::<T>())
-    }
-    match s {
-        CpuStorage::U8(v) => pb(v),
-        CpuStorage::U32(v) => pb(v),
-        CpuStorage::I16(v) => pb(v),
-        CpuStorage::I32(v) => pb(v),
-        CpuStorage::I64(v) => pb(v),
-        CpuStorage::BF16(v) => pb(v),
-        CpuStorage::F16(v) => pb(v),
-        CpuStorage::F32(v) => pb(v),
-        CpuStorage::F64(v) => pb(v),
-        CpuStorage::F8E4M3(v) => pb(v),
-        CpuStorage::F6E2M3(v)
-        | CpuStorage::F6E3M2(v)
-        | CpuStorage::F4(v)
-        | CpuStorage::F8E8M0(v) => pb(v),
-    }
+/// The registry key, byte size and device slot of a candle tensor's buffer; `None` for
+/// empty buffers and for devices without accounting.
+pub fn storage_key(t: &candle_core::Tensor) -> Option<crate::backend::Buffer> {
+    crate::backend::buffer_of(t)
 }
 
 /// The registry key of a candle tensor's buffer.
 pub fn buffer_key(t: &candle_core::Tensor) -> Option<usize> {
-    storage_key(t).map(|(k, _)| k)
+    storage_key(t).map(|b| b.addr)
 }
 
 /// Live bytes `register` keeps new buffers within, by evicting saved activations
@@ -439,11 +445,12 @@ pub fn set_budget(bytes: Option<u64>) -> Option<u64> {
 /// The phase in which the budget evicts saved activations: their frees carry it.
 pub const EVICT: &str = "evict";
 
-/// Under a budget, make room for a new buffer before it is counted.
+/// Under a budget, make room for a new host buffer before it is counted.
 fn fit_budget(key: usize, bytes: usize, budget: u64) {
     let over = guarded(|| {
-        let reg = registry().lock();
-        !reg.buffers.contains_key(&key) && reg.counters.current + bytes as i64 > budget as i64
+        let mut reg = registry().lock();
+        !reg.buffers.contains_key(&key)
+            && reg.counters(HOST).current + bytes as i64 > budget as i64
     });
     if over {
         crate::autograd::budget::make_room(bytes, budget);
@@ -466,17 +473,18 @@ pub fn before_large_alloc(bytes: usize) {
     {
         return;
     }
-    if memory_allocated() + bytes as i64 > b as i64 {
+    if memory_allocated(HOST) + bytes as i64 > b as i64 {
         crate::autograd::budget::make_room_early(bytes, b);
     }
 }
 
 /// A gradstream tensor now wraps this buffer.
-pub fn register(key: usize, bytes: usize) {
+pub fn register(buffer: &crate::backend::Buffer) {
+    let (key, bytes, device) = (buffer.addr, buffer.bytes, buffer.device);
     if mode() == Mode::Off {
         return;
     }
-    if let Some(b) = budget() {
+    if let (Some(b), HOST) = (budget(), device) {
         fit_budget(key, bytes, b);
     }
     let recording = RECORDING.load(Ordering::Relaxed);
@@ -491,6 +499,7 @@ pub fn register(key: usize, bytes: usize) {
             key,
             Entry {
                 bytes,
+                device,
                 refs: 1,
                 roles: [0; 4],
                 category: Category::Other,
@@ -499,7 +508,7 @@ pub fn register(key: usize, bytes: usize) {
             },
         );
         filter_add(key, 1);
-        let c = &mut reg.counters;
+        let c = reg.counters(device);
         c.num_allocs += 1;
         c.bytes_allocated += bytes as u64;
         c.live += 1;
@@ -510,8 +519,7 @@ pub fn register(key: usize, bytes: usize) {
         if recording {
             record_event(
                 EventKind::Alloc,
-                key,
-                bytes,
+                (key, bytes, device),
                 Category::Other,
                 Category::Other,
                 label,
@@ -520,14 +528,19 @@ pub fn register(key: usize, bytes: usize) {
     })
 }
 
-/// A gradstream tensor wrapping this buffer was dropped. The bytes stay counted until
-/// the allocator frees the buffer.
+/// A gradstream tensor wrapping this buffer was dropped. A host buffer's bytes stay
+/// counted until the allocator frees it; a device buffer goes with its last tensor.
 pub fn unregister(key: usize) {
-    guarded(|| {
-        if let Some(e) = registry().lock().buffers.get_mut(&key) {
+    let gone = guarded(|| match registry().lock().buffers.get_mut(&key) {
+        Some(e) => {
             e.refs = e.refs.saturating_sub(1);
+            e.refs == 0 && e.device != HOST
         }
-    })
+        None => false,
+    });
+    if gone {
+        on_free(key);
+    }
 }
 
 /// Whether exactly one gradstream tensor wraps this buffer.
@@ -577,13 +590,15 @@ fn change_role(key: usize, role: Role, delta: i32) {
             return;
         }
         let old = e.category;
-        reg.counters.add(old, -(e.bytes as i64));
-        reg.counters.add(new, e.bytes as i64);
+        let (bytes, device) = (e.bytes, e.device);
         e.category = new;
         if e.lifetime == Category::Other {
             e.lifetime = new;
         }
-        record_event(EventKind::Category, key, e.bytes, new, old, None);
+        let c = reg.counters(device);
+        c.add(old, -(bytes as i64));
+        c.add(new, bytes as i64);
+        record_event(EventKind::Category, (key, bytes, device), new, old, None);
     })
 }
 
@@ -661,13 +676,14 @@ fn on_free(addr: usize) {
             return;
         };
         filter_add(addr, -1);
-        let c = &mut reg.counters;
+        let c = reg.counters(e.device);
         c.live -= 1;
         c.num_frees += 1;
         c.bytes_freed += e.bytes as u64;
         c.current -= e.bytes as i64;
         c.by_category[e.category as usize] -= e.bytes as i64;
-        record_event(EventKind::Free, addr, e.bytes, e.category, e.lifetime, None);
+        let at = (addr, e.bytes, e.device);
+        record_event(EventKind::Free, at, e.category, e.lifetime, None);
     })
 }
 
@@ -706,21 +722,23 @@ unsafe impl GlobalAlloc for CountingAllocator {
     }
 }
 
-fn read<R>(f: impl FnOnce(&Counters) -> R) -> R {
-    guarded(|| f(&registry().lock().counters))
+fn read<R>(slot: Slot, f: impl FnOnce(&Counters) -> R) -> R {
+    guarded(|| f(registry().lock().counters(slot)))
 }
 
-pub fn memory_allocated() -> i64 {
-    read(|c| c.current)
+/// Bytes of tensor storage alive now on the device of `slot`.
+pub fn memory_allocated(slot: Slot) -> i64 {
+    read(slot, |c| c.current)
 }
 
-pub fn max_memory_allocated() -> i64 {
-    read(|c| c.peak)
+pub fn max_memory_allocated(slot: Slot) -> i64 {
+    read(slot, |c| c.peak)
 }
 
-pub fn reset_peak_memory_stats() {
+pub fn reset_peak_memory_stats(slot: Slot) {
     guarded(|| {
-        let c = &mut registry().lock().counters;
+        let mut reg = registry().lock();
+        let c = reg.counters(slot);
         c.peak = c.current;
         c.live_peak = c.live;
         c.peak_by_category = c.by_category;
@@ -737,8 +755,8 @@ pub struct Stats {
     pub live_peak: i64,
 }
 
-pub fn stats() -> Stats {
-    read(|c| Stats {
+pub fn stats(slot: Slot) -> Stats {
+    read(slot, |c| Stats {
         num_allocs: c.num_allocs,
         num_frees: c.num_frees,
         bytes_allocated: c.bytes_allocated,
@@ -748,20 +766,20 @@ pub fn stats() -> Stats {
     })
 }
 
-pub fn num_allocs() -> u64 {
-    read(|c| c.num_allocs)
+pub fn num_allocs(slot: Slot) -> u64 {
+    read(slot, |c| c.num_allocs)
 }
 
-pub fn num_frees() -> u64 {
-    read(|c| c.num_frees)
+pub fn num_frees(slot: Slot) -> u64 {
+    read(slot, |c| c.num_frees)
 }
 
-pub fn bytes_by_category() -> [(Category, i64); 5] {
-    read(|c| Category::ALL.map(|k| (k, c.by_category[k as usize])))
+pub fn bytes_by_category(slot: Slot) -> [(Category, i64); 5] {
+    read(slot, |c| Category::ALL.map(|k| (k, c.by_category[k as usize])))
 }
 
-pub fn peak_bytes_by_category() -> [(Category, i64); 5] {
-    read(|c| Category::ALL.map(|k| (k, c.peak_by_category[k as usize])))
+pub fn peak_bytes_by_category(slot: Slot) -> [(Category, i64); 5] {
+    read(slot, |c| Category::ALL.map(|k| (k, c.peak_by_category[k as usize])))
 }
 
 /// The label attached to recorded events: the backward node (set by the engine) or the
@@ -794,8 +812,7 @@ pub fn set_phase(phase: &str) -> String {
             };
             record_event(
                 EventKind::Phase,
-                0,
-                0,
+                (0, 0, HOST),
                 Category::Other,
                 Category::Other,
                 Some(label),
@@ -815,7 +832,7 @@ pub fn record_history(enabled: bool, trace: bool, max_entries: usize) {
         let mut h = history().lock();
         if enabled {
             h.events.clear();
-            h.baseline = reg.counters.by_category;
+            h.baseline = reg.counters.iter().map(|c| c.by_category).collect();
             now_us();
         }
         h.enabled = enabled;
@@ -829,11 +846,14 @@ pub fn is_recording() -> bool {
     RECORDING.load(Ordering::Relaxed)
 }
 
-/// The recorded events and the bytes by category just before the first of them.
-pub fn history_events() -> (Vec<Event>, [i64; 5]) {
+/// The recorded events of a device (and the phase changes), and its bytes by category just
+/// before the first of them.
+pub fn history_events(slot: Slot) -> (Vec<Event>, [i64; 5]) {
     guarded(|| {
         let h = history().lock();
-        (h.events.iter().cloned().collect(), h.baseline)
+        let events = h.events.iter().filter(|e| e.device == slot || e.kind == EventKind::Phase);
+        let base = h.baseline.get(slot as usize).copied().unwrap_or([0; 5]);
+        (events.cloned().collect(), base)
     })
 }
 
@@ -841,20 +861,24 @@ pub fn history_events() -> (Vec<Event>, [i64; 5]) {
 pub struct Block {
     pub addr: usize,
     pub bytes: usize,
+    pub device: Slot,
     pub category: Category,
     pub lifetime: Category,
     pub label: Option<Label>,
 }
 
-pub fn live_blocks() -> Vec<Block> {
+/// The live buffers of a device.
+pub fn live_blocks(slot: Slot) -> Vec<Block> {
     guarded(|| {
         let mut out: Vec<Block> = registry()
             .lock()
             .buffers
             .iter()
+            .filter(|(_, e)| e.device == slot)
             .map(|(&addr, e)| Block {
                 addr,
                 bytes: e.bytes,
+                device: e.device,
                 category: e.category,
                 lifetime: e.lifetime,
                 label: e.label.clone(),
@@ -889,10 +913,15 @@ mod timing {
     fn time_register_free() {
         let n = 1_000_000usize;
         let keys: Vec<usize> = (0..64).map(|i| 0x7f00_0000_0010 + i * 4096).collect();
+        let buffer = |addr| crate::backend::Buffer {
+            addr,
+            bytes: 64,
+            device: HOST,
+        };
         let t0 = Instant::now();
         for i in 0..n {
             let k = keys[i % 64];
-            register(k, 64);
+            register(&buffer(k));
             unregister(k);
             on_free(k);
         }
@@ -905,7 +934,7 @@ mod timing {
         }
         let per = t0.elapsed().as_nanos() as f64 / n as f64;
         eprintln!("watched (miss): {per:.1} ns");
-        register(keys[0], 64);
+        register(&buffer(keys[0]));
         let t0 = Instant::now();
         for _ in 0..n {
             add_role(keys[0], Role::Activation);

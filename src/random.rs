@@ -5,6 +5,7 @@
 
 use std::sync::{Arc, OnceLock};
 
+use candle_core::Device;
 use parking_lot::Mutex;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -146,44 +147,52 @@ fn float_draws(
     g: &Generator,
     dims: &[usize],
     dtype: DType,
+    device: &Device,
     f32_draw: impl FnMut(&mut ChaCha12Rng) -> f32,
     f64_draw: impl FnMut(&mut ChaCha12Rng) -> f64,
 ) -> Result<Tensor> {
     let n = dims.iter().product();
     if dtype == DType::Float64 {
-        from_vec(g.draws(n, f64_draw), dims, dtype)
+        from_vec(g.draws(n, f64_draw), dims, dtype, device)
     } else {
-        from_vec(g.draws(n, f32_draw), dims, dtype)
+        from_vec(g.draws(n, f32_draw), dims, dtype, device)
     }
 }
 
 /// `rand`: U(0, 1) draws.
-pub fn rand(dims: &[usize], dtype: DType, g: &Generator) -> Result<Tensor> {
+pub fn rand(dims: &[usize], dtype: DType, device: &Device, g: &Generator) -> Result<Tensor> {
     floating("rand", dtype)?;
-    float_draws(g, dims, dtype, |r| r.random(), |r| r.random())
+    float_draws(g, dims, dtype, device, |r| r.random(), |r| r.random())
 }
 
 /// `randn`: N(0, 1) draws.
-pub fn randn(dims: &[usize], dtype: DType, g: &Generator) -> Result<Tensor> {
+pub fn randn(dims: &[usize], dtype: DType, device: &Device, g: &Generator) -> Result<Tensor> {
     floating("randn", dtype)?;
     let f32_draw = |r: &mut ChaCha12Rng| StandardNormal.sample(r);
     let f64_draw = |r: &mut ChaCha12Rng| StandardNormal.sample(r);
-    float_draws(g, dims, dtype, f32_draw, f64_draw)
+    float_draws(g, dims, dtype, device, f32_draw, f64_draw)
 }
 
 /// `randint`: integers drawn uniformly from `low..high`.
-pub fn randint(low: i64, high: i64, dims: &[usize], dtype: DType, g: &Generator) -> Result<Tensor> {
+pub fn randint(
+    low: i64,
+    high: i64,
+    dims: &[usize],
+    dtype: DType,
+    device: &Device,
+    g: &Generator,
+) -> Result<Tensor> {
     if low >= high {
         return Err(Error::runtime(format!(
             "random_ expects 'from' to be less than 'to', but got from={low} >= to={high}"
         )));
     }
     let n = dims.iter().product();
-    from_vec(g.draws(n, |r| r.random_range(low..high)), dims, dtype)
+    from_vec(g.draws(n, |r| r.random_range(low..high)), dims, dtype, device)
 }
 
 /// `randperm`: a random permutation of `0..n`.
-pub fn randperm(n: i64, dtype: DType, g: &Generator) -> Result<Tensor> {
+pub fn randperm(n: i64, dtype: DType, device: &Device, g: &Generator) -> Result<Tensor> {
     if n < 0 {
         return Err(Error::runtime(format!(
             "randperm: n must be non-negative, got {n}"
@@ -191,7 +200,7 @@ pub fn randperm(n: i64, dtype: DType, g: &Generator) -> Result<Tensor> {
     }
     let mut v: Vec<i64> = (0..n).collect();
     g.with(|r| v.shuffle(r));
-    from_vec(v, &[n as usize], dtype)
+    from_vec(v, &[n as usize], dtype, device)
 }
 
 /// Dropout's keep mask: each of `n` elements kept with probability `1 - p`.
@@ -212,7 +221,7 @@ fn draws_like(
             t.dtype().name()
         )));
     }
-    from_vec(g.draws(t.numel(), draw), &t.dims(), t.dtype())
+    from_vec(g.draws(t.numel(), draw), &t.dims(), t.dtype(), &t.device())
 }
 
 /// U(a, b) values for `t` (`Tensor.uniform_`, `nn.init.uniform_`).
@@ -253,14 +262,9 @@ pub fn normal_(t: &Tensor, mean: f64, std: f64, g: &Generator) -> Result<()> {
     update_data("normal_", t, &normal(t, mean, std, g)?, Update::Assign)
 }
 
-/// The values of `t`, row-major, as f64.
-fn f64_values(op: &'static str, t: &Tensor) -> Result<Vec<f64>> {
-    to_dtype(t, DType::Float64)?
-        .data()
-        .flatten_all()
-        .op(op)?
-        .to_vec1::<f64>()
-        .op(op)
+/// The values of `t`, row-major, as f64 on the host, where the generator draws.
+fn f64_values(t: &Tensor) -> Result<Vec<f64>> {
+    t.to_vec::<f64>("random draws are made on the host")
 }
 
 /// 1 with probability `p[i]`, else 0, for each of the probabilities `p`.
@@ -286,8 +290,8 @@ pub fn bernoulli(input: &Tensor, g: &Generator) -> Result<Tensor> {
             input.dtype().name()
         )));
     }
-    let v = bernoulli_draws("bernoulli", &f64_values("bernoulli", input)?, g)?;
-    from_vec(v, &input.dims(), input.dtype())
+    let v = bernoulli_draws("bernoulli", &f64_values(input)?, g)?;
+    from_vec(v, &input.dims(), input.dtype(), &input.device())
 }
 
 /// `bernoulli(input, p)` / `Tensor.bernoulli_(p)` for a number `p`: `dims` draws of
@@ -296,6 +300,7 @@ pub fn bernoulli_scalar(
     op: &str,
     dims: &[usize],
     dtype: DType,
+    device: &Device,
     p: f64,
     g: &Generator,
 ) -> Result<Tensor> {
@@ -309,6 +314,7 @@ pub fn bernoulli_scalar(
         g.draws(n, |r| f64::from(r.random::<f64>() < p)),
         dims,
         dtype,
+        device,
     )
 }
 
@@ -328,8 +334,8 @@ pub fn bernoulli_like(t: &Tensor, p: &Tensor, g: &Generator) -> Result<Tensor> {
         .broadcast_as(dims.as_slice())
         .op(OP)?;
     let probs = Tensor::new(probs, DType::Float64);
-    let v = bernoulli_draws(OP, &f64_values(OP, &probs)?, g)?;
-    from_vec(v, &dims, t.dtype())
+    let v = bernoulli_draws(OP, &f64_values(&probs)?, g)?;
+    from_vec(v, &dims, t.dtype(), &t.device())
 }
 
 /// `multinomial(input, num_samples, replacement)`: for each row of probabilities (weights,
@@ -340,7 +346,6 @@ pub fn multinomial(
     replacement: bool,
     g: &Generator,
 ) -> Result<Tensor> {
-    const OP: &str = "multinomial";
     if !input.dtype().is_floating_point() {
         return Err(Error::runtime(format!(
             "multinomial only supports floating-point dtypes for input, got: {}",
@@ -375,7 +380,7 @@ pub fn multinomial(
             "multinomial: number of categories cannot exceed 2^24, got {k}"
         )));
     }
-    let p = f64_values(OP, input)?;
+    let p = f64_values(input)?;
     if p.iter().any(|x| !x.is_finite() || *x < 0.0) {
         return Err(Error::runtime(
             "multinomial: probability tensor contains either `inf`, `nan` or element < 0",
@@ -438,7 +443,7 @@ pub fn multinomial(
     } else {
         vec![rows, n]
     };
-    from_vec(out, &out_dims, DType::Int64)
+    from_vec(out, &out_dims, DType::Int64, &input.device())
 }
 
 #[cfg(test)]

@@ -46,9 +46,9 @@ fn own_if_empty(t: candle_core::Tensor) -> candle_core::Tensor {
 impl Data {
     fn new(t: candle_core::Tensor, dtype: DType) -> Data {
         let t = own_if_empty(t);
-        let key = memory::storage_key(&t).map(|(k, bytes)| {
-            memory::register(k, bytes);
-            k
+        let key = memory::storage_key(&t).map(|b| {
+            memory::register(&b);
+            b.addr
         });
         Data {
             t,
@@ -165,6 +165,11 @@ impl Tensor {
 
     pub fn dtype(&self) -> DType {
         self.0.data.read().dtype
+    }
+
+    /// The device holding this tensor's buffer.
+    pub fn device(&self) -> candle_core::Device {
+        self.0.data.read().t.device().clone()
     }
 
     pub fn shape(&self) -> Shape {
@@ -479,13 +484,10 @@ impl Tensor {
         self.data().contiguous().op("contiguous")
     }
 
-    /// The elements, cast to `T`, as a host vector in row-major order.
-    pub fn to_vec<T: candle_core::WithDType>(&self, op: &'static str) -> Result<Vec<T>> {
-        self.data()
-            .to_dtype(T::DTYPE)
-            .and_then(|d| d.flatten_all())
-            .and_then(|d| d.to_vec1::<T>())
-            .op(op)
+    /// The elements, cast to `T`, as a host vector in row-major order: a counted
+    /// [`crate::host::read`] for the reason `why`.
+    pub fn to_vec<T: candle_core::WithDType>(&self, why: &'static str) -> Result<Vec<T>> {
+        crate::host::read(why, &self.data())
     }
 }
 

@@ -30,7 +30,8 @@ class Generator:
     def __new__(cls, device: _Device | None = ...) -> Generator:
         """
         A random number generator: pass it as `generator=` to draw from it instead of the
-        global one (`default_generator`). Seeding it makes its draws repeatable.
+        global one (`default_generator`). Seeding it makes its draws repeatable. Every generator
+        draws on the host; `device` is the device its draws are made for.
         """
     @property
     def device(self) -> device: ...
@@ -324,7 +325,7 @@ class Tensor:
         Number of non-zero elements over `dim` (int64).
         """
     def cpu(self, memory_format: object | None = ...) -> Tensor: ...
-    def cuda(self, device: _Device | _int | None = ..., non_blocking: _bool = ...) -> Tensor: ...
+    def cuda(self, device: _Device | _int | None = ..., non_blocking: _bool = ..., memory_format: object | None = ...) -> Tensor: ...
     def cumprod(self, dim: _int, *, dtype: _Dtype | None = ...) -> Tensor:
         """
         Running product along `dim`: an O(n) scan; its gradient is exact with zeros.
@@ -840,6 +841,14 @@ __all__ = [
     '_linalg_svdvals',
     '_linalg_eigh',
     '_linalg_eigvalsh',
+    'set_default_device',
+    'get_default_device',
+    '_cuda_device_count',
+    '_cuda_current_device',
+    '_cuda_set_device',
+    '_backend_of',
+    '_host_reads',
+    '_reset_host_reads',
     'from_dlpack',
     'to_dlpack',
     '_function_node',
@@ -1107,6 +1116,11 @@ def _autocast_dtype() -> dtype | None:
     """
     The lower-precision dtype of this thread's autocast region, or None outside one.
     """
+def _backend_of(device: _Device) -> str:
+    """
+    The backend `device`'s tensors run on: "cpu" (the CPU kernels), "generic" (candle's
+    ops: `GRADSTREAM_BACKEND=generic` on the CPU, and any device without kernels).
+    """
 def _backward_calls() -> _int:
     """
     How many backward rules have run in this process (tests of path pruning use it).
@@ -1137,6 +1151,19 @@ def _conv_transpose(input: Tensor, weight: Tensor, bias: Tensor | None, spatial:
     A `spatial`-d transposed convolution (1 or 2); `output_padding` adds to one side of
     each output dim.
     """
+def _cuda_current_device() -> _int:
+    """
+    The index of the current CUDA device.
+    """
+def _cuda_device_count() -> _int:
+    """
+    How many CUDA devices this process sees (0 in a build without CUDA, or without a
+    driver or a GPU).
+    """
+def _cuda_set_device(index: _int) -> None:
+    """
+    Make `cuda:index` the current CUDA device.
+    """
 def _empty_cache() -> None:
     """
     Give every cached block back to the system.
@@ -1154,6 +1181,10 @@ def _holds_parameter(t: Tensor) -> _bool:
     """
     Whether the tensor's buffer is a parameter's (the built-in policies keep those as
     they are).
+    """
+def _host_reads() -> list[tuple[str, _int, _int]]:
+    """
+    The reads of tensor data back to the host so far, as `(reason, calls, bytes)`.
     """
 def _linalg_cholesky(A: Tensor, *, upper: _bool = ...) -> Tensor:
     """
@@ -1228,7 +1259,7 @@ def _linear(input: Tensor, weight: Tensor, bias: Tensor | None = ...) -> Tensor:
     `_linear(input, weight, bias=None)`: `input @ weight.T + bias`, the bias added into the
     product's buffer (`nn.functional.linear` checks its arguments, then calls this).
     """
-def _max_memory_allocated() -> _int:
+def _max_memory_allocated(device: _Device | None = ...) -> _int:
     """
     The peak of `memory_allocated()` since start or the last reset.
     """
@@ -1237,9 +1268,9 @@ def _memory_accounting_mode() -> str:
     How the accounting runs: "on", or "off" / "locked" (set by
     `GRADSTREAM_MEMORY_ACCOUNTING` for overhead measurements only).
     """
-def _memory_allocated() -> _int:
+def _memory_allocated(device: _Device | None = ...) -> _int:
     """
-    Bytes of tensor storage alive now.
+    Bytes of tensor storage alive now on `device` (the default device when None).
     """
 def _memory_budget() -> _int | None:
     """
@@ -1250,25 +1281,25 @@ def _memory_budget_stats() -> dict[str, _float]:
     What the budget did since the last reset: evictions, evicted_bytes, recomputations,
     recomputed_bytes, recompute_seconds.
     """
-def _memory_by_category() -> dict[str, _int]:
+def _memory_by_category(device: _Device | None = ...) -> dict[str, _int]:
     """
     Bytes by category now: parameter, optimizer_state, gradient, activation, other.
     """
-def _memory_counts() -> tuple[_int, _int, _int, _int, _int, _int]:
+def _memory_counts(device: _Device | None = ...) -> tuple[_int, _int, _int, _int, _int, _int]:
     """
     Buffer counters: `(num_allocs, num_frees, bytes_allocated, bytes_freed, live, live_peak)`.
     """
-def _memory_history() -> tuple[list[Any], dict[str, Any]]:
+def _memory_history(device: _Device | None = ...) -> tuple[list[Any], dict[str, Any]]:
     """
     The recorded history: `(events, baseline)`. Each event is
     `(kind, addr, size, category, previous, time_us, phase, op)`; `baseline` is the
     bytes by category just before the first event.
     """
-def _memory_live_blocks() -> list[Any]:
+def _memory_live_blocks(device: _Device | None = ...) -> list[Any]:
     """
     Live buffers as `(addr, size, category, lifetime_category, phase, op)`, by address.
     """
-def _memory_peak_by_category() -> dict[str, _int]:
+def _memory_peak_by_category(device: _Device | None = ...) -> dict[str, _int]:
     """
     Peak bytes by category since start or the last reset.
     """
@@ -1374,11 +1405,15 @@ def _relu_bitmask_enabled() -> _bool:
     """
     Whether relu/threshold save 1-bit masks.
     """
+def _reset_host_reads() -> None:
+    """
+    Forget the counts of `_host_reads`.
+    """
 def _reset_memory_budget_stats() -> None:
     """
     Reset the counters of `_memory_budget_stats`.
     """
-def _reset_peak_memory_stats() -> None:
+def _reset_peak_memory_stats(device: _Device | None = ...) -> None:
     """
     Reset every peak (total, by category, buffer count) to its current value.
     """
@@ -1627,7 +1662,8 @@ default_generator: Generator
 class device:
     def __new__(cls, spec: str | device, index: _int | None = ...) -> device:
         """
-        `gradstream.device("cpu")`. CUDA devices can be named but hold no tensors in this build.
+        `gradstream.device("cuda:0")`: a device's name. Any kind PyTorch knows can be named;
+        tensors live on the ones this build and machine have (`crate::device::get`).
         """
     def __eq__(self, value: object, /) -> _bool: ...
     def __ge__(self, value: object, /) -> _bool: ...
@@ -1705,6 +1741,10 @@ def ge(input: Tensor, other: _Operand) -> Tensor: ...
 def gelu(input: Tensor, *, approximate: str = ...) -> Tensor:
     """
     `gelu(x, approximate='none')`: exact (erf) or the tanh approximation.
+    """
+def get_default_device() -> device:
+    """
+    The device factories use when given none (the CPU unless `set_default_device`).
     """
 def get_default_dtype() -> dtype:
     """
@@ -1867,6 +1907,11 @@ def seed() -> _int:
     Seed the global generator from the operating system's entropy; returns the seed.
     """
 def select(input: Tensor, dim: _int, index: _int) -> Tensor: ...
+def set_default_device(device: _Device | None) -> None:
+    """
+    `set_default_device(device)`: the device factories make tensors on when given none
+    (`None`: the CPU again). Ops on existing tensors stay on their tensors' device.
+    """
 def set_default_dtype(d: dtype) -> None:
     """
     `set_default_dtype(d)`: the dtype of Python floats, float factories and int-to-float

@@ -85,7 +85,8 @@ def __deepcopy__(self, memo):
 def _type(self, dtype=None):
     """`type()` names the tensor type (`gradstream.FloatTensor`); `type(dtype)` casts."""
     if dtype is None:
-        return f"gradstream.{_TYPE_NAMES[self.dtype]}"
+        cuda = ".cuda" if self.device.type == "cuda" else ""
+        return f"gradstream{cuda}.{_TYPE_NAMES[self.dtype]}"
     return self.to(dtype)
 
 
@@ -94,15 +95,15 @@ def type_as(self, other):
         raise TypeError(
             f"type_as(): argument 'other' (position 1) must be Tensor, not {type(other).__name__}"
         )
-    return self.to(other.dtype)
+    return self.to(device=other.device, dtype=other.dtype)
 
 
 def cpu(self, memory_format=None):
-    return self
+    return self.to("cpu")
 
 
-def cuda(self, device=None, non_blocking=False):
-    raise RuntimeError("gradstream was built without CUDA support: cuda() is not available")
+def cuda(self, device=None, non_blocking=False, memory_format=None):
+    return self.to(_core.device("cuda") if device is None else _core.device(device))
 
 
 def backward(
@@ -119,20 +120,23 @@ def backward(
 def _new(fill):
     def new(self, *size, dtype=None, device=None, requires_grad=False):
         dt = self.dtype if dtype is None else dtype
-        return fill(*size, dtype=dt, device=device, requires_grad=requires_grad)
+        dev = self.device if device is None else device
+        return fill(*size, dtype=dt, device=dev, requires_grad=requires_grad)
 
     return new
 
 
 def new_full(self, size, fill_value, *, dtype=None, device=None, requires_grad=False):
     dt = self.dtype if dtype is None else dtype
-    return _core.full(size, fill_value, dtype=dt, device=device, requires_grad=requires_grad)
+    dev = self.device if device is None else device
+    return _core.full(size, fill_value, dtype=dt, device=dev, requires_grad=requires_grad)
 
 
 def new_tensor(self, data, *, dtype=None, device=None, requires_grad=False):
     """A copy of `data` as a new leaf, in this tensor's dtype unless `dtype=`."""
     dt = self.dtype if dtype is None else dtype
-    return _core.tensor(data, dtype=dt, device=device, requires_grad=requires_grad)
+    dev = self.device if device is None else device
+    return _core.tensor(data, dtype=dt, device=dev, requires_grad=requires_grad)
 
 
 def positive(self):
@@ -190,7 +194,7 @@ _METHODS = {
     "ndim": property(lambda self: self.dim()),
     "itemsize": property(lambda self: self.dtype.itemsize),
     "nbytes": property(lambda self: self.dtype.itemsize * self.numel()),
-    "is_cuda": property(lambda self: False),
+    "is_cuda": property(lambda self: self.device.type == "cuda"),
     "is_sparse": property(lambda self: False),
     "layout": property(lambda self: "strided"),
 }

@@ -168,9 +168,10 @@ pub fn note(
     if !budget::is_active() || !crate::autograd::function::should_record(inputs) {
         return;
     }
-    let Some((key, bytes)) = memory::storage_key(&out.data()) else {
+    let Some(memory_buffer) = memory::storage_key(&out.data()) else {
         return;
     };
+    let (key, bytes) = (memory_buffer.addr, memory_buffer.bytes);
     if inputs.iter().any(|t| t.storage_key() == Some(key)) {
         return; // an in-place result: no buffer of its own
     }
@@ -190,9 +191,10 @@ pub fn note_view(
     if Arc::ptr_eq(&out.0, &x.0) {
         return; // the input itself (a reshape to its own shape)
     }
-    let Some((key, bytes)) = memory::storage_key(&out.data()) else {
+    let Some(memory_buffer) = memory::storage_key(&out.data()) else {
         return;
     };
+    let (key, bytes) = (memory_buffer.addr, memory_buffer.bytes);
     // A reshape may copy: then the result has a buffer of its own and no root.
     let shares = x.storage_key() == Some(key);
     let root = shares

@@ -4,15 +4,17 @@
 //! Inputs are f32 or f64 (the op has checked shapes and dtypes); outputs keep the input's
 //! dtype and batch dims. Where LAPACK reports an `info` per matrix (a zero pivot, a minor
 //! that is not positive-definite) the kernel returns it, one entry per matrix, 0 for
-//! success, so the op can raise PyTorch's LinAlgError or hand it back (`*_ex`).
+//! success, so the op can raise PyTorch's LinAlgError or hand it back (`*_ex`); the op
+//! reads it back to the host only to raise.
 
 use candle_core::Tensor;
 
 use super::no_fallback;
 use crate::error::Result;
 
-/// A factorisation and its per-matrix LAPACK-style `info`.
-pub type WithInfo<T> = (T, Vec<i32>);
+/// A factorisation and its per-matrix LAPACK-style `info`: an int32 tensor of the batch
+/// dims, on the input's device.
+pub type WithInfo<T> = (T, Tensor);
 
 /// What `qr` computes: PyTorch's modes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -36,6 +36,7 @@
 //! fallback), then override the methods it has kernels for, and one arm in [`on`].
 
 pub mod attention;
+pub mod buffer;
 pub mod candle;
 pub mod conv;
 pub mod cpu;
@@ -59,6 +60,7 @@ use candle_core::Device;
 use crate::error::Error;
 
 pub use attention::AttentionOps;
+pub use buffer::{buffer_of, same_buffer, Buffer};
 pub use conv::{ConvGeometry, ConvOps};
 pub use elementwise::{Bin, ElementwiseOps, Pred, UnaryOp};
 pub use index::IndexOps;
@@ -106,8 +108,25 @@ backend!(
 /// The backend of a device: one match, no allocation.
 pub fn of(device: &Device) -> &'static dyn Backend {
     match device {
-        Device::Cpu => &cpu::Cpu,
+        Device::Cpu if !generic_cpu() => &cpu::Cpu,
         _ => &candle::Candle,
+    }
+}
+
+/// Whether CPU tensors take the generic path (`Candle`: candle's ops, the fallback every
+/// device runs where it has no kernel of its own) instead of the CPU kernels:
+/// `GRADSTREAM_BACKEND=generic`, read once. CI runs the parity suite so, so the path a new
+/// device takes first has always run before.
+pub fn generic_cpu() -> bool {
+    static GENERIC: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *GENERIC.get_or_init(|| std::env::var("GRADSTREAM_BACKEND").is_ok_and(|v| v == "generic"))
+}
+
+/// The name of the backend a device's tensors run on: `cpu`, `generic`.
+pub fn name_of(device: &Device) -> &'static str {
+    match device {
+        Device::Cpu if !generic_cpu() => "cpu",
+        _ => "generic",
     }
 }
 
@@ -116,14 +135,6 @@ pub fn on(t: &candle_core::Tensor) -> &'static dyn Backend {
     of(t.device())
 }
 
-/// The device as PyTorch names it: `cpu`, `cuda:0`, `mps:0`.
-pub fn device_name(device: &Device) -> String {
-    match device.location() {
-        candle_core::DeviceLocation::Cpu => "cpu".into(),
-        candle_core::DeviceLocation::Cuda { gpu_id } => format!("cuda:{gpu_id}"),
-        candle_core::DeviceLocation::Metal { gpu_id } => format!("mps:{gpu_id}"),
-    }
-}
 
 /// Family-trait methods with no fallback: each raises [`not_implemented`] for the op and
 /// the tensor named after `=`. A row: `/// Doc.` then `fn f(&self, name: &'static str,
@@ -145,6 +156,6 @@ pub fn not_implemented(op: &str, device: &Device) -> Error {
     Error::NotImplemented(format!(
         "{op}: not implemented on device '{}' (gradstream has no kernel for it there, and \
          candle has no equivalent op)",
-        device_name(device)
+        crate::device::name(device)
     ))
 }

@@ -1,17 +1,38 @@
 //! Fused neural-network kernels: layer_norm's statistics and normalised rows, the row
 //! gather/scatter under nll_loss, embedding and its backward. Inputs are dense, in a
-//! compute dtype (f32 or f64); indices come as host `i64`s, already checked.
+//! compute dtype (f32 or f64); indices are dense int64 tensors on the same device, already
+//! checked (`IndexOps::find_out_of_bounds`).
 
-use candle_core::Tensor;
+use candle_core::{DType, Tensor};
 
-use super::{no_fallback, not_implemented};
 use crate::error::{CandleContext, Result};
 
-/// The class of each row under nll_loss (already checked), and the ignored class.
+/// The class of each row under nll_loss (int64 `(N,)`, already checked), and the ignored
+/// class.
 #[derive(Clone, Copy, Debug)]
 pub struct Targets<'a> {
-    pub classes: &'a [i64],
+    pub classes: &'a Tensor,
     pub ignore: i64,
+}
+
+impl Targets<'_> {
+    /// The classes with the ignored ones set to 0, as `(N, 1)`, and `1` where a row counts
+    /// (else `0`), as `(N, 1)` in `dtype`.
+    fn safe(&self, dtype: DType) -> candle_core::Result<(Tensor, Tensor)> {
+        let t = self.classes.reshape(((), 1))?;
+        let ignored = t.eq(self.ignore as f64)?;
+        let safe = ignored.where_cond(&t.zeros_like()?, &t)?;
+        let keep = ignored.where_cond(&t.zeros_like()?, &t.ones_like()?)?;
+        Ok((safe, keep.to_dtype(dtype)?))
+    }
+}
+
+/// `1` for the rows of `ids` (int64, flat) that are not `skip`, else `0`, as `(len, 1)` in
+/// `dtype`; `None` when nothing is skipped.
+fn row_keep(ids: &Tensor, skip: Option<i64>, dtype: DType) -> candle_core::Result<Option<Tensor>> {
+    let Some(s) = skip else { return Ok(None) };
+    let ids = ids.reshape(((), 1))?;
+    Ok(Some(ids.ne(s as f64)?.to_dtype(dtype)?))
 }
 
 /// layer_norm's elementwise affine parameters, where given: n elements each, dense, in the
@@ -98,44 +119,69 @@ pub trait NnOps {
         .op(name)
     }
 
-    no_fallback! {
-        /// `out[i] = x[i, t[i]]` for `x` (N, C), 0 where `t[i]` is the ignored class.
-        fn gather_rows(&self, name: &'static str, x: &Tensor, t: Targets<'_>)
-            -> Result<Tensor> = name, x;
-        /// The adjoint of `gather_rows`: (N, C) zeros with `out[i, t[i]] = g[i]`.
-        fn scatter_rows(&self, name: &'static str, g: &Tensor, t: Targets, c: usize)
-            -> Result<Tensor> = name, g;
+    /// `out[i] = x[i, t[i]]` for `x` (N, C), 0 where `t[i]` is the ignored class.
+    fn gather_rows(&self, name: &'static str, x: &Tensor, t: Targets<'_>) -> Result<Tensor> {
+        (|| {
+            let (safe, keep) = t.safe(x.dtype())?;
+            (x.gather(&safe, 1)? * keep)?.flatten_all()
+        })()
+        .op(name)
     }
 
-    /// Rows `ids` of `w` (V, D), as (len, D); rows looked up at `zero_index` are zeros.
+    /// The adjoint of `gather_rows`: (N, C) zeros with `out[i, t[i]] = g[i]`.
+    fn scatter_rows(
+        &self,
+        name: &'static str,
+        g: &Tensor,
+        t: Targets<'_>,
+        c: usize,
+    ) -> Result<Tensor> {
+        (|| {
+            let (safe, keep) = t.safe(g.dtype())?;
+            let src = (g.reshape(((), 1))? * keep)?;
+            let zeros = Tensor::zeros((src.dim(0)?, c), g.dtype(), g.device())?;
+            zeros.scatter_add(&safe, &src, 1)
+        })()
+        .op(name)
+    }
+
+    /// Rows `ids` (int64, flat) of `w` (V, D), as (len, D); rows looked up at `zero_index`
+    /// are zeros.
     fn embedding(
         &self,
         name: &'static str,
         w: &Tensor,
-        ids: &[i64],
+        ids: &Tensor,
         zero_index: Option<i64>,
     ) -> Result<Tensor> {
-        if zero_index.is_some() {
-            return Err(not_implemented(name, w.device()));
-        }
-        let idx = Tensor::new(ids, w.device()).op(name)?;
-        w.index_select(&idx, 0).op(name)
+        (|| {
+            let rows = w.index_select(ids, 0)?;
+            match row_keep(ids, zero_index, w.dtype())? {
+                Some(k) => rows.broadcast_mul(&k),
+                None => Ok(rows),
+            }
+        })()
+        .op(name)
     }
 
-    /// The rows of `g` (len, D) summed into (V, D) at `ids`; `padding` rows get none.
+    /// The rows of `g` (len, D) summed into (V, D) at `ids` (int64, flat); `padding` rows
+    /// get none.
     fn embedding_backward(
         &self,
         name: &'static str,
         g: &Tensor,
-        ids: &[i64],
+        ids: &Tensor,
         v: usize,
         padding: Option<i64>,
     ) -> Result<Tensor> {
-        if padding.is_some() {
-            return Err(not_implemented(name, g.device()));
-        }
-        let idx = Tensor::new(ids, g.device()).op(name)?;
-        let zeros = Tensor::zeros((v, g.dim(1).op(name)?), g.dtype(), g.device()).op(name)?;
-        zeros.index_add(&idx, g, 0).op(name)
+        (|| {
+            let g = match row_keep(ids, padding, g.dtype())? {
+                Some(k) => g.broadcast_mul(&k)?,
+                None => g.clone(),
+            };
+            let zeros = Tensor::zeros((v, g.dim(1)?), g.dtype(), g.device())?;
+            zeros.index_add(ids, &g, 0)
+        })()
+        .op(name)
     }
 }

@@ -57,7 +57,8 @@ impl PyDType {
     }
 }
 
-/// `gradstream.device("cpu")`. CUDA devices can be named but hold no tensors in this build.
+/// `gradstream.device("cuda:0")`: a device's name. Any kind PyTorch knows can be named;
+/// tensors live on the ones this build and machine have (`crate::device::get`).
 #[pyclass(
     name = "device",
     module = "gradstream",
@@ -73,11 +74,27 @@ pub struct PyDevice {
 }
 
 impl PyDevice {
-    pub fn cpu() -> Self {
+    /// The name of a candle device.
+    pub fn of(device: &candle_core::Device) -> Self {
+        let (kind, index) = crate::device::kind_and_index(device);
         PyDevice {
-            kind: "cpu".into(),
-            index: None,
+            kind: kind.into(),
+            index: index.map(|i| i as i64),
         }
+    }
+
+    /// The candle device this names; a device the build or the machine lacks raises.
+    pub fn candle(&self) -> PyResult<candle_core::Device> {
+        let index = match self.index {
+            Some(i) if i < 0 => {
+                return Err(PyRuntimeError::new_err(format!(
+                    "Device index must not be negative (got {})",
+                    self.__str__()
+                )))
+            }
+            i => i.map(|i| i as usize),
+        };
+        Ok(crate::device::get(&self.kind, index)?)
     }
 }
 
@@ -89,9 +106,24 @@ impl PyDevice {
         if let Ok(d) = spec.cast::<PyDevice>() {
             return Ok(d.get().clone());
         }
-        let s: String = spec.extract().map_err(|_| {
+        // An int is a CUDA device's index, as in PyTorch.
+        if spec.is_instance_of::<PyInt>() && !spec.is_instance_of::<PyBool>() {
+            return Ok(PyDevice {
+                kind: "cuda".into(),
+                index: Some(spec.extract()?),
+            });
+        }
+        // Another library's device object (`torch.device`) by its name.
+        let named = match spec.extract::<String>() {
+            Ok(s) => Ok(s),
+            Err(_) if spec.hasattr("type")? && spec.hasattr("index")? => {
+                spec.str()?.extract::<String>()
+            }
+            Err(e) => Err(e),
+        };
+        let s: String = named.map_err(|_| {
             PyTypeError::new_err(format!(
-                "device(): expected a string such as 'cpu', got {}",
+                "device(): expected a string such as 'cpu' or 'cuda:0', got {}",
                 type_name(spec)
             ))
         })?;
@@ -104,7 +136,7 @@ impl PyDevice {
             ),
             None => (s.clone(), index),
         };
-        if !matches!(kind.as_str(), "cpu" | "cuda" | "mps" | "meta") {
+        if !crate::device::KINDS.contains(&kind.as_str()) {
             return Err(PyRuntimeError::new_err(format!(
                 "Expected one of cpu, cuda, mps, meta device type at start of device string: {s}"
             )));
@@ -164,20 +196,15 @@ pub fn opt_dtype(obj: Option<&Obj<'_>>) -> PyResult<Option<DType>> {
     obj.filter(|o| !o.is_none()).map(extract_dtype).transpose()
 }
 
-/// Check a device argument: only the CPU holds tensors in this build.
-pub fn check_device(obj: Option<&Obj<'_>>) -> PyResult<()> {
-    let Some(obj) = obj.filter(|o| !o.is_none()) else {
-        return Ok(());
-    };
-    let dev = PyDevice::new(obj, None)?;
-    if dev.kind != "cpu" {
-        return Err(PyRuntimeError::new_err(format!(
-            "gradstream was built without {} support: tensors can only be created on 'cpu' (asked for '{}')",
-            dev.kind.to_uppercase(),
-            dev.__str__()
-        )));
-    }
-    Ok(())
+/// A device argument (`"cuda:0"`, `gradstream.device`, an index, `torch.device`) as the
+/// candle device it names.
+pub fn extract_device(obj: &Obj<'_>) -> PyResult<candle_core::Device> {
+    PyDevice::new(obj, None)?.candle()
+}
+
+/// An optional device argument; `None` and absent are `None`.
+pub fn opt_device(obj: Option<&Obj<'_>>) -> PyResult<Option<candle_core::Device>> {
+    obj.filter(|o| !o.is_none()).map(extract_device).transpose()
 }
 
 /// A Python number as a `Scalar`, or `None` if the object is not one.
@@ -263,7 +290,7 @@ fn array_to_tensor<T: numpy::Element + candle_core::WithDType>(
         Some(s) => s.to_vec(),
         None => view.iter().copied().collect(),
     };
-    Ok(candle_core::Tensor::from_vec(data, dims, &candle_core::Device::Cpu).op("tensor")?)
+    Ok(candle_core::Tensor::from_vec(data, dims, &crate::device::host()).op("tensor")?)
 }
 
 /// The gradstream dtype a NumPy array maps to, casting other kinds through int64/float64.
@@ -323,7 +350,7 @@ pub fn tensor_from_data(obj: &Obj<'_>, dtype: Option<DType>) -> PyResult<Tensor>
         let arr = py.import("numpy")?.call_method1("asarray", (obj,))?;
         tensor_from_numpy(arr.cast::<PyUntypedArray>()?)?
     } else if let Some(s) = extract_scalar(obj) {
-        crate::ops::creation::scalar_tensor(s, s.default_dtype())?
+        crate::ops::creation::scalar_tensor(s, s.default_dtype(), &crate::device::host())?
     } else if let Ok(arr) = obj.cast::<PyUntypedArray>() {
         tensor_from_numpy(arr)?
     } else {
@@ -363,7 +390,7 @@ pub fn tensor_to_numpy<'py>(py: Python<'py>, t: &Tensor) -> PyResult<Bound<'py, 
         d: &candle_core::Tensor,
         dims: &[usize],
     ) -> PyResult<Bound<'py, PyAny>> {
-        let v: Vec<T> = d.to_vec1().op("numpy")?;
+        let v: Vec<T> = crate::host::read("Tensor.numpy()", d)?;
         Ok(numpy::PyArray1::from_vec(py, v)
             .reshape(dims.to_vec())?
             .into_any())

@@ -1,6 +1,6 @@
 //! `tensor`, `zeros`, `arange`, `rand`... and the default float dtype they use. Every
-//! factory takes `dtype=`, `device=` (the CPU only) and `requires_grad=`; [`make`] applies
-//! them.
+//! factory takes `dtype=`, `device=` (the default device when absent; a `*_like` follows
+//! its input) and `requires_grad=`; [`make`] applies them.
 
 use numpy::PyUntypedArray;
 use pyo3::exceptions::PyTypeError;
@@ -15,6 +15,7 @@ use crate::bindings::op::{functions, Input};
 use crate::bindings::random::pick_generator;
 use crate::bindings::tensor::PyTensor;
 use crate::bindings::Obj;
+use crate::device::default_device;
 use crate::dtype::{self, default_float, DType};
 use crate::ops::{self, to_dims, Scalar};
 use crate::random::{self, Generator};
@@ -78,7 +79,8 @@ macro_rules! factories {
                 let op = stringify!($name);
                 let g = pick_generator(op, generator)?;
                 let dims = to_dims(op, &extract_size(op, size)?)?;
-                make(dtype, default_float(), requires_grad, |dt| ($make)(&dims, dt, &*g))
+                let device = device.unwrap_or_else(default_device);
+                make(dtype, default_float(), requires_grad, |dt| ($make)(&dims, dt, &device, &*g))
             }
             fn $like[stringify!($like)](input: Object; dtype: Option<DType> = None,
                 device: Option<Device> = None, requires_grad: bool = false,
@@ -86,16 +88,17 @@ macro_rules! factories {
                 let _ = memory_format;
                 let g = pick_generator(stringify!($like), generator)?;
                 let t = Tensor::extract(stringify!($like), input)?;
-                make(dtype, t.dtype(), requires_grad, |dt| ($make)(&t.dims(), dt, &*g))
+                let device = device.unwrap_or_else(|| t.device());
+                make(dtype, t.dtype(), requires_grad, |dt| ($make)(&t.dims(), dt, &device, &*g))
             }
         )* }
     };
 }
 
 factories! {
-    zeros / zeros_like => |d: &[usize], dt, _: &Generator| ops::creation::full(d, 0.0, dt),
-    ones / ones_like => |d: &[usize], dt, _: &Generator| ops::creation::full(d, 1.0, dt),
-    empty / empty_like => |d: &[usize], dt, _: &Generator| ops::creation::full(d, 0.0, dt),
+    zeros / zeros_like => |d: &[usize], dt, on: &candle_core::Device, _: &Generator| ops::creation::full(d, 0.0, dt, on),
+    ones / ones_like => |d: &[usize], dt, on: &candle_core::Device, _: &Generator| ops::creation::full(d, 1.0, dt, on),
+    empty / empty_like => |d: &[usize], dt, on: &candle_core::Device, _: &Generator| ops::creation::full(d, 0.0, dt, on),
     rand / rand_like => random::rand,
     randn / randn_like => random::randn,
 }
@@ -108,15 +111,20 @@ functions! { mod functions;
         let t = tensor_from_data(data, dtype)?;
         // `tensor(t)` of a tensor is a new leaf.
         let t = if t.grad_fn().is_some() { t.detach() } else { t };
+        let t = ops::convert::to_device(&t, &device.unwrap_or_else(default_device))?;
         make(None, t.dtype(), requires_grad, |_| Ok(t))
     }
     /// `as_tensor(data, dtype=None)`: a tensor is returned as is (cast if asked).
     fn as_tensor["as_tensor"](data: Object, dtype: Option<DType> = None,
         device: Option<Device> = None) -> Tensor {
-        match (data.cast::<PyTensor>(), dtype) {
-            (Ok(t), Some(d)) => Ok(ops::convert::to_dtype(&t.get().t, d)?),
-            (Ok(t), None) => Ok(t.get().t.clone()),
-            (Err(_), _) => tensor_from_data(data, dtype),
+        let t = match (data.cast::<PyTensor>(), dtype) {
+            (Ok(t), Some(d)) => ops::convert::to_dtype(&t.get().t, d)?,
+            (Ok(t), None) => t.get().t.clone(),
+            (Err(_), _) => tensor_from_data(data, dtype)?,
+        };
+        match device {
+            Some(d) => Ok(ops::convert::to_device(&t, &d)?),
+            None => Ok(t),
         }
     }
     /// `from_numpy(array)`: a tensor of the same dtype and values. gradstream copies the
@@ -131,14 +139,16 @@ functions! { mod functions;
         device: Option<Device> = None, requires_grad: bool = false) -> Tensor {
         let dims = one_size("full", size)?;
         let s = fill_scalar("full", fill_value)?;
-        let fill = |dt| ops::creation::full(&dims, s.as_f64(), dt);
+        let device = device.unwrap_or_else(default_device);
+        let fill = |dt| ops::creation::full(&dims, s.as_f64(), dt, &device);
         make(dtype, s.default_dtype(), requires_grad, fill)
     }
     fn full_like["full_like"](input: Object, fill_value: Object; dtype: Option<DType> = None,
         device: Option<Device> = None, requires_grad: bool = false) -> Tensor {
         let t = Tensor::extract("full_like", input)?;
         let s = fill_scalar("full_like", fill_value)?;
-        let fill = |dt| ops::creation::full(&t.dims(), s.as_f64(), dt);
+        let device = device.unwrap_or_else(|| t.device());
+        let fill = |dt| ops::creation::full(&t.dims(), s.as_f64(), dt, &device);
         make(dtype, t.dtype(), requires_grad, fill)
     }
     /// `arange(end)`, `arange(start, end, step=1)`: int64 for integer arguments, else the
@@ -154,16 +164,19 @@ functions! { mod functions;
         let st = num(step).transpose()?.unwrap_or(Scalar::Int(1));
         let any_float = [s, e, st].iter().any(|x| matches!(x, Scalar::Float(_)));
         let default = if any_float { default_float() } else { DType::Int64 };
-        make(dtype, default, requires_grad, |dt| ops::creation::arange(s, e, st, dt))
+        let device = device.unwrap_or_else(default_device);
+        make(dtype, default, requires_grad, |dt| ops::creation::arange(s, e, st, dt, &device))
     }
     fn linspace["linspace"](start: f64, end: f64, steps: i64; dtype: Option<DType> = None,
         device: Option<Device> = None, requires_grad: bool = false) -> Tensor {
-        let f = |dt| ops::creation::linspace(start, end, steps, dt);
+        let device = device.unwrap_or_else(default_device);
+        let f = |dt| ops::creation::linspace(start, end, steps, dt, &device);
         make(dtype, default_float(), requires_grad, f)
     }
     fn eye["eye"](n: i64, m: Option<i64> = None; dtype: Option<DType> = None,
         device: Option<Device> = None, requires_grad: bool = false) -> Tensor {
-        let f = |dt| ops::creation::eye(n, m.unwrap_or(n), dt);
+        let device = device.unwrap_or_else(default_device);
+        let f = |dt| ops::creation::eye(n, m.unwrap_or(n), dt, &device);
         make(dtype, default_float(), requires_grad, f)
     }
     /// `randint(high, size)` or `randint(low, high, size)`.
@@ -192,14 +205,16 @@ functions! { mod functions;
         let sz =
             sz.ok_or_else(|| PyTypeError::new_err("randint() missing required argument 'size'"))?;
         let dims = one_size("randint", &sz)?;
-        let f = |dt| random::randint(low, high, &dims, dt, &g);
+        let device = device.unwrap_or_else(default_device);
+        let f = |dt| random::randint(low, high, &dims, dt, &device, &g);
         make(dtype, DType::Int64, false, f)
     }
     fn randperm["randperm"](n: i64; dtype: Option<DType> = None, device: Option<Device> = None,
         requires_grad: bool = false, generator: Option<Object> = None) -> Tensor {
         let _ = requires_grad;
         let g = pick_generator("randperm", generator)?;
-        make(dtype, DType::Int64, false, |dt| random::randperm(n, dt, &g))
+        let device = device.unwrap_or_else(default_device);
+        make(dtype, DType::Int64, false, |dt| random::randperm(n, dt, &device, &g))
     }
     /// `set_default_dtype(d)`: the dtype of Python floats, float factories and int-to-float
     /// promotion. Any floating-point dtype, as in PyTorch.

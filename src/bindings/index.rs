@@ -49,6 +49,7 @@ fn parse_item(obj: &Obj<'_>) -> PyResult<IndexItem> {
         return Ok(IndexItem::Tensor(creation::scalar_tensor(
             crate::ops::Scalar::Bool(b),
             DType::Bool,
+            &crate::device::host(),
         )?));
     }
     if let Ok(s) = obj.cast::<PySlice>() {
@@ -103,14 +104,16 @@ fn parse_index(obj: &Obj<'_>) -> PyResult<Vec<IndexItem>> {
     }
 }
 
-/// A value to write: a tensor, or a number/list made a tensor of `dtype`.
-fn value_tensor(op: &str, obj: &Obj<'_>, dtype: DType) -> PyResult<Tensor> {
+/// A value to write into `dst`: a tensor, or a number/list made a tensor of its dtype on
+/// its device.
+fn value_tensor(op: &str, obj: &Obj<'_>, dst: &Tensor) -> PyResult<Tensor> {
+    let (dtype, device) = (dst.dtype(), dst.device());
     if let Some(s) = extract_scalar(obj) {
-        return Ok(creation::scalar_tensor(s, dtype)?);
+        return Ok(creation::scalar_tensor(s, dtype, &device)?);
     }
     match extract_operand(op, obj)? {
-        Operand::Tensor(t) => Ok(t),
-        Operand::Scalar(s) => Ok(creation::scalar_tensor(s, dtype)?),
+        Operand::Tensor(t) => Ok(crate::ops::convert::to_device(&t, &device)?),
+        Operand::Scalar(s) => Ok(creation::scalar_tensor(s, dtype, &device)?),
     }
 }
 
@@ -138,7 +141,7 @@ fn scatter_src(
             type_name(obj)
         ))
     })?;
-    let v = creation::scalar_tensor(s, x.dtype())?;
+    let v = creation::scalar_tensor(s, x.dtype(), &x.device())?;
     Ok(crate::ops::shape::expand(&v, &index.dims())?)
 }
 
@@ -161,7 +164,7 @@ fn masked_fill_value(t: &Tensor, value: &Obj<'_>) -> PyResult<Tensor> {
             type_name(value)
         ))
     })?;
-    Ok(creation::scalar_tensor(s, t.dtype())?)
+    Ok(creation::scalar_tensor(s, t.dtype(), &t.device())?)
 }
 
 fn index_tensors(obj: &Obj<'_>) -> PyResult<Vec<Tensor>> {
@@ -184,7 +187,7 @@ impl PyTensor {
 
     fn __setitem__(&self, index: &Obj<'_>, value: &Obj<'_>) -> PyResult<()> {
         let items = parse_index(index)?;
-        let v = value_tensor("__setitem__", value, self.t.dtype())?;
+        let v = value_tensor("__setitem__", value, &self.t)?;
         Ok(index::setitem(&self.t, &items, &v)?)
     }
 }
@@ -245,14 +248,14 @@ tensor_ops! { mod functions;
     both fn index_put(x: Tensor, indices: Object, values: Object,
         accumulate: bool = false) -> Tensor {
         let idx = index_tensors(indices)?;
-        let v = value_tensor("index_put", values, x.dtype())?;
+        let v = value_tensor("index_put", values, &x)?;
         Ok(index::out_of_place(&x, |o| index::index_put_indices(o, &idx, &v, accumulate))?)
     }
     method fn index_put_(x: Py<PyTensor>, indices: Object, values: Object,
         accumulate: bool = false) -> Py<PyTensor> {
         let t = &x.get().t;
         let idx = index_tensors(indices)?;
-        let v = value_tensor("index_put_", values, t.dtype())?;
+        let v = value_tensor("index_put_", values, t)?;
         index::index_put_indices(t, &idx, &v, accumulate)?;
         Ok(x)
     }

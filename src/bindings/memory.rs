@@ -33,6 +33,11 @@ const MODES: [(&str, Mode); 3] = [
 ];
 
 type History<'py> = (Bound<'py, PyList>, Bound<'py, PyDict>);
+
+/// The counters' slot of a `device=` argument: the default device's when None.
+fn slot(device: Option<candle_core::Device>) -> memory::Slot {
+    memory::slot(&device.unwrap_or_else(crate::device::default_device))
+}
 type Counts = (u64, u64, u64, u64, i64, i64);
 
 functions! { mod functions;
@@ -58,26 +63,32 @@ functions! { mod functions;
         block_cache::empty();
         Ok(())
     }
-    /// Bytes of tensor storage alive now.
-    fn _memory_allocated["memory"]() -> i64 { Ok(memory::memory_allocated()) }
+    /// Bytes of tensor storage alive now on `device` (the default device when None).
+    fn _memory_allocated["memory"](device: Option<Device> = None) -> i64 {
+        Ok(memory::memory_allocated(slot(device)))
+    }
     /// The peak of `memory_allocated()` since start or the last reset.
-    fn _max_memory_allocated["memory"]() -> i64 { Ok(memory::max_memory_allocated()) }
+    fn _max_memory_allocated["memory"](device: Option<Device> = None) -> i64 {
+        Ok(memory::max_memory_allocated(slot(device)))
+    }
     /// Reset every peak (total, by category, buffer count) to its current value.
-    fn _reset_peak_memory_stats["memory"]() -> () {
-        memory::reset_peak_memory_stats();
+    fn _reset_peak_memory_stats["memory"](device: Option<Device> = None) -> () {
+        memory::reset_peak_memory_stats(slot(device));
         Ok(())
     }
     /// Bytes by category now: parameter, optimizer_state, gradient, activation, other.
-    fn _memory_by_category["memory"](py: Python<'_>) -> Bound<'py, PyDict> {
-        by_name(py, memory::bytes_by_category())
+    fn _memory_by_category["memory"](py: Python<'_>, device: Option<Device> = None)
+        -> Bound<'py, PyDict> {
+        by_name(py, memory::bytes_by_category(slot(device)))
     }
     /// Peak bytes by category since start or the last reset.
-    fn _memory_peak_by_category["memory"](py: Python<'_>) -> Bound<'py, PyDict> {
-        by_name(py, memory::peak_bytes_by_category())
+    fn _memory_peak_by_category["memory"](py: Python<'_>, device: Option<Device> = None)
+        -> Bound<'py, PyDict> {
+        by_name(py, memory::peak_bytes_by_category(slot(device)))
     }
     /// Buffer counters: `(num_allocs, num_frees, bytes_allocated, bytes_freed, live, live_peak)`.
-    fn _memory_counts["memory"]() -> Counts {
-        let s = memory::stats();
+    fn _memory_counts["memory"](device: Option<Device> = None) -> Counts {
+        let s = memory::stats(slot(device));
         Ok((s.num_allocs, s.num_frees, s.bytes_allocated, s.bytes_freed, s.live, s.live_peak))
     }
     /// How the accounting runs: "on", or "off" / "locked" (set by
@@ -118,8 +129,9 @@ functions! { mod functions;
     /// The recorded history: `(events, baseline)`. Each event is
     /// `(kind, addr, size, category, previous, time_us, phase, op)`; `baseline` is the
     /// bytes by category just before the first event.
-    fn _memory_history["memory"](py: Python<'_>) -> History<'py> {
-        let (events, baseline) = py.detach(memory::history_events);
+    fn _memory_history["memory"](py: Python<'_>, device: Option<Device> = None) -> History<'py> {
+        let s = slot(device);
+        let (events, baseline) = py.detach(|| memory::history_events(s));
         let items = events.into_iter().map(|e| {
             let (phase, op) = label_pair(Some(&e.label));
             let (cat, prev) = (e.category.name(), e.previous.name());
@@ -129,8 +141,10 @@ functions! { mod functions;
         Ok((PyList::new(py, items)?, base))
     }
     /// Live buffers as `(addr, size, category, lifetime_category, phase, op)`, by address.
-    fn _memory_live_blocks["memory"](py: Python<'_>) -> Bound<'py, PyList> {
-        let blocks = py.detach(memory::live_blocks).into_iter().map(|b| {
+    fn _memory_live_blocks["memory"](py: Python<'_>, device: Option<Device> = None)
+        -> Bound<'py, PyList> {
+        let s = slot(device);
+        let blocks = py.detach(|| memory::live_blocks(s)).into_iter().map(|b| {
             let (phase, op) = label_pair(b.label.as_ref());
             (b.addr, b.bytes, b.category.name(), b.lifetime.name(), phase, op)
         });

@@ -6,6 +6,7 @@ pub mod conv;
 pub mod convert;
 pub mod creation;
 pub mod decomposition;
+pub mod device;
 pub mod dlpack;
 pub mod function;
 pub mod hook_refs;

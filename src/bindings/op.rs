@@ -8,7 +8,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 
 use crate::bindings::convert::{
-    check_device, extract_dtype, extract_operand, extract_tensor, type_name,
+    extract_device, extract_dtype, extract_operand, extract_tensor, type_name,
 };
 use crate::bindings::row_types::typed;
 use crate::bindings::tensor::PyTensor;
@@ -338,8 +338,8 @@ impl<'a, 'py, T: Param<'a, 'py>> Param<'a, 'py> for Option<T> {
     }
 }
 
-/// A `device=` argument: only the CPU holds tensors in this build, so any other device is
-/// refused when converted and the body needs nothing from it.
+/// A `device=` argument: the candle device it names (a device this build or machine lacks
+/// is refused when converted).
 pub struct Device;
 
 /// Arguments converted from the object pyo3 lends: `Type => Out: "stub type" = |object, op,
@@ -365,7 +365,7 @@ converted! {
     Tensor => Tensor: "Tensor" = |raw, op, name| extract_tensor(op, name, raw);
     /// A tensor or a number (`other` of the arithmetic ops).
     Operand => Operand: "_Operand" = |raw, op, _| extract_operand(op, raw);
-    Device => (): "_Device" = |raw, _, _| check_device(Some(raw));
+    Device => candle_core::Device: "_Device" = |raw, _, _| extract_device(raw);
     /// A dtype: `gradstream.float32`, or Python's `float`, `int`, `bool`.
     DType => DType: "_Dtype" = |raw, _, _| extract_dtype(raw);
 }

@@ -124,7 +124,10 @@ impl PyParamState {
         let d = PyDict::new(py);
         // PyTorch's `_get_scalar_dtype()`: float64 under a float64 default, else float32.
         let dt = crate::dtype::default_float().compute();
-        let scalar = |v: f64| crate::ops::creation::scalar_tensor(crate::ops::Scalar::Float(v), dt);
+        // They are CPU tensors whatever the parameter's device, as PyTorch's are.
+        let host = crate::device::host();
+        let scalar =
+            |v: f64| crate::ops::creation::scalar_tensor(crate::ops::Scalar::Float(v), dt, &host);
         if let Some(step) = s.step {
             d.set_item("step", scalar(step)?)?;
         }

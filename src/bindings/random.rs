@@ -8,7 +8,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyFloat, PyInt};
 
-use crate::bindings::convert::{check_device, extract_class, type_name, PyDevice};
+use crate::bindings::convert::{extract_class, opt_device, type_name, PyDevice};
 use crate::bindings::op::{attributes, functions, tensor_ops};
 use crate::bindings::part;
 use crate::bindings::tensor::PyTensor;
@@ -19,10 +19,12 @@ use crate::random::{self, default_generator, Generator, DEFAULT_SEED, STATE_BYTE
 use crate::tensor::Tensor;
 
 /// A random number generator: pass it as `generator=` to draw from it instead of the
-/// global one (`default_generator`). Seeding it makes its draws repeatable.
+/// global one (`default_generator`). Seeding it makes its draws repeatable. Every generator
+/// draws on the host; `device` is the device its draws are made for.
 #[pyclass(name = "Generator", module = "gradstream", frozen)]
 pub struct PyGenerator {
     g: Arc<Generator>,
+    device: PyDevice,
 }
 
 /// A seed as PyTorch takes it: any integer in [-2^63, 2^64), negatives wrapping to u64.
@@ -61,11 +63,13 @@ fn state_bytes(op: &str, state: &Obj<'_>) -> PyResult<Vec<u8>> {
     Ok(t.to_vec::<u8>("set_state")?)
 }
 
+/// The state as PyTorch's ByteTensor, which lives on the CPU whatever the generator's device.
 fn state_tensor(g: &Generator) -> PyResult<Tensor> {
     Ok(ops::creation::from_vec(
         g.get_state(),
         &[STATE_BYTES],
         DType::UInt8,
+        &crate::device::host(),
     )?)
 }
 
@@ -74,10 +78,16 @@ impl PyGenerator {
     #[new]
     #[pyo3(signature = (device=None))]
     fn new(device: Option<&Obj<'_>>) -> PyResult<Self> {
-        check_device(device)?;
+        let device = opt_device(device)?.unwrap_or_else(crate::device::host);
         Ok(PyGenerator {
             g: Arc::new(Generator::new(DEFAULT_SEED)),
+            device: PyDevice::of(&device),
         })
+    }
+
+    #[getter]
+    fn device(&self) -> PyDevice {
+        self.device.clone()
     }
 
     /// Seed the generator; returns the generator.
@@ -103,6 +113,7 @@ fn default_object(py: Python<'_>) -> PyResult<Py<PyGenerator>> {
             py,
             PyGenerator {
                 g: default_generator().clone(),
+                device: PyDevice::of(&crate::device::host()),
             },
         )
     })
@@ -117,7 +128,6 @@ attributes! { PyGenerator.g;
     /// The state as a uint8 tensor (ChaCha12 key, stream, word position and initial seed);
     /// `set_state` of it replays the same draws.
     fn get_state(g) -> PyResult<Tensor> = state_tensor(g);
-    #[getter] fn device(g) -> PyDevice = PyDevice::cpu();
 }
 
 /// The generator a `generator=` argument names: the global one for None.
@@ -167,7 +177,7 @@ tensor_ops! { mod ops_;
         generator: Option<Object> = None) -> Tensor {
         let g = pick_generator("bernoulli", generator)?;
         Ok(match p {
-            Some(p) => random::bernoulli_scalar("bernoulli", &x.dims(), x.dtype(), p, &g)?,
+            Some(p) => random::bernoulli_scalar("bernoulli", &x.dims(), x.dtype(), &x.device(), p, &g)?,
             None => random::bernoulli(&x, &g)?,
         })
     }
@@ -192,9 +202,9 @@ tensor_ops! { mod ops_;
                     "bernoulli_(): argument 'p' must be float or Tensor, not {}",
                     type_name(p)
                 )))?;
-                random::bernoulli_scalar("bernoulli_", &t.dims(), t.dtype(), v, &g)?
+                random::bernoulli_scalar("bernoulli_", &t.dims(), t.dtype(), &t.device(), v, &g)?
             }
-            _ => random::bernoulli_scalar("bernoulli_", &t.dims(), t.dtype(), 0.5, &g)?,
+            _ => random::bernoulli_scalar("bernoulli_", &t.dims(), t.dtype(), &t.device(), 0.5, &g)?,
         };
         assign(x, new)
     }

@@ -4,7 +4,7 @@
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
-use crate::bindings::convert::PyDType;
+use crate::bindings::convert::{PyDType, PyDevice};
 use crate::bindings::op::functions;
 use crate::bindings::random::PyGenerator;
 use crate::bindings::tensor::PyTensor;
@@ -84,6 +84,7 @@ py_types!(
     str => typed("str"),
     PyDType => typed("dtype"),
     Py<PyDType> => typed("dtype"),
+    PyDevice => typed("device"),
     Py<PyGenerator> => typed("Generator"),
     Py<PyAny> => None,
     Py<PyTuple> => None,

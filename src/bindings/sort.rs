@@ -46,7 +46,7 @@ fn operand_tensor(x: Operand) -> PyResult<Tensor> {
                 Scalar::Bool(_) | Scalar::Int(_) => DType::Int64,
                 Scalar::Float(_) => DType::Float64,
             };
-            Ok(scalar_tensor(s, dt)?)
+            Ok(scalar_tensor(s, dt, &crate::device::host())?)
         }
     }
 }

@@ -4,13 +4,14 @@
 use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyTuple, PyType};
+use pyo3::types::{PyBool, PyInt, PyTuple, PyType};
 
 use crate::bindings::convert::{
-    check_device, extract_dtype, opt_dtype, tensor_from_data, tensor_to_numpy, PyDType, PyDevice,
+    extract_device, extract_dtype, opt_device, opt_dtype, tensor_from_data, tensor_to_numpy, PyDType, PyDevice,
 };
 use crate::bindings::op::{attributes, tensor_ops};
 use crate::bindings::Obj;
+use crate::device::default_device;
 use crate::dtype::DType;
 use crate::ops;
 use crate::tensor::Tensor;
@@ -76,13 +77,13 @@ impl PyTensor {
     #[pyo3(signature = (*args, requires_grad=false))]
     fn new(args: &Bound<'_, PyTuple>, requires_grad: bool) -> PyResult<Self> {
         let t = if args.is_empty() {
-            ops::creation::zeros(&[0], crate::dtype::default_float())?
+            ops::creation::zeros(&[0], crate::dtype::default_float(), &default_device())?
         } else if args.len() == 1 && args.get_item(0)?.cast::<PyTensor>().is_ok() {
             args.get_item(0)?.cast::<PyTensor>()?.get().t.detach()
         } else if args.iter().all(|a| a.extract::<i64>().is_ok()) {
             let size = crate::bindings::convert::extract_size("Tensor", args)?;
             let dims = crate::ops::to_dims("Tensor", &size)?;
-            ops::creation::zeros(&dims, crate::dtype::default_float())?
+            ops::creation::zeros(&dims, crate::dtype::default_float(), &default_device())?
         } else {
             tensor_from_data(&args.get_item(0)?, Some(crate::dtype::default_float()))?
         };
@@ -127,14 +128,19 @@ impl PyTensor {
     ) -> PyResult<Tensor> {
         let _ = non_blocking;
         let mut target = opt_dtype(dtype)?;
-        check_device(device)?;
+        let mut place = opt_device(device)?;
         for a in args.iter() {
             if let Ok(t) = a.cast::<PyTensor>() {
                 target = Some(t.get().t.dtype());
+                place = Some(t.get().t.device());
             } else if a.cast::<PyDType>().is_ok() {
                 target = Some(extract_dtype(&a)?);
-            } else if a.cast::<PyDevice>().is_ok() || a.extract::<String>().is_ok() {
-                check_device(Some(&a))?;
+            } else if a.cast::<PyDevice>().is_ok()
+                || a.extract::<String>().is_ok()
+                || (a.is_instance_of::<PyInt>() && !a.is_instance_of::<PyBool>())
+                || a.hasattr("index")?
+            {
+                place = Some(extract_device(&a)?);
             } else if !a.is_none() {
                 return Err(PyTypeError::new_err(format!(
                     "to() received an invalid combination of arguments: {}",
@@ -142,9 +148,13 @@ impl PyTensor {
                 )));
             }
         }
-        let out = match target {
-            Some(dt) => ops::convert::to_dtype(&self.t, dt)?,
+        let moved = match place {
+            Some(d) => ops::convert::to_device(&self.t, &d)?,
             None => self.t.clone(),
+        };
+        let out = match target {
+            Some(dt) => ops::convert::to_dtype(&moved, dt)?,
+            None => moved,
         };
         if copy && out.same(&self.t) {
             return Ok(ops::convert::clone(&self.t)?);
@@ -190,7 +200,7 @@ attributes! { PyTensor.t;
     fn _mark_parameter(t) -> () = t.mark_parameter();
     #[getter] fn shape(t, py) -> PyResult<Bound<'py, PyAny>> = make_size(py, &t.dims());
     #[getter] fn dtype(t, py) -> PyResult<Py<PyDType>> = PyDType::object(py, t.dtype());
-    #[getter] fn device(t) -> PyDevice = PyDevice::cpu();
+    #[getter] fn device(t) -> PyDevice = PyDevice::of(&t.device());
     fn dim(t) -> usize = t.rank();
     fn numel(t) -> usize = t.numel();
     fn stride(t, py) -> PyResult<Bound<'py, PyTuple>> = PyTuple::new(py, t.data().stride());

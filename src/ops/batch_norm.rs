@@ -23,8 +23,9 @@ use crate::tensor::{shape_str, Tensor};
 
 const OP: &str = "batch_norm";
 
-/// A per-channel tensor's values, checked to hold `c` elements.
-fn channel_values(what: &str, t: &Tensor, c: usize) -> Result<Vec<f64>> {
+/// A per-channel tensor as an f64 `(C,)` vector on its device, checked to hold `c`
+/// elements.
+fn channel_data(what: &str, t: &Tensor, c: usize) -> Result<candle_core::Tensor> {
     if t.numel() != c {
         return Err(Error::runtime(format!(
             "{OP}: {what} should contain {c} elements not {} (shape {})",
@@ -32,13 +33,15 @@ fn channel_values(what: &str, t: &Tensor, c: usize) -> Result<Vec<f64>> {
             shape_str(&t.dims())
         )));
     }
-    t.to_vec::<f64>("batch_norm")
+    t.data()
+        .to_dtype(candle_core::DType::F64)
+        .and_then(|d| d.reshape(c))
+        .op(OP)
 }
 
-/// A C-vector as a tensor of `dtype`.
-fn channel_tensor(v: &[f64], dtype: DType) -> Result<Tensor> {
-    let d = candle_core::Tensor::new(v, &candle_core::Device::Cpu).op("batch_norm")?;
-    finish(d, dtype)
+/// An f64 `(C,)` vector as a tensor of `dtype`.
+fn channel_tensor(v: candle_core::Tensor, dtype: DType) -> Result<Tensor> {
+    finish(v, dtype)
 }
 
 /// The running buffers and how they move.
@@ -68,15 +71,15 @@ pub fn batch_norm(
     let s: usize = dims[2..].iter().product();
     let m = n * s;
     let (xd, _) = compute_data(OP, x)?;
-    let w = weight.map(|t| channel_values("weight", t, c)).transpose()?;
-    let b = bias.map(|t| channel_values("bias", t, c)).transpose()?;
+    let w = weight.map(|t| channel_data("weight", t, c)).transpose()?;
+    let b = bias.map(|t| channel_data("bias", t, c)).transpose()?;
     let rm = running
         .mean
-        .map(|t| channel_values("running_mean", t, c))
+        .map(|t| channel_data("running_mean", t, c))
         .transpose()?;
     let rv = running
         .var
-        .map(|t| channel_values("running_var", t, c))
+        .map(|t| channel_data("running_var", t, c))
         .transpose()?;
     let xd = xd.contiguous().and_then(|d| d.reshape((n, c, s))).op(OP)?;
     let (mu, var) = if training {
@@ -86,21 +89,16 @@ pub fn batch_norm(
         let (mu, var) = backend::on(&xd).channel_stats(OP, &xd)?;
         let k = running.momentum;
         let unbias = m as f64 / (m as f64 - 1.0).max(1.0);
+        // running = (1 - k) running + k batch, on the buffers' device.
+        let moved = |old: &candle_core::Tensor, new: &candle_core::Tensor, f: f64| {
+            (|| old.affine(1.0 - k, 0.0)? + new.affine(k * f, 0.0)?)().op(OP)
+        };
         if let (Some(t), Some(old)) = (running.mean, &rm) {
-            let new: Vec<f64> = old
-                .iter()
-                .zip(&mu)
-                .map(|(o, v)| (1.0 - k) * o + k * v)
-                .collect();
-            update_data(OP, t, &channel_tensor(&new, t.dtype())?, Update::Assign)?;
+            update_data(OP, t, &channel_tensor(moved(old, &mu, 1.0)?, t.dtype())?, Update::Assign)?;
         }
         if let (Some(t), Some(old)) = (running.var, &rv) {
-            let new: Vec<f64> = old
-                .iter()
-                .zip(&var)
-                .map(|(o, v)| (1.0 - k) * o + k * v * unbias)
-                .collect();
-            update_data(OP, t, &channel_tensor(&new, t.dtype())?, Update::Assign)?;
+            let new = moved(old, &var, unbias)?;
+            update_data(OP, t, &channel_tensor(new, t.dtype())?, Update::Assign)?;
         }
         (mu, var)
     } else {
@@ -115,12 +113,15 @@ pub fn batch_norm(
             }
         }
     };
-    let invstd: Vec<f64> = var.iter().map(|v| 1.0 / (v + eps).sqrt()).collect();
-    let scale: Vec<f64> = match &w {
-        Some(w) => w.iter().zip(&invstd).map(|(a, b)| a * b).collect(),
+    let invstd = var.affine(1.0, eps).and_then(|v| v.sqrt()?.recip()).op(OP)?;
+    let scale = match &w {
+        Some(w) => (w * &invstd).op(OP)?,
         None => invstd.clone(),
     };
-    let shift = b.unwrap_or_else(|| vec![0.0; c]);
+    let shift = match b {
+        Some(b) => b,
+        None => invstd.zeros_like().op(OP)?,
+    };
     let y = backend::on(&xd).channel_affine(OP, &xd, &mu, &scale, &shift)?;
     let out = finish(y.reshape(dims.as_slice()).op(OP)?, x.dtype())?;
 
@@ -136,8 +137,8 @@ pub fn batch_norm(
         finish(y.reshape(dims_r.as_slice()).op(OP)?, ins[0].dtype())
     });
     let (has_w, has_b) = (weight.is_some(), bias.is_some());
-    let mean_t = channel_tensor(&mu, x.dtype())?;
-    let invstd_t = channel_tensor(&invstd, x.dtype())?;
+    let mean_t = channel_tensor(mu, x.dtype())?;
+    let invstd_t = channel_tensor(invstd, x.dtype())?;
     record(
         "NativeBatchNormBackward0",
         &out,
@@ -212,28 +213,29 @@ fn backward_fused(g: &Tensor, saved: Saved<'_>, needs: Needs) -> Result<Grads> {
     let (gd, _) = compute_data(OP, g)?;
     let (xd, _) = compute_data(OP, x)?;
     let (gd, xd) = (shape(gd).op(OP)?, shape(xd).op(OP)?);
-    let mu = channel_values("mean", mu, c)?;
-    let invstd = channel_values("invstd", invstd, c)?;
-    let w = match w {
-        Some(w) => channel_values("weight", w, c)?,
-        None => vec![1.0; c],
+    let mu = channel_data("mean", mu, c)?;
+    let invstd = channel_data("invstd", invstd, c)?;
+    let a = match w {
+        Some(w) => (channel_data("weight", w, c)? * &invstd).op(OP)?,
+        None => invstd.clone(),
     };
     let (sg, sgx) = if training || needs.w || needs.b {
         backend::on(&gd).channel_grad_sums(OP, &gd, &xd, &mu)?
     } else {
-        (vec![0.0; c], vec![0.0; c])
+        let z = mu.zeros_like().op(OP)?;
+        (z.clone(), z)
     };
     let gx = if needs.x {
-        let a: Vec<f64> = (0..c).map(|i| w[i] * invstd[i]).collect();
-        let (b, d): (Vec<f64>, Vec<f64>) = if training {
-            (0..c)
-                .map(|i| {
-                    let k = a[i] * invstd[i] * invstd[i] * sgx[i] / m;
-                    (-k, -a[i] * sg[i] / m)
-                })
-                .unzip()
+        let (b, d) = if training {
+            // b = -a invstd² sgx / m, d = -a sg / m
+            let b = (&a * invstd.sqr().and_then(|v| v * &sgx).op(OP)?)
+                .and_then(|v| v.affine(-1.0 / m, 0.0))
+                .op(OP)?;
+            let d = (&a * &sg).and_then(|v| v.affine(-1.0 / m, 0.0)).op(OP)?;
+            (b, d)
         } else {
-            (vec![0.0; c], vec![0.0; c])
+            let z = mu.zeros_like().op(OP)?;
+            (z.clone(), z)
         };
         let coef = ChannelCoef {
             a: &a,
@@ -246,14 +248,13 @@ fn backward_fused(g: &Tensor, saved: Saved<'_>, needs: Needs) -> Result<Grads> {
     } else {
         None
     };
-    let gw: Vec<f64> = (0..c).map(|i| sgx[i] * invstd[i]).collect();
     let gw = needs
         .w
-        .then(|| channel_tensor(&gw, g.dtype()))
+        .then(|| channel_tensor((&sgx * &invstd).op(OP)?, g.dtype()))
         .transpose()?;
     let gb = needs
         .b
-        .then(|| channel_tensor(&sg, g.dtype()))
+        .then(|| channel_tensor(sg, g.dtype()))
         .transpose()?;
     Ok((gx, gw, gb))
 }

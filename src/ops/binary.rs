@@ -2,15 +2,20 @@
 //! `clamp`, comparisons, logical ops and the in-place arithmetic (`add_`...).
 //! One table: each op's forward, what it saves, and its backward.
 
+use candle_core::Device;
+
 use crate::autograd::function::{record, should_record};
 use crate::autograd::remat;
 use crate::autograd::saved::SavedTensor;
 use crate::backend::{self, Bin};
 use crate::dtype::{default_float, Category, DType};
 use crate::error::{CandleContext, Error, Result};
-use crate::ops::convert::{cast_data, to_dtype};
+use crate::ops::convert::{self, cast_data, to_dtype};
 use crate::ops::inplace::{update_data, Update};
-use crate::ops::{broadcast_shape, promote, result_dtype, sum_to, unary, Operand, Scalar};
+use crate::ops::{
+    broadcast_shape, common_device, promote, promote_on, result_dtype, sum_to, unary, Operand,
+    Scalar,
+};
 use crate::tensor::{shape_str, Tensor};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -295,7 +300,8 @@ fn op_dtype(op: BinaryOp, a: &Operand, b: &Operand) -> Result<DType> {
 
 /// Bring operands to `dtype`; an integer scalar wraps into a narrower integer dtype
 /// (`uint8 + 300` adds 44), as PyTorch's casts do.
-fn promote_wrapping(operands: &[Operand], dtype: DType) -> Result<Vec<Tensor>> {
+/// They meet on `device`, their [`common_device`].
+fn promote_wrapping(operands: &[Operand], dtype: DType, device: &Device) -> Result<Vec<Tensor>> {
     let fitted: Vec<Operand> = operands
         .iter()
         .map(|o| match (o, dtype) {
@@ -308,7 +314,7 @@ fn promote_wrapping(operands: &[Operand], dtype: DType) -> Result<Vec<Tensor>> {
             (o, _) => o.clone(),
         })
         .collect();
-    promote(&fitted, dtype)
+    promote_on(&fitted, dtype, device)
 }
 
 /// Apply a binary kernel to tensors already in one dtype, broadcasting them.
@@ -319,13 +325,14 @@ fn kernel2(name: &'static str, k: Bin, a: &Tensor, b: &Tensor) -> Result<candle_
     backend::on(&x).binary(name, k, &x, &y)
 }
 
-/// Whether any element of an integer tensor is zero (integer division by zero is an error).
-pub fn has_zero(t: &candle_core::Tensor) -> candle_core::Result<bool> {
+/// Whether any element of an integer tensor is zero (integer division by zero is an error,
+/// raised as on PyTorch's CPU; the flag is read back).
+pub fn has_zero(t: &candle_core::Tensor) -> Result<bool> {
     if t.elem_count() == 0 {
         return Ok(false);
     }
-    let z = t.eq(0f64)?.to_dtype(candle_core::DType::U32)?;
-    Ok(z.flatten_all()?.max(0)?.to_scalar::<u32>()? > 0)
+    let z = (|| t.eq(0f64)?.flatten_all()?.max(0))().op("integer division")?;
+    Ok(crate::host::read_scalar::<u8>("integer division by zero check", &z)? > 0)
 }
 
 /// `op(a, b)` on tensors or numbers.
@@ -333,7 +340,8 @@ pub fn binary(op: BinaryOp, a: &Operand, b: &Operand) -> Result<Tensor> {
     // Shapes are checked before dtypes, as PyTorch does.
     let shape = broadcast_shape(op.name(), &a.dims(), &b.dims())?;
     let dtype = op_dtype(op, a, b)?;
-    let ts = promote_wrapping(&[a.clone(), b.clone()], dtype)?;
+    let operands = [a.clone(), b.clone()];
+    let ts = promote_wrapping(&operands, dtype, &common_device(op.name(), &operands)?)?;
     let (ta, tb) = (&ts[0], &ts[1]);
     let (da, db) = (ta.dims(), tb.dims());
     let integral = !dtype.is_floating_point();
@@ -343,7 +351,7 @@ pub fn binary(op: BinaryOp, a: &Operand, b: &Operand) -> Result<Tensor> {
             op,
             BinaryOp::FloorDivide | BinaryOp::TruncDivide | BinaryOp::Remainder | BinaryOp::Fmod
         )
-        && has_zero(&tb.data()).op(op.name())?
+        && has_zero(&tb.data())?
     {
         return Err(Error::dtype(format!("{}: ZeroDivisionError", op.name())));
     }
@@ -463,7 +471,8 @@ impl CompareOp {
 /// Comparisons: compared in the promoted dtype, a bool result, never differentiable.
 pub fn compare(op: CompareOp, a: &Operand, b: &Operand) -> Result<Tensor> {
     let dtype = result_dtype(&[a.clone(), b.clone()]);
-    let ts = promote_wrapping(&[a.clone(), b.clone()], dtype)?;
+    let operands = [a.clone(), b.clone()];
+    let ts = promote_wrapping(&operands, dtype, &common_device(op.name(), &operands)?)?;
     let (x, y) = (ts[0].data(), ts[1].data());
     broadcast_shape(op.name(), x.dims(), y.dims())?;
     let r = match op {
@@ -515,7 +524,10 @@ pub fn where_(cond: &Tensor, a: &Operand, b: &Operand) -> Result<Tensor> {
         )));
     }
     let dtype = result_dtype(&[a.clone(), b.clone()]);
-    let ts = promote_wrapping(&[a.clone(), b.clone()], dtype)?;
+    let all = [Operand::Tensor(cond.clone()), a.clone(), b.clone()];
+    let device = common_device("where", &all)?;
+    let ts = promote_wrapping(&all[1..], dtype, &device)?;
+    let cond = &convert::to_device(cond, &device)?;
     let (ta, tb) = (&ts[0], &ts[1]);
     let (da, db, dc) = (ta.dims(), tb.dims(), cond.dims());
     let shape = broadcast_shape("where", &dc, &broadcast_shape("where", &da, &db)?)?;
@@ -565,7 +577,7 @@ pub fn clamp(x: &Tensor, lo: Option<&Operand>, hi: Option<&Operand>) -> Result<T
             shape_str(&x.dims())
         )));
     }
-    let ts = promote_wrapping(&ops, dtype)?;
+    let ts = promote_wrapping(&ops, dtype, &common_device("clamp", &ops)?)?;
     let tx = &ts[0];
     let tlo = lo.map(|_| ts[1].clone());
     let thi = hi.map(|_| ts[ts.len() - 1].clone());
@@ -738,7 +750,8 @@ pub fn arith_inplace(
         let src = match &other {
             Operand::Tensor(t) => t.clone(),
             Operand::Scalar(_) => {
-                promote_wrapping(std::slice::from_ref(&other), dst.dtype())?.remove(0)
+                promote_wrapping(std::slice::from_ref(&other), dst.dtype(), &dst.device())?
+                    .remove(0)
             }
         };
         return update_data(name, dst, &src, u);
@@ -812,7 +825,7 @@ pub fn addc(op: BinaryOp, input: &Tensor, t1: &Tensor, t2: &Tensor, value: f64) 
     } else {
         value.trunc()
     };
-    let ts = promote(&[t1.into(), t2.into()], dtype)?;
+    let ts = promote(op.name(), &[t1.into(), t2.into()], dtype)?;
     let prod = Operand::Tensor(binary(op, &(&ts[0]).into(), &(&ts[1]).into())?);
     binary(BinaryOp::Add, &input.into(), &scale(&prod, value)?)
 }

@@ -1,4 +1,4 @@
-//! Dtype casts, copies and contiguity.
+//! Dtype casts, moves between devices, copies and contiguity.
 
 use crate::autograd::function::record;
 use crate::autograd::remat;
@@ -48,6 +48,22 @@ pub fn to_dtype(t: &Tensor, dtype: DType) -> Result<Tensor> {
     if dtype.is_floating_point() && from.is_floating_point() {
         record("ToCopyBackward0", &out, &[t], Vec::new, move |_, g| {
             Ok(vec![Some(to_dtype(g, from)?)])
+        });
+    }
+    Ok(out)
+}
+
+/// `t.to(device)`: the same tensor when it is already there, else a copy on `device` whose
+/// gradient goes back to `t`'s device.
+pub fn to_device(t: &Tensor, device: &candle_core::Device) -> Result<Tensor> {
+    let from = t.device();
+    if crate::device::same(&from, device) {
+        return Ok(t.clone());
+    }
+    let out = Tensor::new(t.data().to_device(device).op("to")?, t.dtype());
+    if t.dtype().is_floating_point() {
+        record("ToCopyBackward0", &out, &[t], Vec::new, move |_, g| {
+            Ok(vec![Some(to_device(g, &from)?)])
         });
     }
     Ok(out)

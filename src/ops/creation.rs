@@ -1,4 +1,5 @@
-//! Creating tensors from values and shapes.
+//! Creating tensors from values and shapes, on the device the caller names (an op making
+//! a tensor beside its input names the input's device).
 
 use candle_core::Device;
 
@@ -7,51 +8,60 @@ use crate::error::{CandleContext, Error, Result};
 use crate::ops::Scalar;
 use crate::tensor::Tensor;
 
-/// A tensor of `dims` filled with `value`, in `dtype`.
-pub fn full(dims: &[usize], value: f64, dtype: DType) -> Result<Tensor> {
-    let t = zeros(dims, dtype)?;
+/// A tensor of `dims` filled with `value`, in `dtype`, on `device`.
+pub fn full(dims: &[usize], value: f64, dtype: DType, device: &Device) -> Result<Tensor> {
+    let t = zeros(dims, dtype, device)?;
     if value != 0.0 {
         crate::ops::inplace::fill_data(&t, Scalar::Float(value))?;
     }
     Ok(t)
 }
 
-pub fn zeros(dims: &[usize], dtype: DType) -> Result<Tensor> {
-    let t = candle_core::Tensor::zeros(dims, dtype.candle(), &Device::Cpu).op("zeros")?;
+pub fn zeros(dims: &[usize], dtype: DType, device: &Device) -> Result<Tensor> {
+    let t = candle_core::Tensor::zeros(dims, dtype.candle(), device).op("zeros")?;
     Ok(Tensor::new(t, dtype))
 }
 
-pub fn ones(dims: &[usize], dtype: DType) -> Result<Tensor> {
-    let t = candle_core::Tensor::ones(dims, dtype.candle(), &Device::Cpu).op("ones")?;
+pub fn ones(dims: &[usize], dtype: DType, device: &Device) -> Result<Tensor> {
+    let t = candle_core::Tensor::ones(dims, dtype.candle(), device).op("ones")?;
     Ok(Tensor::new(t, dtype))
 }
 
+/// Zeros of `t`'s shape and dtype, on its device.
 pub fn zeros_like(t: &Tensor) -> Result<Tensor> {
-    zeros(&t.dims(), t.dtype())
+    zeros(&t.dims(), t.dtype(), &t.device())
 }
 
+/// Ones of `t`'s shape and dtype, on its device.
 pub fn ones_like(t: &Tensor) -> Result<Tensor> {
-    ones(&t.dims(), t.dtype())
+    ones(&t.dims(), t.dtype(), &t.device())
 }
 
-/// A 0-d tensor holding a Python number, in `dtype`.
-pub fn scalar_tensor(s: Scalar, dtype: DType) -> Result<Tensor> {
-    full(&[], s.as_f64(), dtype)
+/// A 0-d tensor holding a Python number, in `dtype`, on `device`.
+pub fn scalar_tensor(s: Scalar, dtype: DType, device: &Device) -> Result<Tensor> {
+    full(&[], s.as_f64(), dtype, device)
 }
 
-/// A tensor of `dtype` from values computed in `T`.
+/// A tensor of `dtype` on `device` from values computed on the host in `T`.
 pub fn from_vec<T: candle_core::WithDType>(
     v: Vec<T>,
     dims: &[usize],
     dtype: DType,
+    device: &Device,
 ) -> Result<Tensor> {
-    let t = candle_core::Tensor::from_vec(v, dims, &Device::Cpu).op("tensor")?;
+    let t = candle_core::Tensor::from_vec(v, dims, device).op("tensor")?;
     let src = DType::from_candle(t.dtype())?;
     crate::ops::convert::to_dtype(&Tensor::new(t, src), dtype)
 }
 
 /// `arange(start, end, step)`: exact in int64 when every bound is an integer.
-pub fn arange(start: Scalar, end: Scalar, step: Scalar, dtype: DType) -> Result<Tensor> {
+pub fn arange(
+    start: Scalar,
+    end: Scalar,
+    step: Scalar,
+    dtype: DType,
+    device: &Device,
+) -> Result<Tensor> {
     let (a, b, c) = (start.as_f64(), end.as_f64(), step.as_f64());
     if c == 0.0 {
         return Err(Error::runtime("arange: step must be nonzero"));
@@ -67,14 +77,14 @@ pub fn arange(start: Scalar, end: Scalar, step: Scalar, dtype: DType) -> Result<
         .all(|s| !matches!(s, Scalar::Float(_)));
     if integral {
         let (a, c) = (a as i64, c as i64);
-        from_vec((0..n as i64).map(|i| a + i * c).collect(), &[n], dtype)
+        from_vec((0..n as i64).map(|i| a + i * c).collect(), &[n], dtype, device)
     } else {
-        from_vec((0..n).map(|i| a + i as f64 * c).collect(), &[n], dtype)
+        from_vec((0..n).map(|i| a + i as f64 * c).collect(), &[n], dtype, device)
     }
 }
 
 /// `linspace(start, end, steps)`: computed symmetrically from both ends, as PyTorch does.
-pub fn linspace(start: f64, end: f64, steps: i64, dtype: DType) -> Result<Tensor> {
+pub fn linspace(start: f64, end: f64, steps: i64, dtype: DType, device: &Device) -> Result<Tensor> {
     if steps < 0 {
         return Err(Error::runtime(format!(
             "linspace: number of steps must be non-negative, got {steps}"
@@ -92,11 +102,11 @@ pub fn linspace(start: f64, end: f64, steps: i64, dtype: DType) -> Result<Tensor
             false => end - step * (n - 1 - i) as f64,
         })
         .collect();
-    from_vec(v, &[n], dtype)
+    from_vec(v, &[n], dtype, device)
 }
 
 /// `eye(n, m)`: ones on the diagonal of an n×m matrix.
-pub fn eye(n: i64, m: i64, dtype: DType) -> Result<Tensor> {
+pub fn eye(n: i64, m: i64, dtype: DType, device: &Device) -> Result<Tensor> {
     if n < 0 || m < 0 {
         return Err(Error::runtime(format!(
             "eye: n and m must be non-negative, got n={n}, m={m}"
@@ -107,5 +117,5 @@ pub fn eye(n: i64, m: i64, dtype: DType) -> Result<Tensor> {
     for i in 0..n.min(m) {
         v[i * m + i] = 1.0;
     }
-    from_vec(v, &[n, m], dtype)
+    from_vec(v, &[n, m], dtype, device)
 }

@@ -9,8 +9,6 @@
 
 pub mod spectral;
 
-use candle_core::Device;
-
 use crate::autograd::function::record;
 use crate::autograd::saved::SavedTensor;
 use crate::backend;
@@ -75,10 +73,14 @@ pub(crate) fn wrap(data: candle_core::Tensor, dtype: DType) -> Tensor {
     Tensor::new(data, dtype)
 }
 
-/// `info` as PyTorch's int32 tensor of the batch shape.
-pub(crate) fn info_tensor(info: Vec<i32>, batch: &[usize]) -> Result<Tensor> {
-    let t = candle_core::Tensor::from_vec(info, batch, &Device::Cpu).op("linalg")?;
-    Ok(Tensor::new(t, DType::Int32))
+/// A kernel's `info` (int32, of the batch shape) as PyTorch's tensor.
+pub(crate) fn info_tensor(info: candle_core::Tensor) -> Tensor {
+    Tensor::new(info, DType::Int32)
+}
+
+/// The values of `info`, read back to raise LinAlgError.
+fn info_values(info: &Tensor) -> Result<Vec<i32>> {
+    info.to_vec::<i32>("linalg info")
 }
 
 /// PyTorch's LinAlgError for the first matrix whose `info` is not 0.
@@ -109,7 +111,7 @@ fn not_pd(i: i32) -> String {
 
 /// Identity matrices of `a`'s shape and dtype (dense).
 fn identity_like(a: &Tensor, n: usize) -> Result<Tensor> {
-    let e = eye(n as i64, n as i64, a.dtype())?;
+    let e = eye(n as i64, n as i64, a.dtype(), &a.device())?;
     let mut dims = batch_of(a);
     dims.extend([n, n]);
     expand(&e, &dims)
@@ -137,7 +139,7 @@ pub fn inv_ex(a: &Tensor) -> Result<(Tensor, Tensor)> {
             )?)])
         },
     );
-    Ok((out, info_tensor(info, &batch_of(a))?))
+    Ok((out, info_tensor(info)))
 }
 
 /// `inv`: `inv_ex` that raises LinAlgError for a singular matrix.
@@ -148,12 +150,12 @@ pub fn inv(a: &Tensor) -> Result<Tensor> {
 }
 
 fn check_info(op: &str, info: &Tensor, batched: bool, what: fn(i32) -> String) -> Result<()> {
-    let v = info.to_vec::<i32>("linalg")?;
+    let v = info_values(&info)?;
     raise(op, &v, batched, what)
 }
 
 /// `A X = B` for square `A` and `B` with the same batch dims, both recorded.
-fn solve_same_batch(a: &Tensor, b: &Tensor) -> Result<(Tensor, Vec<i32>)> {
+fn solve_same_batch(a: &Tensor, b: &Tensor) -> Result<(Tensor, candle_core::Tensor)> {
     let ad = a.contiguous_data()?;
     let be = backend::on(&ad);
     let ((lu, piv), info) = be.lu_factor("linalg.solve", &ad)?;
@@ -228,13 +230,13 @@ pub fn solve_ex(a: &Tensor, b: &Tensor, left: bool) -> Result<(Tensor, Tensor)> 
     } else {
         x
     };
-    Ok((x, info_tensor(info, &batch)?))
+    Ok((x, info_tensor(info)))
 }
 
 /// `solve`: `solve_ex` that raises LinAlgError for a singular matrix.
 pub fn solve(a: &Tensor, b: &Tensor, left: bool) -> Result<Tensor> {
     let (x, info) = solve_ex(a, b, left)?;
-    let v = info.to_vec::<i32>("linalg")?;
+    let v = info_values(&info)?;
     if v.iter().any(|&i| i != 0) {
         return Err(Error::linalg(
             "torch.linalg.solve: The solver failed because the input matrix is singular.",
@@ -323,7 +325,7 @@ pub fn cholesky_ex(a: &Tensor, upper: bool) -> Result<(Tensor, Tensor)> {
             Ok(vec![Some(ga)])
         },
     );
-    Ok((out, info_tensor(info, &batch_of(a))?))
+    Ok((out, info_tensor(info)))
 }
 
 /// `cholesky`: `cholesky_ex` that raises LinAlgError for a matrix that is not
@@ -424,14 +426,14 @@ pub fn lu_factor_ex(a: &Tensor) -> Result<(Tensor, Tensor, Tensor)> {
     Ok((
         lu,
         wrap(piv, DType::Int32),
-        info_tensor(info, &batch_of(a))?,
+        info_tensor(info),
     ))
 }
 
 /// `lu_factor`: `lu_factor_ex` that raises for an exactly singular U, as PyTorch does.
 pub fn lu_factor(a: &Tensor) -> Result<(Tensor, Tensor)> {
     let (lu, piv, info) = lu_factor_ex(a)?;
-    let v = info.to_vec::<i32>("linalg")?;
+    let v = info_values(&info)?;
     if let Some(b) = v.iter().position(|&i| i != 0) {
         let i = v[b] - 1;
         let at = if a.rank() > 2 {

@@ -11,6 +11,8 @@ pub mod plan;
 
 use std::sync::Arc;
 
+use candle_core::Device;
+
 use crate::autograd::function::{record, should_record};
 use crate::autograd::grad_mode::{self, GradModeGuard};
 use crate::autograd::remat;
@@ -166,7 +168,7 @@ pub fn fill_(x: &Tensor, value: Operand) -> Result<()> {
             )))
         }
         Operand::Tensor(v) => v,
-        Operand::Scalar(s) => creation::scalar_tensor(s, x.dtype())?,
+        Operand::Scalar(s) => creation::scalar_tensor(s, x.dtype(), &x.device())?,
     };
     assign(x, None, &v)
 }
@@ -174,7 +176,7 @@ pub fn fill_(x: &Tensor, value: Operand) -> Result<()> {
 /// Zeros of `dims` with `g` written into the region `view` selects: the backward of a
 /// view op. Its own backward is the view again, so double backward works.
 pub fn view_scatter(g: &Tensor, dims: &[usize], view: ViewFn) -> Result<Tensor> {
-    let z = creation::zeros(dims, g.dtype())?;
+    let z = creation::zeros(dims, g.dtype(), &g.device())?;
     {
         let _ng = GradModeGuard::new(false);
         update_data("slice_backward", &view(&z)?, &g.detach(), Update::Assign)?;
@@ -241,7 +243,8 @@ fn slice_bounds(size: usize, start: Option<i64>, stop: Option<i64>, step: i64) -
     (s as usize, len as usize)
 }
 
-fn resolve(x_dims: &[usize], items: &[IndexItem]) -> Result<Resolved> {
+/// The steps and plan of `x[items]` for an `x` of `x_dims` on `device`.
+fn resolve(x_dims: &[usize], device: &Device, items: &[IndexItem]) -> Result<Resolved> {
     let rank = x_dims.len();
     let mut consumed = 0;
     let mut ellipses = 0;
@@ -318,7 +321,7 @@ fn resolve(x_dims: &[usize], items: &[IndexItem]) -> Result<Resolved> {
                     steps.push(Step::NewAxis(vd));
                     view_dims.insert(vd, 1);
                     let (count, _) = nonzero_coords(&t.data())?;
-                    adv.push((vd, IndexArray::from_coords(vec![0; count])));
+                    adv.push((vd, IndexArray::from_coords(vec![0; count], device)?));
                     vd += 1;
                     continue;
                 }
@@ -336,17 +339,18 @@ fn resolve(x_dims: &[usize], items: &[IndexItem]) -> Result<Resolved> {
                 }
                 let (_, coords) = nonzero_coords(&t.data())?;
                 for (j, c) in coords.into_iter().enumerate() {
-                    adv.push((vd + j, IndexArray::from_coords(c)));
+                    adv.push((vd + j, IndexArray::from_coords(c, device)?));
                 }
                 xd += k;
                 vd += k;
             }
             IndexItem::Tensor(t) => {
-                let a = IndexArray::from_tensor("index", t)?;
+                let a = IndexArray::from_tensor("index", t, device)?;
                 if t.rank() == 0 {
-                    // A 0-d integer tensor indexes like an int (a view), as in PyTorch.
+                    // A 0-d integer tensor indexes like an int (a view), as in PyTorch,
+                    // which reads its value.
                     let size = x_dims[xd] as i64;
-                    let i = a.values[0];
+                    let i = crate::host::read_scalar::<i64>("a 0-d tensor index", &a.values)?;
                     if i < -size || i >= size {
                         return Err(Error::index(format!(
                             "index {i} is out of bounds for dimension {xd} with size {size}"
@@ -366,7 +370,7 @@ fn resolve(x_dims: &[usize], items: &[IndexItem]) -> Result<Resolved> {
     let plan = if adv.is_empty() {
         None
     } else {
-        Some(Arc::new(IndexPlan::advanced(&view_dims, &adv)?))
+        Some(Arc::new(IndexPlan::advanced(&view_dims, &adv, device)?))
     };
     Ok(Resolved {
         steps,
@@ -377,7 +381,7 @@ fn resolve(x_dims: &[usize], items: &[IndexItem]) -> Result<Resolved> {
 
 /// `x[index]`: a view for basic indices, a new tensor when there are index tensors.
 pub fn getitem(x: &Tensor, items: &[IndexItem]) -> Result<Tensor> {
-    let r = resolve(&x.dims(), items)?;
+    let r = resolve(&x.dims(), &x.device(), items)?;
     let v = apply_steps(x, &r.steps)?;
     match r.plan {
         Some(p) => take(&v, p, "IndexBackward0"),
@@ -389,7 +393,7 @@ pub fn getitem(x: &Tensor, items: &[IndexItem]) -> Result<Tensor> {
 /// `x[index] = value` in place: basic indices copy into the view (CopySlices), index
 /// tensors go through `index_put_`. `value` broadcasts to the indexed shape.
 pub fn setitem(x: &Tensor, items: &[IndexItem], value: &Tensor) -> Result<()> {
-    let r = resolve(&x.dims(), items)?;
+    let r = resolve(&x.dims(), &x.device(), items)?;
     let region: Option<ViewFn> = if r.steps.is_empty() {
         None
     } else {
@@ -447,7 +451,7 @@ fn zero_region(
         let target = region_of(t, region)?;
         match plan {
             Some(p) => {
-                let z = creation::scalar_tensor(Scalar::Int(0), t.dtype())?;
+                let z = creation::scalar_tensor(Scalar::Int(0), t.dtype(), &t.device())?;
                 let z = z.detach();
                 let zd = z.data().broadcast_as(p.out_dims()).op("index_put_")?;
                 put_raw(&target, p, &Tensor::new(zd, t.dtype()), false)
@@ -456,7 +460,7 @@ fn zero_region(
         }
     };
     if grad_mode::is_enabled() {
-        let mask = creation::ones(&g.dims(), g.dtype())?;
+        let mask = creation::ones_like(g)?;
         zero_into(&mask)?;
         crate::ops::binary::mul(g, &mask)
     } else {
@@ -537,7 +541,7 @@ pub fn take(x: &Tensor, plan: Arc<IndexPlan>, name: &'static str) -> Result<Tens
 
 /// Zeros of `dims` with `values` accumulated at the positions `plan` names.
 pub fn put_new(values: &Tensor, dims: &[usize], plan: Arc<IndexPlan>) -> Result<Tensor> {
-    let z = creation::zeros(dims, values.dtype())?;
+    let z = creation::zeros(dims, values.dtype(), &values.device())?;
     index_put_(&z, None, plan, values, true, "IndexPutBackward0")?;
     Ok(z)
 }
@@ -636,7 +640,7 @@ pub fn index_put_indices(
             }))
         })
         .collect::<Result<Vec<_>>>()?;
-    let r = resolve(&x.dims(), &items)?;
+    let r = resolve(&x.dims(), &x.device(), &items)?;
     if !r.steps.is_empty() {
         return Err(Error::index(
             "index_put_: 0-d bool indices are not supported",
@@ -653,13 +657,8 @@ pub fn index_put_indices(
 /// (a 0-d mask has no coordinates but may hold one true element).
 pub(crate) fn nonzero_coords(mask: &candle_core::Tensor) -> Result<(usize, Vec<Vec<usize>>)> {
     let dims = mask.dims().to_vec();
-    let flat: Vec<u8> = mask
-        .ne(0f64)
-        .op("nonzero")?
-        .flatten_all()
-        .op("nonzero")?
-        .to_vec1()
-        .op("nonzero")?;
+    let truth = mask.ne(0f64).op("nonzero")?;
+    let flat: Vec<u8> = crate::host::read("nonzero: the count sizes the result", &truth)?;
     let mut coords = vec![Vec::new(); dims.len()];
     let mut idx = vec![0usize; dims.len()];
     let mut count = 0;

@@ -165,7 +165,7 @@ pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     }
     check_dtypes("matmul", a, b)?;
     let dtype = result_dtype(&[a.into(), b.into()]);
-    let ts = promote(&[a.into(), b.into()], dtype)?;
+    let ts = promote("matmul", &[a.into(), b.into()], dtype)?;
     let (a, b) = (&ts[0], &ts[1]);
     let a2 = if ra == 1 { unsqueeze(a, 0)? } else { a.clone() };
     let b2 = if rb == 1 { unsqueeze(b, 1)? } else { b.clone() };

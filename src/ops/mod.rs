@@ -24,6 +24,8 @@ pub mod threshold;
 pub mod unary;
 pub mod volume_render;
 
+use candle_core::Device;
+
 use crate::dtype::{result_type, Category, DType, PromotionOperand};
 use crate::error::{Error, Result};
 use crate::tensor::{shape_str, Tensor};
@@ -104,13 +106,44 @@ pub fn result_dtype(operands: &[Operand]) -> DType {
     result_type(&p)
 }
 
-/// Bring operands to one dtype: tensors are cast (a recorded op), scalars become 0-d tensors.
-pub fn promote(operands: &[Operand], dtype: DType) -> Result<Vec<Tensor>> {
+/// The device an op's operands meet on: that of the first tensor that is not a 0-d CPU
+/// tensor (those, like Python numbers, join tensors on any device, as in PyTorch), else
+/// that of the first tensor, else the host. Two tensors on different devices otherwise are
+/// PyTorch's error, naming both.
+pub fn common_device(op: &str, operands: &[Operand]) -> Result<Device> {
+    let mut found: Option<Device> = None;
+    let mut first: Option<Device> = None;
+    for o in operands {
+        let Operand::Tensor(t) = o else { continue };
+        let d = t.device();
+        if t.rank() == 0 && d.is_cpu() {
+            first.get_or_insert(d);
+            continue;
+        }
+        match &found {
+            None => found = Some(d),
+            Some(f) if !crate::device::same(f, &d) => {
+                return Err(crate::device::mismatch(op, f, &d));
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(found.or(first).unwrap_or_else(crate::device::host))
+}
+
+/// Bring operands to one dtype and device: tensors are cast (a recorded op), 0-d CPU
+/// tensors moved to the others' device, numbers made 0-d tensors there.
+pub fn promote(op: &str, operands: &[Operand], dtype: DType) -> Result<Vec<Tensor>> {
+    promote_on(operands, dtype, &common_device(op, operands)?)
+}
+
+/// Bring operands to `dtype` on `device` (the [`common_device`] of the op's operands).
+pub fn promote_on(operands: &[Operand], dtype: DType, device: &Device) -> Result<Vec<Tensor>> {
     operands
         .iter()
         .map(|o| match o {
-            Operand::Tensor(t) => convert::to_dtype(t, dtype),
-            Operand::Scalar(s) => creation::scalar_tensor(*s, dtype),
+            Operand::Tensor(t) => convert::to_dtype(&convert::to_device(t, device)?, dtype),
+            Operand::Scalar(s) => creation::scalar_tensor(*s, dtype, device),
         })
         .collect()
 }

@@ -228,7 +228,16 @@ fn layer_norm_grad_recorded(
     Ok((gx, sums))
 }
 
-fn index_data(op: &'static str, idx: &Tensor) -> Result<Vec<i64>> {
+/// An integer index tensor as flat, dense int64 data on `device`, each value checked to
+/// lie in `0..size` or be `except`; `oob(value)` is the error for the first that does not.
+fn index_data(
+    op: &'static str,
+    idx: &Tensor,
+    device: &candle_core::Device,
+    size: usize,
+    except: Option<i64>,
+    oob: impl FnOnce(i64) -> Error,
+) -> Result<candle_core::Tensor> {
     match idx.dtype() {
         DType::Int64 | DType::Int32 | DType::UInt8 => {}
         other => {
@@ -239,10 +248,20 @@ fn index_data(op: &'static str, idx: &Tensor) -> Result<Vec<i64>> {
             )))
         }
     }
-    idx.to_vec::<i64>(op)
+    let ids = idx
+        .data()
+        .to_dtype(candle_core::DType::I64)
+        .and_then(|d| d.to_device(device))
+        .and_then(|d| d.flatten_all())
+        .and_then(|d| d.contiguous())
+        .op(op)?;
+    match backend::on(&ids).find_out_of_bounds(op, &ids, 0, size as i64, except)? {
+        Some(bad) => Err(oob(bad)),
+        None => Ok(ids),
+    }
 }
 
-fn targets(classes: &[i64], ignore: i64) -> Targets<'_> {
+fn targets(classes: &candle_core::Tensor, ignore: i64) -> Targets<'_> {
     Targets { classes, ignore }
 }
 
@@ -258,14 +277,8 @@ pub fn gather_rows(x: &Tensor, target: &Tensor, ignore_index: i64) -> Result<Ten
         )));
     }
     let c = dims[1];
-    let t = index_data("nll_loss", target)?;
-    for &ti in &t {
-        if ti != ignore_index && (ti < 0 || ti as usize >= c) {
-            return Err(Error::index(format!(
-                "nll_loss: target {ti} is out of bounds for {c} classes"
-            )));
-        }
-    }
+    let oob = |ti| Error::index(format!("nll_loss: target {ti} is out of bounds for {c} classes"));
+    let t = index_data("nll_loss", target, &x.device(), c, Some(ignore_index), oob)?;
     let (xd, _) = compute_data("nll_loss", x)?;
     let data = backend::on(&xd).gather_rows("nll_loss", &xd, targets(&t, ignore_index))?;
     let out = finish(data, x.dtype())?;
@@ -281,7 +294,8 @@ pub fn gather_rows(x: &Tensor, target: &Tensor, ignore_index: i64) -> Result<Ten
 
 /// The adjoint of `gather_rows`: `out[i, target[i]] = g[i]`, zeros elsewhere.
 pub fn scatter_rows(g: &Tensor, target: &Tensor, c: usize, ignore_index: i64) -> Result<Tensor> {
-    let t = index_data("nll_loss", target)?;
+    let oob = |ti| Error::index(format!("nll_loss: target {ti} is out of bounds for {c} classes"));
+    let t = index_data("nll_loss", target, &g.device(), c, Some(ignore_index), oob)?;
     let (gd, _) = compute_data("nll_loss", g)?;
     let data = backend::on(&gd).scatter_rows("nll_loss", &gd, targets(&t, ignore_index), c)?;
     let out = finish(data, g.dtype())?;
@@ -312,15 +326,13 @@ pub fn embedding(
         )));
     }
     let (v, dim) = (wd[0], wd[1]);
-    let ids = index_data("embedding", idx)?;
-    for &i in &ids {
-        if i < 0 || i as usize >= v {
-            return Err(Error::index(format!(
-                "embedding: index {i} out of range for a table of {v} rows (weight shape {})",
-                shape_str(&wd)
-            )));
-        }
-    }
+    let oob = |i| {
+        Error::index(format!(
+            "embedding: index {i} out of range for a table of {v} rows (weight shape {})",
+            shape_str(&wd)
+        ))
+    };
+    let ids = index_data("embedding", idx, &weight.device(), v, None, oob)?;
     let mut out_dims = idx.dims();
     out_dims.push(dim);
     let (w, _) = compute_data("embedding", weight)?;
@@ -353,11 +365,16 @@ pub fn embedding_backward(
     v: usize,
     padding_idx: Option<i64>,
 ) -> Result<Tensor> {
-    let ids = index_data("embedding_backward", idx)?;
+    let oob = |i| {
+        Error::index(format!(
+            "embedding_backward: index {i} out of range for a table of {v} rows"
+        ))
+    };
+    let ids = index_data("embedding_backward", idx, &g.device(), v, None, oob)?;
     let gdims = g.dims();
     let dim = gdims.last().copied().unwrap_or(1);
     let (gd, _) = compute_data("embedding_backward", g)?;
-    let rows = gd.reshape((ids.len(), dim)).op("embedding_backward")?;
+    let rows = gd.reshape((ids.elem_count(), dim)).op("embedding_backward")?;
     let data =
         backend::on(&gd).embedding_backward("embedding_backward", &rows, &ids, v, padding_idx)?;
     let out = finish(data, g.dtype())?;

@@ -15,7 +15,7 @@ use crate::tensor::{shape_str, Tensor};
 
 /// Wrap `data` computed from `x`: a view when it shares x's buffer.
 pub fn derived(x: &Tensor, data: candle_core::Tensor) -> Tensor {
-    if crate::memory::buffer_key(&data) == x.storage_key() {
+    if crate::backend::same_buffer(&data, &x.data()) {
         x.view_of(data)
     } else {
         Tensor::new(data, x.dtype())
@@ -452,7 +452,7 @@ pub fn repeat(x: &Tensor, repeats: &[i64]) -> Result<Tensor> {
         tiled.extend([r.max(0) as usize, s]);
     }
     let t = reshape(&expand(&reshape(x, &spread)?, &tiled)?, &out)?;
-    if t.storage_key().is_some() && t.storage_key() == x.storage_key() {
+    if crate::backend::same_buffer(&t.data(), &x.data()) {
         return crate::ops::convert::clone(&t);
     }
     Ok(t)

@@ -72,7 +72,7 @@ fn narrow_idx(all: &candle_core::Tensor, dim: usize, start: usize, len: usize) -
 /// `keep`. Backward: the gradient accumulated into zeros at the source positions, as the
 /// indexing `take` does, under the op's own node name.
 fn read(x: &Tensor, dim: usize, idx: &Tensor, node: &'static str, keep: bool) -> Result<Tensor> {
-    let plan = gather_plan("sort", &x.dims(), dim, idx)?;
+    let plan = gather_plan("sort", &x.dims(), &x.device(), dim, idx)?;
     if keep {
         return take(x, plan, node);
     }
@@ -252,8 +252,8 @@ pub fn searchsorted(
                     shape_str(&s.dims())
                 )));
             }
-            let sv = s.data().flatten_all().op(op)?.to_vec1::<i64>().op(op)?;
-            if let Some(bad) = sv.iter().find(|&&i| i < 0 || i as usize >= m) {
+            let sv = s.data().to_dtype(CDType::I64).op(op)?;
+            if let Some(bad) = backend::on(&sv).find_out_of_bounds(op, &sv, 0, m as i64, None)? {
                 return Err(searchsorted_error(format!(
                     "sorter index out of range (index {bad}, boundaries of size {m} along the \
                      last dim)"
@@ -409,10 +409,10 @@ pub fn unique(x: &Tensor, dim: Option<usize>, consecutive: bool) -> Result<Uniqu
         (
             keys.index_select(&p, 0).op(op)?,
             rows.index_select(&p, 0).op(op)?,
-            Some(p.to_vec1::<i64>().op(op)?),
+            Some(crate::host::read::<i64>("unique: the groups size the result", &p)?),
         )
     };
-    let ids = be.run_ids(&keys)?.to_vec1::<i64>().op(op)?;
+    let ids = crate::host::read::<i64>("unique: the groups size the result", &be.run_ids(&keys)?)?;
     let groups = ids.last().map_or(0, |&g| g as usize + 1);
     let mut counts = vec![0i64; groups];
     let mut first = vec![0i64; groups];

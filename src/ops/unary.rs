@@ -146,7 +146,7 @@ impl UnaryOp {
             UnaryOp::Neg => neg(g),
             UnaryOp::Abs => mul(g, &sign(s())?),
             UnaryOp::Sign | UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round | UnaryOp::Trunc => {
-                creation::zeros(&g.dims(), g.dtype())
+                creation::zeros_like(g)
             }
             UnaryOp::Frac => Ok(g.clone()),
             UnaryOp::BitNot => Err(Error::autograd("bitwise_not is not differentiable")),
@@ -396,7 +396,7 @@ pub enum Predicate {
 pub fn predicate(p: Predicate, x: &Tensor) -> Result<Tensor> {
     if !x.dtype().is_floating_point() {
         let v = matches!(p, Predicate::IsFinite) as i64;
-        return creation::full(&x.dims(), v as f64, DType::Bool);
+        return creation::full(&x.dims(), v as f64, DType::Bool, &x.device());
     }
     let (k, name) = match p {
         Predicate::IsNan => (Pred::IsNan, "isnan"),

@@ -272,7 +272,7 @@ impl ParamState {
     /// Make the zero buffer `key` of shape `dims` (a factored state) if it is missing.
     fn ensure_shaped(&mut self, key: &'static str, p: &Tensor, dims: &[usize]) -> Result<()> {
         if self.get(key).is_none() {
-            let t = ops::creation::zeros(dims, p.dtype())?;
+            let t = ops::creation::zeros(dims, p.dtype(), &p.device())?;
             t.set_role(Role::OptimizerState, true);
             self.buffers.push((key, t));
         }
@@ -424,7 +424,7 @@ pub fn step(
     // The kernel reads the gradient while writing the parameter: never the same buffer.
     let mut gdata = grad.data();
     if !gdata.is_contiguous()
-        || crate::memory::buffer_key(&gdata) == crate::memory::buffer_key(&pdata)
+        || crate::backend::same_buffer(&gdata, &pdata)
     {
         gdata = ops::convert::dense_copy(&gdata)?;
     }

@@ -32,14 +32,21 @@ from .timeline import plot_timeline, timeline
 CATEGORIES = ("parameter", "gradient", "optimizer_state", "activation", "other")
 
 
+def _is_host(device) -> bool:
+    """Whether `device` (the default device when None) is the CPU, where the block cache is."""
+    d = _core.get_default_device() if device is None else _core.device(device)
+    return d.type == "cpu"
+
+
 def memory_allocated(device=None) -> int:
-    """Bytes of tensor storage alive now: exact, views count nothing, shared buffers once."""
-    return _core._memory_allocated()
+    """Bytes of tensor storage alive now on `device` (the default device when None): exact,
+    views count nothing, shared buffers once."""
+    return _core._memory_allocated(device)
 
 
 def max_memory_allocated(device=None) -> int:
     """The peak of `memory_allocated()` since start or the last `reset_peak_memory_stats()`."""
-    return _core._max_memory_allocated()
+    return _core._max_memory_allocated(device)
 
 
 def memory_reserved(device=None) -> int:
@@ -53,21 +60,24 @@ def memory_reserved(device=None) -> int:
     maps a new block or faults in pages of a cached one, it gives back its oldest blocks until
     live + cached fits under that mark, so it does not raise the peak, and the blocks one
     step frees serve the next. `empty_cache()` gives the free blocks back and resets the mark;
-    ``GRADSTREAM_BLOCK_CACHE=0`` turns the cache off.
+    ``GRADSTREAM_BLOCK_CACHE=0`` turns the cache off. The cache holds host memory only: on
+    another device this is `memory_allocated(device)`.
     """
+    if not _is_host(device):
+        return memory_allocated(device)
     cached, slack = _core._block_cache_stats()[:2]
-    return memory_allocated() + cached + slack
+    return memory_allocated(device) + cached + slack
 
 
 def max_memory_reserved(device=None) -> int:
     """The peak of `memory_allocated()`: the cache keeps live + cached under the high-water
     mark of live blocks, so what it holds never adds to the peak (see `memory_reserved`)."""
-    return max_memory_allocated()
+    return max_memory_allocated(device)
 
 
 def reset_peak_memory_stats(device=None) -> None:
     """Reset every peak (total, by category, buffer count) to its current value."""
-    _core._reset_peak_memory_stats()
+    _core._reset_peak_memory_stats(device)
 
 
 def reset_max_memory_allocated(device=None) -> None:
@@ -82,12 +92,12 @@ def empty_cache() -> None:
 
 def memory_by_category(device=None) -> dict[str, int]:
     """Bytes now by what they are for: parameter, gradient, optimizer_state, activation, other."""
-    return {c: b for c, b in _core._memory_by_category().items()}
+    return {c: b for c, b in _core._memory_by_category(device).items()}
 
 
 def max_memory_by_category(device=None) -> dict[str, int]:
     """Peak bytes of each category since start or the last reset (each its own peak)."""
-    return {c: b for c, b in _core._memory_peak_by_category().items()}
+    return {c: b for c, b in _core._memory_peak_by_category(device).items()}
 
 
 def memory_stats(device=None) -> dict[str, int]:
@@ -100,8 +110,8 @@ def memory_stats(device=None) -> dict[str, int]:
     ``block_cache.{cached_bytes,slack_bytes,hits,misses,moved_bytes}`` count its work
     (``moved_bytes``: pages of given-back blocks moved into new ones instead of faulted in).
     """
-    allocs, frees, bytes_alloc, bytes_freed, live, live_peak = _core._memory_counts()
-    current, peak = memory_allocated(), max_memory_allocated()
+    allocs, frees, bytes_alloc, bytes_freed, live, live_peak = _core._memory_counts(device)
+    current, peak = memory_allocated(device), max_memory_allocated(device)
     stats: dict[str, int] = {}
     for prefix in ("allocated_bytes", "active_bytes", "reserved_bytes"):
         stats[f"{prefix}.all.current"] = current
@@ -112,11 +122,13 @@ def memory_stats(device=None) -> dict[str, int]:
     stats["allocation.all.peak"] = live_peak
     stats["allocation.all.allocated"] = allocs
     stats["allocation.all.freed"] = frees
-    peaks = max_memory_by_category()
-    for cat, b in memory_by_category().items():
+    peaks = max_memory_by_category(device)
+    for cat, b in memory_by_category(device).items():
         stats[f"allocated_bytes.{cat}.current"] = b
         stats[f"allocated_bytes.{cat}.peak"] = peaks[cat]
     cached, slack, hits, misses, _on, _resident, moved = _core._block_cache_stats()
+    if not _is_host(device):
+        cached = slack = hits = misses = moved = 0
     stats["reserved_bytes.all.current"] = current + cached + slack
     stats["block_cache.cached_bytes"] = cached
     stats["block_cache.slack_bytes"] = slack

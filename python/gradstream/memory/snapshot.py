@@ -60,8 +60,8 @@ def snapshot(device=None) -> dict[str, Any]:
     Without a recorded history, ``device_traces`` is ``[[]]`` and ``segments`` still
     lists every live buffer.
     """
-    events, baseline = _core._memory_history()
-    live = _core._memory_live_blocks()
+    events, baseline = _core._memory_history(device)
+    live = _core._memory_live_blocks(device)
 
     trace: list[dict[str, Any]] = []
     open_allocs: dict[int, list[dict[str, Any]]] = {}  # addr -> entries to categorize
@@ -137,7 +137,7 @@ def snapshot(device=None) -> dict[str, Any]:
             "version": 1,
             "baseline": dict(baseline),
             "events": raw,
-            "current": dict(_core._memory_by_category()),
+            "current": dict(_core._memory_by_category(device)),
         },
     }
 

@@ -1,7 +1,7 @@
 //! The elements of a dense CPU tensor as a slice, and a `Vec` back as a tensor: what the
 //! hand-written kernels (nn, masks, volume rendering) read and write.
 
-use candle_core::{Device, Storage, WithDType};
+use candle_core::{CpuStorage, Device, Storage, WithDType};
 
 use crate::error::{CandleContext, Error, Result};
 
@@ -54,3 +54,27 @@ macro_rules! by_float {
     };
 }
 pub(crate) use by_float;
+
+/// The address and size of a CPU buffer: the allocation's capacity, which is what the
+/// allocator frees.
+pub fn buffer(s: &CpuStorage) -> (usize, usize) {
+    fn pb<T>(v: &Vec<T>) -> (usize, usize) {
+        (v.as_ptr() as usize, v.capacity() * std::mem::size_of::<T>())
+    }
+    match s {
+        CpuStorage::U8(v) => pb(v),
+        CpuStorage::U32(v) => pb(v),
+        CpuStorage::I16(v) => pb(v),
+        CpuStorage::I32(v) => pb(v),
+        CpuStorage::I64(v) => pb(v),
+        CpuStorage::BF16(v) => pb(v),
+        CpuStorage::F16(v) => pb(v),
+        CpuStorage::F32(v) => pb(v),
+        CpuStorage::F64(v) => pb(v),
+        CpuStorage::F8E4M3(v) => pb(v),
+        CpuStorage::F6E2M3(v)
+        | CpuStorage::F6E3M2(v)
+        | CpuStorage::F4(v)
+        | CpuStorage::F8E8M0(v) => pb(v),
+    }
+}

@@ -9,6 +9,7 @@ use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, CustomOp1, InplaceOp2, Layout, Shape, Tensor, WithDType};
 use rayon::prelude::*;
 
+use super::dense::with_slice;
 use super::{Cpu, PAR_MIN};
 use crate::backend::strided::StridedOffsets;
 use crate::backend::IndexOps;
@@ -25,7 +26,7 @@ struct Offsets {
     inner_dense: bool,
 }
 
-fn offsets(plan: &IndexPlan, l: &Layout) -> Offsets {
+fn offsets(plan: &IndexPlan, l: &Layout) -> Result<Offsets> {
     let (dims, strides) = (l.dims(), l.stride());
     let rest: Vec<usize> = (0..dims.len())
         .filter(|d| !plan.adv_dims.contains(d))
@@ -37,23 +38,25 @@ fn offsets(plan: &IndexPlan, l: &Layout) -> Offsets {
     };
     let (outer_dims, inner_dims) = rest.split_at(plan.bpos.min(rest.len()));
     let n = plan.count();
-    let adv = (0..n)
-        .map(|b| {
-            plan.adv_dims
-                .iter()
-                .zip(&plan.coords)
-                .map(|(&d, c)| c[b] * strides[d])
-                .sum()
-        })
-        .collect();
+    let adv = with_slice::<i64, _>(&plan.coords, |coords| {
+        (0..n)
+            .map(|b| {
+                plan.adv_dims
+                    .iter()
+                    .enumerate()
+                    .map(|(j, &d)| coords[j * n + b] as usize * strides[d])
+                    .sum()
+            })
+            .collect()
+    })?;
     let inner = sub(inner_dims, 0);
     let inner_dense = inner.iter().enumerate().all(|(i, &o)| i == o);
-    Offsets {
+    Ok(Offsets {
         outer: sub(outer_dims, l.start_offset()),
         adv,
         inner,
         inner_dense,
-    }
+    })
 }
 
 fn take_slice<T: WithDType>(src: &[T], off: &Offsets) -> Vec<T> {
@@ -85,28 +88,31 @@ fn take_slice<T: WithDType>(src: &[T], off: &Offsets) -> Vec<T> {
     out
 }
 
-/// Reads an indexing result into a new dense tensor.
-pub struct Take(pub Arc<IndexPlan>);
+/// Reads an indexing result (of `dims`) into a new dense tensor.
+struct Take {
+    off: Offsets,
+    dims: Vec<usize>,
+}
 
 impl CustomOp1 for Take {
     fn name(&self) -> &'static str {
         "index"
     }
-    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        let off = offsets(&self.0, l);
+    fn cpu_fwd(&self, s: &CpuStorage, _: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let off = &self.off;
         let out = match s {
-            CpuStorage::U8(v) => CpuStorage::U8(take_slice(v, &off)),
-            CpuStorage::U32(v) => CpuStorage::U32(take_slice(v, &off)),
-            CpuStorage::I16(v) => CpuStorage::I16(take_slice(v, &off)),
-            CpuStorage::I32(v) => CpuStorage::I32(take_slice(v, &off)),
-            CpuStorage::I64(v) => CpuStorage::I64(take_slice(v, &off)),
-            CpuStorage::BF16(v) => CpuStorage::BF16(take_slice(v, &off)),
-            CpuStorage::F16(v) => CpuStorage::F16(take_slice(v, &off)),
-            CpuStorage::F32(v) => CpuStorage::F32(take_slice(v, &off)),
-            CpuStorage::F64(v) => CpuStorage::F64(take_slice(v, &off)),
+            CpuStorage::U8(v) => CpuStorage::U8(take_slice(v, off)),
+            CpuStorage::U32(v) => CpuStorage::U32(take_slice(v, off)),
+            CpuStorage::I16(v) => CpuStorage::I16(take_slice(v, off)),
+            CpuStorage::I32(v) => CpuStorage::I32(take_slice(v, off)),
+            CpuStorage::I64(v) => CpuStorage::I64(take_slice(v, off)),
+            CpuStorage::BF16(v) => CpuStorage::BF16(take_slice(v, off)),
+            CpuStorage::F16(v) => CpuStorage::F16(take_slice(v, off)),
+            CpuStorage::F32(v) => CpuStorage::F32(take_slice(v, off)),
+            CpuStorage::F64(v) => CpuStorage::F64(take_slice(v, off)),
             d => candle_core::bail!("index: unsupported dtype {:?}", d.dtype()),
         };
-        Ok((out, Shape::from(self.0.out_dims())))
+        Ok((out, Shape::from(self.dims.clone())))
     }
 }
 
@@ -132,9 +138,9 @@ fn put_slice<T: WithDType>(dst: &mut [T], off: &Offsets, src: &[T], sl: &Layout,
 
 /// Writes (or, with `accumulate`, adds) values shaped like the indexing result into the
 /// indexed elements, in place. Repeated positions accumulate one by one.
-pub struct Put {
-    pub plan: Arc<IndexPlan>,
-    pub accumulate: bool,
+struct Put {
+    off: Offsets,
+    accumulate: bool,
 }
 
 impl InplaceOp2 for Put {
@@ -144,22 +150,21 @@ impl InplaceOp2 for Put {
     fn cpu_fwd(
         &self,
         s1: &mut CpuStorage,
-        l1: &Layout,
+        _: &Layout,
         s2: &CpuStorage,
         l2: &Layout,
     ) -> candle_core::Result<()> {
-        let off = offsets(&self.plan, l1);
-        let add = self.accumulate;
+        let (off, add) = (&self.off, self.accumulate);
         match (s1, s2) {
-            (CpuStorage::U8(d), CpuStorage::U8(s)) => put_slice(d, &off, s, l2, add),
-            (CpuStorage::U32(d), CpuStorage::U32(s)) => put_slice(d, &off, s, l2, add),
-            (CpuStorage::I16(d), CpuStorage::I16(s)) => put_slice(d, &off, s, l2, add),
-            (CpuStorage::I32(d), CpuStorage::I32(s)) => put_slice(d, &off, s, l2, add),
-            (CpuStorage::I64(d), CpuStorage::I64(s)) => put_slice(d, &off, s, l2, add),
-            (CpuStorage::BF16(d), CpuStorage::BF16(s)) => put_slice(d, &off, s, l2, add),
-            (CpuStorage::F16(d), CpuStorage::F16(s)) => put_slice(d, &off, s, l2, add),
-            (CpuStorage::F32(d), CpuStorage::F32(s)) => put_slice(d, &off, s, l2, add),
-            (CpuStorage::F64(d), CpuStorage::F64(s)) => put_slice(d, &off, s, l2, add),
+            (CpuStorage::U8(d), CpuStorage::U8(s)) => put_slice(d, off, s, l2, add),
+            (CpuStorage::U32(d), CpuStorage::U32(s)) => put_slice(d, off, s, l2, add),
+            (CpuStorage::I16(d), CpuStorage::I16(s)) => put_slice(d, off, s, l2, add),
+            (CpuStorage::I32(d), CpuStorage::I32(s)) => put_slice(d, off, s, l2, add),
+            (CpuStorage::I64(d), CpuStorage::I64(s)) => put_slice(d, off, s, l2, add),
+            (CpuStorage::BF16(d), CpuStorage::BF16(s)) => put_slice(d, off, s, l2, add),
+            (CpuStorage::F16(d), CpuStorage::F16(s)) => put_slice(d, off, s, l2, add),
+            (CpuStorage::F32(d), CpuStorage::F32(s)) => put_slice(d, off, s, l2, add),
+            (CpuStorage::F64(d), CpuStorage::F64(s)) => put_slice(d, off, s, l2, add),
             (d, s) => candle_core::bail!(
                 "index_put_: dtypes differ or are unsupported ({:?} vs {:?})",
                 d.dtype(),
@@ -171,8 +176,26 @@ impl InplaceOp2 for Put {
 }
 
 impl IndexOps for Cpu {
+    fn find_out_of_bounds(
+        &self,
+        _: &'static str,
+        v: &Tensor,
+        lo: i64,
+        hi: i64,
+        except: Option<i64>,
+    ) -> Result<Option<i64>> {
+        with_slice::<i64, _>(v, |s| {
+            s.iter()
+                .copied()
+                .find(|&x| (x < lo || x >= hi) && Some(x) != except)
+        })
+    }
     fn take(&self, name: &'static str, x: &Tensor, plan: &Arc<IndexPlan>) -> Result<Tensor> {
-        x.apply_op1_no_bwd(&Take(plan.clone())).op(name)
+        let take = Take {
+            off: offsets(plan, x.layout())?,
+            dims: plan.out_dims(),
+        };
+        x.apply_op1_no_bwd(&take).op(name)
     }
     fn put(
         &self,
@@ -182,7 +205,7 @@ impl IndexOps for Cpu {
         plan: &Arc<IndexPlan>,
         accumulate: bool,
     ) -> Result<()> {
-        let plan = plan.clone();
-        dst.inplace_op2(src, &Put { plan, accumulate }).op(name)
+        let off = offsets(plan, dst.layout())?;
+        dst.inplace_op2(src, &Put { off, accumulate }).op(name)
     }
 }

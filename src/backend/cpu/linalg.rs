@@ -132,7 +132,7 @@ fn lu_factor_t<T: Float>(a: &Tensor) -> Result<WithInfo<(Tensor, Tensor)>> {
     }
     let lu = from_vec(lu, &with_dims(&batch, &[m, n]))?;
     let piv = from_vec(piv, &with_dims(&batch, &[k]))?;
-    Ok(((lu, piv), info))
+    Ok(((lu, piv), from_vec(info, &batch)?))
 }
 
 /// `A⁻¹ B` (`A⁻ᵀ B`) in place in `b`, from packed `lu` and 1-based `piv`.
@@ -235,7 +235,7 @@ fn cholesky_t<T: Float>(a: &Tensor, upper: bool) -> Result<WithInfo<Tensor>> {
             }
         })
     })?;
-    let info = parts.iter().map(|p| p.1).collect();
+    let info = from_vec(parts.iter().map(|p| p.1).collect::<Vec<i32>>(), &batch)?;
     Ok((
         gather(parts.into_iter().map(|p| p.0), &with_dims(&batch, &[n, n]))?,
         info,

@@ -184,6 +184,11 @@ fn layer_norm_grad_rows<T: Real>(
     (gx, sums)
 }
 
+/// The values of a dense int64 index tensor.
+fn indices(t: &Tensor) -> Result<Vec<i64>> {
+    with_slice::<i64, _>(t, <[i64]>::to_vec)
+}
+
 impl NnOps for Cpu {
     /// See `NnOps::layer_norm`.
     fn layer_norm(
@@ -248,7 +253,8 @@ impl NnOps for Cpu {
 
     /// See `NnOps::gather_rows`.
     fn gather_rows(&self, _name: &'static str, x: &Tensor, t: Targets<'_>) -> Result<Tensor> {
-        let Targets { classes: t, ignore } = t;
+        let Targets { classes, ignore } = t;
+        let t = &indices(classes)?;
         let (nr, c) = (t.len(), x.dims().last().copied().unwrap_or(1));
         Ok(by_float!(x.dtype(), |T| {
             let v = with_slice::<T, _>(x, |s| {
@@ -275,7 +281,8 @@ impl NnOps for Cpu {
         t: Targets,
         c: usize,
     ) -> Result<Tensor> {
-        let Targets { classes: t, ignore } = t;
+        let Targets { classes, ignore } = t;
+        let t = &indices(classes)?;
         let nr = t.len();
         Ok(by_float!(g.dtype(), |T| {
             let v = with_slice::<T, _>(g, |s| {
@@ -296,9 +303,10 @@ impl NnOps for Cpu {
         &self,
         _name: &'static str,
         w: &Tensor,
-        ids: &[i64],
+        ids: &Tensor,
         zero_index: Option<i64>,
     ) -> Result<Tensor> {
+        let ids = &indices(ids)?;
         let dim = w.dims().last().copied().unwrap_or(1);
         Ok(by_float!(w.dtype(), |T| {
             let o = with_slice::<T, _>(w, |s| {
@@ -322,10 +330,11 @@ impl NnOps for Cpu {
         &self,
         _name: &'static str,
         g: &Tensor,
-        ids: &[i64],
+        ids: &Tensor,
         v: usize,
         padding: Option<i64>,
     ) -> Result<Tensor> {
+        let ids = &indices(ids)?;
         let dim = g.dims().last().copied().unwrap_or(1);
         Ok(by_float!(g.dtype(), |T| {
             let o = with_slice::<T, _>(g, |s| {

@@ -12,6 +12,18 @@ use super::{Cpu, PAR_MIN};
 use crate::backend::norm::{ChannelCoef, NormOps};
 use crate::error::{Error, Result};
 
+/// The values of an f64 `(C,)` vector.
+fn channels(v: &Tensor) -> Result<Vec<f64>> {
+    with_slice::<f64, _>(v, <[f64]>::to_vec)
+}
+
+/// Per-channel pairs as two f64 `(C,)` tensors.
+fn two_vectors(pairs: Vec<(f64, f64)>) -> Result<(Tensor, Tensor)> {
+    let c = pairs.len();
+    let (a, b): (Vec<f64>, Vec<f64>) = pairs.into_iter().unzip();
+    Ok((from_vec(a, &[c])?, from_vec(b, &[c])?))
+}
+
 /// (N, C, S) of a tensor the op layer has already shaped so.
 fn ncs(x: &Tensor) -> Result<(usize, usize, usize)> {
     match x.dims() {
@@ -93,12 +105,12 @@ fn lane_sums2<T: Real>(g: &[T], x: &[T], centre: f64) -> (f64, f64) {
 
 impl NormOps for Cpu {
     /// See `NormOps::channel_stats`.
-    fn channel_stats(&self, _name: &'static str, x: &Tensor) -> Result<(Vec<f64>, Vec<f64>)> {
+    fn channel_stats(&self, _name: &'static str, x: &Tensor) -> Result<(Tensor, Tensor)> {
         let (n, c, s) = ncs(x)?;
         let m = (n * s) as f64;
-        by_float!(x.dtype(), |T| {
+        let stats = by_float!(x.dtype(), |T| {
             with_slice::<T, _>(x, |v| {
-                let stats = per_channel(c, v.len() >= PAR_MIN, |ch| {
+                per_channel(c, v.len() >= PAR_MIN, |ch| {
                     let rows = (0..n).map(|i| &v[(i * c + ch) * s..(i * c + ch + 1) * s]);
                     let sum: f64 = rows.clone().map(|r| lane_sum(r, |e| e)).sum();
                     let mean = sum / m;
@@ -111,10 +123,10 @@ impl NormOps for Cpu {
                         })
                         .sum();
                     (mean, sq / m)
-                });
-                stats.into_iter().unzip()
+                })
             })
-        })
+        })?;
+        two_vectors(stats)
     }
 
     /// See `NormOps::channel_affine`.
@@ -122,11 +134,12 @@ impl NormOps for Cpu {
         &self,
         _name: &'static str,
         x: &Tensor,
-        centre: &[f64],
-        scale: &[f64],
-        shift: &[f64],
+        centre: &Tensor,
+        scale: &Tensor,
+        shift: &Tensor,
     ) -> Result<Tensor> {
         let (n, c, s) = ncs(x)?;
+        let (centre, scale, shift) = (channels(centre)?, channels(scale)?, channels(shift)?);
         Ok(by_float!(x.dtype(), |T| {
             let v = with_slice::<T, _>(x, |v| {
                 per_row::<T>(n, c, s, |r, ch, o| {
@@ -146,13 +159,14 @@ impl NormOps for Cpu {
         _name: &'static str,
         g: &Tensor,
         x: &Tensor,
-        centre: &[f64],
-    ) -> Result<(Vec<f64>, Vec<f64>)> {
+        centre: &Tensor,
+    ) -> Result<(Tensor, Tensor)> {
         let (n, c, s) = ncs(x)?;
-        by_float!(x.dtype(), |T| {
+        let centre = channels(centre)?;
+        let sums = by_float!(x.dtype(), |T| {
             with_slice::<T, _>(g, |gv| {
                 with_slice::<T, _>(x, |xv| {
-                    let sums = per_channel(c, gv.len() >= PAR_MIN, |ch| {
+                    per_channel(c, gv.len() >= PAR_MIN, |ch| {
                         let (mut sg, mut sgx) = (0.0f64, 0.0f64);
                         for i in 0..n {
                             let r = (i * c + ch) * s..(i * c + ch + 1) * s;
@@ -161,11 +175,11 @@ impl NormOps for Cpu {
                             sgx += b;
                         }
                         (sg, sgx)
-                    });
-                    sums.into_iter().unzip()
+                    })
                 })
             })?
-        })
+        })?;
+        two_vectors(sums)
     }
 
     /// See `NormOps::channel_combine`.
@@ -177,16 +191,18 @@ impl NormOps for Cpu {
         k: ChannelCoef<'_>,
     ) -> Result<Tensor> {
         let (n, c, s) = ncs(x)?;
+        let (ka, kc, kb, kd) = (
+            channels(k.a)?,
+            channels(k.centre)?,
+            channels(k.b)?,
+            channels(k.d)?,
+        );
         Ok(by_float!(x.dtype(), |T| {
             let v = with_slice::<T, _>(g, |gv| {
                 with_slice::<T, _>(x, |xv| {
                     per_row::<T>(n, c, s, |r, ch, o| {
-                        let (a, m, b, d) = (
-                            T::of(k.a[ch]),
-                            T::of(k.centre[ch]),
-                            T::of(k.b[ch]),
-                            T::of(k.d[ch]),
-                        );
+                        let (a, m, b, d) =
+                            (T::of(ka[ch]), T::of(kc[ch]), T::of(kb[ch]), T::of(kd[ch]));
                         let rg = &gv[r * s..(r + 1) * s];
                         let rx = &xv[r * s..(r + 1) * s];
                         for ((oi, &ge), &xe) in o.iter_mut().zip(rg).zip(rx) {

@@ -3,6 +3,8 @@
 //! float mask wants its gradient (the L×S score gradient is then the result anyway).
 
 use super::{reduce_to, Call};
+use candle_core::Device;
+
 use crate::autograd::grad_mode::GradModeGuard;
 use crate::backend::attention::{dropout_keep, dropout_threshold, AttnNeeds};
 use crate::dtype::DType;
@@ -39,13 +41,13 @@ fn repeat_heads(x: &Tensor, rep: usize) -> Result<Tensor> {
 }
 
 /// The lower-triangular (j <= i) bool mask of shape (L, S).
-fn causal_mask(l: usize, s: usize) -> Result<Tensor> {
+fn causal_mask(l: usize, s: usize, device: &Device) -> Result<Tensor> {
     let v: Vec<u8> = (0..l * s).map(|x| u8::from(x % s <= x / s)).collect();
-    from_vec(v, &[l, s], DType::Bool)
+    from_vec(v, &[l, s], DType::Bool, device)
 }
 
 /// The dropout factor (keep / (1 - p), else 0) of every score, shaped `batch + [L, S]`.
-fn dropout_factor(call: &Call, dtype: DType) -> Result<Option<Tensor>> {
+fn dropout_factor(call: &Call, dtype: DType, device: &Device) -> Result<Option<Tensor>> {
     let Some(d) = call.dropout else {
         return Ok(None);
     };
@@ -62,7 +64,7 @@ fn dropout_factor(call: &Call, dtype: DType) -> Result<Option<Tensor>> {
         .collect();
     let mut dims = call.plan.batch.clone();
     dims.extend([s.l, s.s]);
-    from_vec(v, &dims, dtype).map(Some)
+    from_vec(v, &dims, dtype, device).map(Some)
 }
 
 /// The gradients of q, k, v (and of a float mask) for the incoming `g`.
@@ -96,7 +98,7 @@ pub fn backward(
         None => {}
     }
     if call.causal {
-        scores = where_(&causal_mask(s.l, s.s)?, &(&scores).into(), &ninf.into())?;
+        scores = where_(&causal_mask(s.l, s.s, &q.device())?, &(&scores).into(), &ninf.into())?;
     }
     let last = scores.rank() - 1;
     // Rows where every key is masked attend to nothing (zeros, as PyTorch).
@@ -107,7 +109,7 @@ pub fn backward(
     };
     let safe = where_(&live, &(&scores).into(), &0.0.into())?;
     let probs = where_(&live, &(&softmax(&safe, last, false)?).into(), &0.0.into())?;
-    let factor = dropout_factor(call, q.dtype())?;
+    let factor = dropout_factor(call, q.dtype(), &q.device())?;
     let dropped = match &factor {
         Some(f) => mul(&probs, f)?,
         None => probs.clone(),

@@ -31,7 +31,7 @@ fn no_double_backward(op: &str) -> Result<()> {
 /// `diag_embed(v)`: `(*, k)` to `(*, k, k)`.
 fn diag_embed(v: &Tensor) -> Result<Tensor> {
     let k = v.dims()[v.rank() - 1];
-    let e = eye(k as i64, k as i64, v.dtype())?;
+    let e = eye(k as i64, k as i64, v.dtype(), &v.device())?;
     mul(&unsqueeze(v, v.rank() - 1)?, &e)
 }
 
@@ -45,7 +45,7 @@ fn gaps(s: &Tensor) -> Result<Tensor> {
     let r = s.rank();
     let e = sub(&unsqueeze(s, r - 1)?, &unsqueeze(s, r)?)?;
     let k = s.dims()[r - 1];
-    let id = eye(k as i64, k as i64, s.dtype())?;
+    let id = eye(k as i64, k as i64, s.dtype(), &s.device())?;
     add(&e, &id)
 }
 

@@ -4,6 +4,8 @@
 
 use std::sync::Arc;
 
+use candle_core::Device;
+
 use super::{index_put_, narrow, nonzero_coords, take, IndexArray, IndexPlan};
 use crate::dtype::DType;
 use crate::error::{CandleContext, Error, Result};
@@ -47,10 +49,11 @@ fn check_gather_shapes(op: &str, x: &[usize], index: &[usize], dim: usize) -> Re
 pub(crate) fn gather_plan(
     op: &'static str,
     x_dims: &[usize],
+    device: &Device,
     dim: usize,
     index: &Tensor,
 ) -> Result<Arc<IndexPlan>> {
-    let a = IndexArray::from_tensor(op, index)?;
+    let a = IndexArray::from_tensor(op, index, device)?;
     let size = x_dims[dim];
     let oob = move |v: i64| {
         Error::shape(format!(
@@ -97,7 +100,7 @@ pub fn gather(x: &Tensor, dim: impl Dim, index: &Tensor) -> Result<Tensor> {
         };
     }
     check_gather_shapes("gather", &x.dims(), &index.dims(), dim)?;
-    let plan = gather_plan("gather", &x.dims(), dim, index)?;
+    let plan = gather_plan("gather", &x.dims(), &x.device(), dim, index)?;
     take(x, plan, "GatherBackward0")
 }
 
@@ -154,7 +157,7 @@ pub fn index_select(x: &Tensor, dim: impl Dim, index: &Tensor) -> Result<Tensor>
         )));
     }
     as_1d(x, |x| {
-        let a = IndexArray::from_tensor("index_select", index)?;
+        let a = IndexArray::from_tensor("index_select", index, &x.device())?;
         let dims = x.dims();
         let size = dims[dim];
         let oob = move |v: i64| {
@@ -200,7 +203,7 @@ fn scatter_parts(
             v = narrow(&v, d, 0, i as i64)?;
         }
     }
-    Ok((gather_plan(op, &xd, dim, index)?, v))
+    Ok((gather_plan(op, &xd, &x.device(), dim, index)?, v))
 }
 
 /// `scatter_add_` (in place) / `scatter_add` (on a copy): `x[index[i][j]][j] += src[i][j]`.

@@ -3,18 +3,23 @@
 //! The result's dims are the source's remaining (non-indexed) dims with the broadcast
 //! index shape inserted at `bpos`; `coords` give, for every index position, the
 //! coordinate along each indexed dim. The same plan reads (`take`) and writes (`put`),
-//! which is what makes each the other's backward.
+//! which is what makes each the other's backward. The coordinates live on the source's
+//! device: building a plan from index tensors reads nothing back.
 
+use candle_core::{DType as CDType, Device};
+
+use crate::backend;
 use crate::dtype::DType;
-use crate::error::{Error, Result};
+use crate::error::{CandleContext, Error, Result};
 use crate::tensor::{shape_str, Tensor};
 
 #[derive(Debug)]
 pub struct IndexPlan {
     /// Source dims indexed by index arrays, ascending.
     pub adv_dims: Vec<usize>,
-    /// `coords[j][b]`: the coordinate along `adv_dims[j]` of index position `b`.
-    pub coords: Vec<Vec<usize>>,
+    /// `coords[j][b]`: the coordinate along `adv_dims[j]` of index position `b`; int64,
+    /// `(adv_dims.len(), count)`, dense, on the source's device.
+    pub coords: candle_core::Tensor,
     /// The broadcast shape of the index arrays.
     pub bshape: Vec<usize>,
     /// Where the broadcast dims go among the remaining source dims.
@@ -23,77 +28,78 @@ pub struct IndexPlan {
     pub src_dims: Vec<usize>,
 }
 
-/// An integer index array read out of a tensor or a list: shape and values.
+/// An integer index array, as int64 on the source's device.
 #[derive(Clone, Debug)]
 pub struct IndexArray {
     pub dims: Vec<usize>,
-    pub values: Vec<i64>,
+    pub values: candle_core::Tensor,
 }
 
 impl IndexArray {
-    /// The values of an integer tensor (any layout).
-    pub fn from_tensor(op: &str, t: &Tensor) -> Result<IndexArray> {
+    /// The values of an integer tensor (any layout), moved to `device`.
+    pub fn from_tensor(op: &str, t: &Tensor, device: &Device) -> Result<IndexArray> {
         if !matches!(t.dtype(), DType::Int64 | DType::Int32) {
             return Err(Error::index(format!(
                 "{op}: tensors used as indices must be long, int, byte or bool tensors (got {})",
                 t.dtype().name()
             )));
         }
-        let values = t.to_vec::<i64>("index")?;
+        let values = t
+            .data()
+            .to_dtype(CDType::I64)
+            .and_then(|v| v.to_device(device))
+            .op("index")?;
         Ok(IndexArray {
             dims: t.dims(),
             values,
         })
     }
 
-    pub fn from_coords(coords: Vec<usize>) -> IndexArray {
-        IndexArray {
-            dims: vec![coords.len()],
-            values: coords.into_iter().map(|c| c as i64).collect(),
-        }
+    /// Coordinates found on the host (a mask's true elements), moved to `device`.
+    pub fn from_coords(coords: Vec<usize>, device: &Device) -> Result<IndexArray> {
+        let n = coords.len();
+        let v: Vec<i64> = coords.into_iter().map(|c| c as i64).collect();
+        Ok(IndexArray {
+            dims: vec![n],
+            values: candle_core::Tensor::from_vec(v, n, device).op("index")?,
+        })
     }
 
-    /// The value at broadcast position `b` of `bshape` (this array right-aligned in it).
-    fn broadcast_values(&self, bshape: &[usize]) -> Vec<i64> {
-        let n: usize = bshape.iter().product();
-        if self.dims == bshape {
-            return self.values.clone();
-        }
-        // Row-major strides of this array within bshape, 0 where it broadcasts.
-        let lead = bshape.len() - self.dims.len();
-        let mut strides = vec![0usize; bshape.len()];
-        let mut s = 1;
-        for i in (0..self.dims.len()).rev() {
-            strides[lead + i] = if self.dims[i] == 1 { 0 } else { s };
-            s *= self.dims[i];
-        }
-        let mut out = Vec::with_capacity(n);
-        let mut idx = vec![0usize; bshape.len()];
-        let mut off = 0usize;
-        for _ in 0..n {
-            out.push(self.values[off]);
-            for d in (0..bshape.len()).rev() {
-                idx[d] += 1;
-                off += strides[d];
-                if idx[d] < bshape[d] {
-                    break;
-                }
-                off -= strides[d] * bshape[d];
-                idx[d] = 0;
-            }
-        }
-        out
+    /// The values broadcast to `bshape`, flat and dense.
+    fn broadcast_values(&self, bshape: &[usize]) -> Result<candle_core::Tensor> {
+        self.values
+            .broadcast_as(bshape)
+            .and_then(|v| v.flatten_all())
+            .and_then(|v| v.contiguous())
+            .op("index")
     }
 }
 
-/// A coordinate from an index value: negatives count from the end when `wrap`.
-fn checked(v: i64, size: usize, wrap: bool, oob: &dyn Fn(i64) -> Error) -> Result<usize> {
+/// Every value of `v` as a coordinate along a dim of `size`: negatives count from the end
+/// when `wrap`; the first value out of range is the error `oob(value)`.
+fn checked(
+    v: &candle_core::Tensor,
+    size: usize,
+    wrap: bool,
+    oob: &dyn Fn(i64) -> Error,
+) -> Result<candle_core::Tensor> {
     let s = size as i64;
-    let w = if wrap && v < 0 { v + s } else { v };
-    if w < 0 || w >= s {
-        return Err(oob(v));
+    let lo = if wrap { -s } else { 0 };
+    if let Some(bad) = backend::on(v).find_out_of_bounds("index", v, lo, s, None)? {
+        return Err(oob(bad));
     }
-    Ok(w as usize)
+    if !wrap {
+        return Ok(v.clone());
+    }
+    (|| v.lt(0i64)?.where_cond(&v.affine(1.0, s as f64)?, v))().op("index")
+}
+
+/// One `(k, count)` int64 tensor from `k` coordinate rows of `count` each.
+fn stack_rows(rows: Vec<candle_core::Tensor>, count: usize, device: &Device) -> Result<candle_core::Tensor> {
+    if rows.is_empty() {
+        return candle_core::Tensor::zeros((0, count), CDType::I64, device).op("index");
+    }
+    candle_core::Tensor::stack(&rows, 0).op("index")
 }
 
 impl IndexPlan {
@@ -118,7 +124,11 @@ impl IndexPlan {
     /// Advanced indexing (`x[..., idx, ...]`): index arrays at ascending `dims` of a source
     /// of `src_dims`, broadcast together, negatives wrapped, bounds checked. As in PyTorch
     /// the broadcast dims replace the indexed ones when those are adjacent, else go first.
-    pub fn advanced(src_dims: &[usize], adv: &[(usize, IndexArray)]) -> Result<IndexPlan> {
+    pub fn advanced(
+        src_dims: &[usize],
+        adv: &[(usize, IndexArray)],
+        device: &Device,
+    ) -> Result<IndexPlan> {
         let mut bshape: Vec<usize> = Vec::new();
         for (_, a) in adv {
             bshape = crate::ops::broadcast_shape("index", &bshape, &a.dims).map_err(|_| {
@@ -131,7 +141,7 @@ impl IndexPlan {
                 ))
             })?;
         }
-        let mut coords = Vec::with_capacity(adv.len());
+        let mut rows = Vec::with_capacity(adv.len());
         for (d, a) in adv {
             let size = src_dims[*d];
             let oob = |v: i64| {
@@ -139,19 +149,15 @@ impl IndexPlan {
                     "index {v} is out of bounds for dimension {d} with size {size}"
                 ))
             };
-            coords.push(
-                a.broadcast_values(&bshape)
-                    .into_iter()
-                    .map(|v| checked(v, size, true, &oob))
-                    .collect::<Result<Vec<_>>>()?,
-            );
+            rows.push(checked(&a.broadcast_values(&bshape)?, size, true, &oob)?);
         }
         let dims: Vec<usize> = adv.iter().map(|(d, _)| *d).collect();
         let adjacent = dims.windows(2).all(|w| w[1] == w[0] + 1);
+        let count = bshape.iter().product();
         Ok(IndexPlan {
             bpos: if adjacent { dims[0] } else { 0 },
             adv_dims: dims,
-            coords,
+            coords: stack_rows(rows, count, device)?,
             bshape,
             src_dims: src_dims.to_vec(),
         })
@@ -164,16 +170,13 @@ impl IndexPlan {
         index: &IndexArray,
         oob: &dyn Fn(i64) -> Error,
     ) -> Result<IndexPlan> {
-        let size = src_dims[dim];
-        let coords = index
-            .values
-            .iter()
-            .map(|&v| checked(v, size, false, oob))
-            .collect::<Result<Vec<_>>>()?;
+        let n: usize = index.dims.iter().product();
+        let flat = index.values.flatten_all().op("index")?;
+        let coords = checked(&flat, src_dims[dim], false, oob)?;
         Ok(IndexPlan {
             adv_dims: vec![dim],
-            coords: vec![coords],
-            bshape: vec![index.values.len()],
+            coords: coords.reshape((1, n)).op("index")?,
+            bshape: vec![n],
             bpos: dim,
             src_dims: src_dims.to_vec(),
         })
@@ -188,40 +191,47 @@ impl IndexPlan {
         oob: &dyn Fn(i64) -> Error,
     ) -> Result<IndexPlan> {
         let rank = src_dims.len();
-        let n = index.values.len();
-        let mut coords = vec![Vec::with_capacity(n); rank];
-        let mut idx = vec![0usize; rank];
-        for &v in &index.values {
-            for d in 0..rank {
-                coords[d].push(if d == dim {
-                    checked(v, src_dims[dim], false, oob)?
-                } else {
-                    idx[d]
-                });
-            }
-            for d in (0..rank).rev() {
-                idx[d] += 1;
-                if idx[d] < index.dims[d] {
-                    break;
+        let idims = &index.dims;
+        let n: usize = idims.iter().product();
+        let device = index.values.device();
+        let rows = (0..rank)
+            .map(|d| {
+                if d == dim {
+                    let flat = index.values.flatten_all().op("gather")?;
+                    return checked(&flat, src_dims[dim], false, oob);
                 }
-                idx[d] = 0;
-            }
-        }
+                // The position along `d`, for every element of the index.
+                let mut shape = vec![1; rank];
+                shape[d] = idims[d];
+                candle_core::Tensor::arange(0i64, idims[d] as i64, device)
+                    .and_then(|a| a.reshape(shape))
+                    .and_then(|a| a.broadcast_as(idims.as_slice()))
+                    .and_then(|a| a.flatten_all())
+                    .and_then(|a| a.contiguous())
+                    .op("gather")
+            })
+            .collect::<Result<Vec<_>>>()?;
         Ok(IndexPlan {
             adv_dims: (0..rank).collect(),
-            coords,
-            bshape: index.dims.clone(),
+            coords: stack_rows(rows, n, device)?,
+            bshape: idims.clone(),
             bpos: 0,
             src_dims: src_dims.to_vec(),
         })
     }
 
-    /// Every true element of a bool mask shaped like the source, as a 1-d result.
+    /// Every true element of a bool mask shaped like the source, as a 1-d result. The
+    /// number of true elements sizes the result, so the mask is read on the host.
     pub fn mask(src_dims: &[usize], mask: &candle_core::Tensor) -> Result<IndexPlan> {
         let (count, coords) = super::nonzero_coords(mask)?;
+        let device = mask.device();
+        let rows = coords
+            .into_iter()
+            .map(|c| IndexArray::from_coords(c, device).map(|a| a.values))
+            .collect::<Result<Vec<_>>>()?;
         Ok(IndexPlan {
             adv_dims: (0..src_dims.len()).collect(),
-            coords,
+            coords: stack_rows(rows, count, device)?,
             bshape: vec![count],
             bpos: 0,
             src_dims: src_dims.to_vec(),

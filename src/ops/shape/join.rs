@@ -1,5 +1,7 @@
 //! Joining and splitting: `cat`, `stack`, `split`, `chunk`, `unbind`.
 
+use candle_core::Device;
+
 use crate::autograd::function::{record, record_outputs};
 use crate::autograd::grad_mode::GradModeGuard;
 use crate::autograd::remat;
@@ -89,7 +91,7 @@ pub fn cat(ts: &[Tensor], dim: i64) -> Result<Tensor> {
                 }
                 Ok(Some(match p {
                     Some((o, l)) => narrow(g, d, *o as i64, *l as i64)?,
-                    None => crate::ops::creation::zeros(&[0], g.dtype())?,
+                    None => crate::ops::creation::zeros(&[0], g.dtype(), &g.device())?,
                 }))
             })
             .collect()
@@ -239,13 +241,14 @@ impl Pieces {
     /// The split tensor's gradient: one buffer, each piece's gradient written into its
     /// place, zeros only where no gradient came. Under `create_graph` it is differentiable
     /// (its backward splits again).
-    fn join(&self, grads: &[Option<Tensor>], dims: &[usize], dtype: DType) -> Result<Tensor> {
+    fn join(&self, grads: &[Option<Tensor>], like: &(Vec<usize>, DType, Device)) -> Result<Tensor> {
+        let (dims, dtype, device) = like;
         let received: Vec<(usize, &Tensor)> = grads
             .iter()
             .enumerate()
             .filter_map(|(i, g)| g.as_ref().map(|g| (i, g)))
             .collect();
-        let joined = creation::zeros(dims, dtype)?;
+        let joined = creation::zeros(dims, *dtype, device)?;
         {
             let _raw = GradModeGuard::new(false);
             for &(i, g) in &received {
@@ -287,9 +290,9 @@ fn split_into(name: &'static str, x: &Tensor, pieces: Pieces) -> Result<Vec<Tens
             p.piece(t, i)
         });
     }
-    let (dims, dtype) = (x.dims(), x.dtype());
+    let like = (x.dims(), x.dtype(), x.device());
     record_outputs(name, &outs, &[x], move |_, grads| {
-        Ok(vec![Some(pieces.join(grads, &dims, dtype)?)])
+        Ok(vec![Some(pieces.join(grads, &like)?)])
     });
     Ok(outs)
 }

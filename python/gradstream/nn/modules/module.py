@@ -368,7 +368,7 @@ class Module:
                     continue
                 with no_grad():
                     new = convert(p.detach())
-                    if new is not p and (new.dtype != p.dtype):
+                    if new is not p and (new.dtype != p.dtype or new.device != p.device):
                         p.data = new
                         if p.grad is not None:
                             p.grad = convert(p.grad)
@@ -378,24 +378,34 @@ class Module:
         return self
 
     def to(self, *args, **kwargs) -> Module:
+        """Move parameters and buffers to a device and/or cast the floating ones to a dtype,
+        in place (each parameter stays the same object)."""
         dtype = kwargs.get("dtype")
         device = kwargs.get("device")
         for a in args:
             if isinstance(a, _core.dtype):
                 dtype = a
             elif isinstance(a, Tensor):
-                dtype = a.dtype
-            else:
+                dtype, device = a.dtype, a.device
+            elif a is not None:
                 device = a
-        if device is not None:
-            _core.zeros(1).to(device)  # raises for devices this build lacks
         if dtype is not None and not dtype.is_floating_point:
             raise TypeError(
                 f"nn.Module.to only accepts floating point dtypes, but got desired dtype={dtype}"
             )
-        if dtype is None:
+        if device is not None:
+            device = _core.device(device)
+        if dtype is None and device is None:
             return self
-        return self._apply_data(lambda t: t.to(dtype) if t.is_floating_point() else t)
+
+        def convert(t: Tensor) -> Tensor:
+            if device is not None:
+                t = t.to(device)
+            if dtype is not None and t.is_floating_point():
+                t = t.to(dtype)
+            return t
+
+        return self._apply_data(convert)
 
     def float(self) -> Module:
         return self.to(_core.float32)
@@ -410,10 +420,10 @@ class Module:
         return self.to(_core.bfloat16)
 
     def cpu(self) -> Module:
-        return self
+        return self.to("cpu")
 
     def cuda(self, device=None) -> Module:
-        raise RuntimeError("gradstream was built without CUDA support: cuda() is not available")
+        return self.to(_core.device("cuda") if device is None else _core.device(device))
 
     def type(self, dst_type) -> Module:
         return self.to(dst_type)
