@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# tools/cuda-toolkit.sh DIR: makes DIR a CUDA 13.0 toolkit that candle-core's `cuda` feature
+# (gradstream's `cuda` feature) builds against, on a machine without a GPU or a driver:
+#
+#   DIR/site/             the pinned nvidia-* wheels, `pip install --target`ed (all in nvidia/cu13/)
+#   DIR/cuda/             CUDA_HOME: bin, include, nvvm -> site/nvidia/cu13/..., lib64/ with the
+#                         libraries and their unversioned names, lib64/stubs/libcuda.so
+#   DIR/env.sh            `source DIR/env.sh && cargo build --features cuda`
+#
+# The stub libcuda.so (soname libcuda.so.1) defines one function per `fn cu*` that the cudarc
+# candle-core links declares (its src/driver/sys/mod.rs), each returning CUDA_ERROR_NO_DEVICE:
+# linking resolves against it and keeps libcuda.so.1 NEEDED, and the real driver answers at run
+# time. The cudarc sources are found through `cargo metadata`, so the names follow Cargo.lock.
+#
+# Idempotent: a second run with everything in place only re-checks it (about a second).
+# pip honours its own environment: to install from downloaded wheels instead of PyPI, run
+#   PIP_FIND_LINKS=/path/to/wheels PIP_NO_INDEX=1 tools/cuda-toolkit.sh DIR
+# PYTHON (default python3) and CC (default cc) pick the interpreter and the C compiler.
+set -euo pipefail
+
+if [[ $# -ne 1 ]]; then
+    echo "usage: $0 DIR" >&2
+    exit 2
+fi
+mkdir -p "$1"
+DIR=$(cd "$1" && pwd)
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+PYTHON=${PYTHON:-python3}
+CC=${CC:-cc}
+
+# CUDA 13.0, pinned together. nvidia-nvvm unpinned pulls 13.5, whose PTX a 13.0 driver rejects.
+PINS=(
+    nvidia-cuda-nvcc==13.0.88
+    nvidia-nvvm==13.0.88
+    nvidia-cuda-crt==13.0.88
+    nvidia-cuda-runtime==13.0.96
+    nvidia-cuda-cccl==13.0.85
+    nvidia-cublas==13.1.0.3
+    nvidia-curand==10.4.0.35
+    nvidia-cuda-nvrtc==13.0.88
+)
+# The libraries that get an unversioned name (what `-l` looks for) in lib64.
+UNVERSIONED=(cudart cublas cublasLt curand nvrtc)
+
+# 1. The wheels. Any pin whose dist-info is missing reinstalls the whole set into a fresh folder,
+#    so a changed pin never leaves a mix of versions behind.
+missing=()
+for pin in "${PINS[@]}"; do
+    name=${pin%%==*}
+    version=${pin#*==}
+    [[ -d "$DIR/site/${name//-/_}-$version.dist-info" ]] || missing+=("$pin")
+done
+if [[ ${#missing[@]} -gt 0 ]]; then
+    echo "cuda-toolkit: installing ${#PINS[@]} wheels into $DIR/site (missing: ${missing[*]})" >&2
+    rm -rf "$DIR/site.tmp"
+    PIP_ROOT_USER_ACTION=${PIP_ROOT_USER_ACTION:-ignore} \
+        "$PYTHON" -m pip install --disable-pip-version-check --no-deps \
+        --target "$DIR/site.tmp" "${PINS[@]}"
+    rm -rf "$DIR/site"
+    mv "$DIR/site.tmp" "$DIR/site"
+fi
+CU=$DIR/site/nvidia/cu13
+for sub in bin/nvcc include/cuda.h nvvm/bin/cicc lib; do
+    if [[ ! -e "$CU/$sub" ]]; then
+        echo "cuda-toolkit: $CU/$sub is missing after installing the wheels" >&2
+        exit 1
+    fi
+done
+
+# 2. CUDA_HOME. Relative links, so DIR can move as a whole.
+HOME_DIR=$DIR/cuda
+mkdir -p "$HOME_DIR/lib64/stubs"
+for sub in bin include nvvm; do
+    ln -sfn "../site/nvidia/cu13/$sub" "$HOME_DIR/$sub"
+done
+for lib in "$CU"/lib/*.so*; do
+    ln -sfn "../../site/nvidia/cu13/lib/${lib##*/}" "$HOME_DIR/lib64/${lib##*/}"
+done
+for base in "${UNVERSIONED[@]}"; do
+    versioned=("$CU/lib/lib$base.so."[0-9]*)
+    if [[ ${#versioned[@]} -ne 1 || ! -e "${versioned[0]}" ]]; then
+        echo "cuda-toolkit: expected one lib$base.so.N in $CU/lib, found: ${versioned[*]}" >&2
+        exit 1
+    fi
+    ln -sfn "${versioned[0]##*/}" "$HOME_DIR/lib64/lib$base.so"
+done
+# Links left dangling by an earlier set of wheels.
+find "$HOME_DIR/lib64" -maxdepth 1 -xtype l -delete
+
+# 3. The driver stub, from the cudarc that candle-core depends on in this project's lock.
+cudarc_manifest=$(
+    cargo metadata --format-version 1 --features cuda --locked \
+        --manifest-path "$ROOT/Cargo.toml" |
+        "$PYTHON" -c '
+import json, sys
+meta = json.load(sys.stdin)
+packages = {p["id"]: p for p in meta["packages"]}
+found = {
+    dep["pkg"]
+    for node in meta["resolve"]["nodes"]
+    if packages[node["id"]]["name"] == "candle-core"
+    for dep in node["deps"]
+    if packages[dep["pkg"]]["name"] == "cudarc"
+}
+if len(found) != 1:
+    sys.exit(f"cuda-toolkit: expected one cudarc under candle-core, found {sorted(found)}")
+print(packages[found.pop()]["manifest_path"])
+'
+)
+cudarc_dir=$(dirname "$cudarc_manifest")
+driver_rs=$cudarc_dir/src/driver/sys/mod.rs
+mapfile -t names < <(grep -oE '\bfn cu[A-Za-z0-9_]+' "$driver_rs" | sed 's/^fn //' | sort -u)
+if [[ ${#names[@]} -lt 100 ]] || ! printf '%s\n' "${names[@]}" | grep -qx cuInit; then
+    echo "cuda-toolkit: found ${#names[@]} cu* functions in $driver_rs; expected hundreds, cuInit among them" >&2
+    exit 1
+fi
+stub_c=$HOME_DIR/lib64/stubs/libcuda.c
+stub_so=$HOME_DIR/lib64/stubs/libcuda.so
+{
+    echo "/* Generated by tools/cuda-toolkit.sh from ${cudarc_dir##*/}/src/driver/sys/mod.rs; do not edit."
+    echo " * A link-time stand-in for the CUDA driver (soname libcuda.so.1): ${#names[@]} functions, each"
+    echo " * returning CUDA_ERROR_NO_DEVICE. Never on a library path at run time. */"
+    echo "#define CUDA_ERROR_NO_DEVICE 100"
+    printf 'int %s(void) { return CUDA_ERROR_NO_DEVICE; }\n' "${names[@]}"
+} >"$stub_c.tmp"
+if [[ -f "$stub_so" ]] && cmp -s "$stub_c.tmp" "$stub_c"; then
+    rm "$stub_c.tmp"
+else
+    mv "$stub_c.tmp" "$stub_c"
+    "$CC" -shared -fPIC -Wl,-soname,libcuda.so.1 -o "$stub_so.tmp" "$stub_c"
+    mv "$stub_so.tmp" "$stub_so"
+    echo "cuda-toolkit: built $stub_so (${#names[@]} functions from ${cudarc_dir##*/})" >&2
+fi
+
+# 4. The environment of a build.
+q_home=$(printf '%q' "$HOME_DIR")
+cat >"$DIR/env.sh.tmp" <<EOF
+# Generated by tools/cuda-toolkit.sh: \`source $(printf '%q' "$DIR")/env.sh && cargo build --features cuda\`.
+export CUDA_HOME=$q_home
+export CUDA_PATH=\$CUDA_HOME
+case ":\$PATH:" in *":\$CUDA_HOME/bin:"*) ;; *) export PATH=\$CUDA_HOME/bin\${PATH:+:\$PATH} ;; esac
+# The link of the cdylib finds the libraries (and the driver stub) here.
+case ":\${LIBRARY_PATH:-}:" in *":\$CUDA_HOME/lib64:"*) ;; *)
+    export LIBRARY_PATH=\$CUDA_HOME/lib64:\$CUDA_HOME/lib64/stubs\${LIBRARY_PATH:+:\$LIBRARY_PATH} ;; esac
+# No nvidia-smi here: candle-kernels compiles PTX for sm_90 (H100/H200).
+export CUDA_COMPUTE_CAP=90
+# cudarc's CUDA version, instead of its \`nvcc --version\` probe.
+export CUDARC_CUDA_VERSION=13000
+EOF
+if cmp -s "$DIR/env.sh.tmp" "$DIR/env.sh"; then
+    rm "$DIR/env.sh.tmp"
+else
+    mv "$DIR/env.sh.tmp" "$DIR/env.sh"
+fi
+
+"$HOME_DIR/bin/nvcc" --version | tail -n 2 >&2
+echo "cuda-toolkit: ready; source $DIR/env.sh" >&2
