@@ -418,11 +418,6 @@ pub fn storage_key(t: &candle_core::Tensor) -> Option<crate::backend::Buffer> {
     crate::backend::buffer_of(t)
 }
 
-/// The registry key of a candle tensor's buffer.
-pub fn buffer_key(t: &candle_core::Tensor) -> Option<usize> {
-    storage_key(t).map(|b| b.addr)
-}
-
 /// Live bytes `register` keeps new buffers within, by evicting saved activations
 /// (`autograd::budget`); 0: none.
 static BUDGET: AtomicU64 = AtomicU64::new(0);
@@ -449,8 +444,7 @@ pub const EVICT: &str = "evict";
 fn fit_budget(key: usize, bytes: usize, budget: u64) {
     let over = guarded(|| {
         let mut reg = registry().lock();
-        !reg.buffers.contains_key(&key)
-            && reg.counters(HOST).current + bytes as i64 > budget as i64
+        !reg.buffers.contains_key(&key) && reg.counters(HOST).current + bytes as i64 > budget as i64
     });
     if over {
         crate::autograd::budget::make_room(bytes, budget);
@@ -775,11 +769,15 @@ pub fn num_frees(slot: Slot) -> u64 {
 }
 
 pub fn bytes_by_category(slot: Slot) -> [(Category, i64); 5] {
-    read(slot, |c| Category::ALL.map(|k| (k, c.by_category[k as usize])))
+    read(slot, |c| {
+        Category::ALL.map(|k| (k, c.by_category[k as usize]))
+    })
 }
 
 pub fn peak_bytes_by_category(slot: Slot) -> [(Category, i64); 5] {
-    read(slot, |c| Category::ALL.map(|k| (k, c.peak_by_category[k as usize])))
+    read(slot, |c| {
+        Category::ALL.map(|k| (k, c.peak_by_category[k as usize]))
+    })
 }
 
 /// The label attached to recorded events: the backward node (set by the engine) or the
@@ -851,7 +849,10 @@ pub fn is_recording() -> bool {
 pub fn history_events(slot: Slot) -> (Vec<Event>, [i64; 5]) {
     guarded(|| {
         let h = history().lock();
-        let events = h.events.iter().filter(|e| e.device == slot || e.kind == EventKind::Phase);
+        let events = h
+            .events
+            .iter()
+            .filter(|e| e.device == slot || e.kind == EventKind::Phase);
         let base = h.baseline.get(slot as usize).copied().unwrap_or([0; 5]);
         (events.cloned().collect(), base)
     })

@@ -188,7 +188,12 @@ pub fn randint(
         )));
     }
     let n = dims.iter().product();
-    from_vec(g.draws(n, |r| r.random_range(low..high)), dims, dtype, device)
+    from_vec(
+        g.draws(n, |r| r.random_range(low..high)),
+        dims,
+        dtype,
+        device,
+    )
 }
 
 /// `randperm`: a random permutation of `0..n`.

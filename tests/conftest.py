@@ -1,5 +1,10 @@
 """Shared fixtures: PyTorch is the reference where installed; tests that need it skip without it."""
 
+import collections
+import json
+import os
+
+import backend_paths
 import numpy as np
 import pytest
 from hypothesis import settings
@@ -31,3 +36,65 @@ def torch_ref():
 def _seed():
     gs.manual_seed(0)
     np.random.seed(0)
+
+
+# ---------------------------------------------------------------- the backend path
+#
+# `GRADSTREAM_BACKEND=generic` runs CPU tensors through the generic path (candle's ops, the
+# fallback every device takes where it has no kernel of its own), and `cuda-emulated`
+# through the CUDA backend with its kernels run by the CPU emulator. On those paths an op
+# with no kernel raises NotImplementedError naming itself and the device: a test that
+# meets one of the ops listed in `backend_paths.NO_KERNEL` for its path is reported as
+# expected to fail; an op that is not listed fails the test.
+
+PATH = gs._core._backend_of("cpu")
+_asked = os.environ.get("GRADSTREAM_BACKEND")
+if _asked and _asked != PATH:
+    raise pytest.UsageError(
+        f"GRADSTREAM_BACKEND={_asked}, but this build runs CPU tensors on '{PATH}' "
+        "(cuda-emulated needs the cuda-emulator feature)"
+    )
+
+SEEN: collections.Counter[str] = collections.Counter()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if PATH == "cpu" or call.excinfo is None or call.when != "call":
+        return
+    op = backend_paths.missing_kernel(call.excinfo.value)
+    if op is None:
+        return
+    SEEN[op] += 1
+    listed = backend_paths.NO_KERNEL.get(PATH, {})
+    if op in listed:
+        report.outcome = "skipped"
+        report.wasxfail = f"{op}: no kernel on the {PATH} path ({listed[op]})"
+    else:
+        report.sections.append(
+            (
+                "backend path",
+                f"{op} has no kernel on the {PATH} path and is not listed in "
+                "tests/backend_paths.py",
+            )
+        )
+
+
+def pytest_terminal_summary(terminalreporter):
+    if PATH == "cpu":
+        return
+    listed = backend_paths.NO_KERNEL.get(PATH, {})
+    tr = terminalreporter
+    tr.section(f"ops without a kernel on the {PATH} path")
+    for op, n in sorted(SEEN.items()):
+        mark = "listed" if op in listed else "NOT LISTED"
+        tr.write_line(f"{op}: {n} test(s) ({mark})")
+    unseen = sorted(set(listed) - set(SEEN))
+    if unseen:
+        tr.write_line(f"listed but not met in this run: {', '.join(unseen)}")
+    report = os.environ.get("GRADSTREAM_PATH_REPORT")
+    if report:
+        with open(report, "w") as f:
+            json.dump({"path": PATH, "seen": dict(SEEN), "listed": sorted(listed)}, f, indent=1)

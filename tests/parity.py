@@ -9,6 +9,7 @@ structure, dtype, shape and values (float tolerances scale with the values' magn
 from __future__ import annotations
 
 import numpy as np
+from backend_paths import reraise_missing
 from helpers import dtype_name, to_numpy
 
 import gradstream as gs
@@ -60,6 +61,7 @@ class Outcome:
         try:
             self.value, self.error = fn(*args, **kwargs), None
         except Exception as e:  # noqa: BLE001  (the class is what is compared)
+            reraise_missing(e)
             self.value, self.error = None, e
 
 

@@ -13,6 +13,7 @@ import gradstream as gs
 import gradstream.nn.init as ginit
 
 hypothesis = pytest.importorskip("hypothesis")
+from backend_paths import reraise_missing  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
@@ -26,6 +27,7 @@ def outcome(f):
     try:
         return ("ok", f())
     except Exception as e:  # noqa: BLE001 - the class is what is compared
+        reraise_missing(e)
         return ("error", type(e).__name__)
 
 

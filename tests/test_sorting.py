@@ -19,6 +19,7 @@ import pytest
 torch = pytest.importorskip("torch")
 hypothesis = pytest.importorskip("hypothesis")
 
+from backend_paths import reraise_missing  # noqa: E402
 from helpers import assert_close, dtype_name, to_numpy  # noqa: E402
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
@@ -101,6 +102,7 @@ def outcome(f):
     try:
         return f(), None
     except Exception as e:  # noqa: BLE001 - the class is what is compared
+        reraise_missing(e)
         return None, type(e)
 
 

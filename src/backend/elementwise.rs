@@ -125,9 +125,26 @@ fn sigmoid(x: &Tensor) -> candle_core::Result<Tensor> {
     x.neg()?.exp()?.affine(1.0, 1.0)?.recip()
 }
 
+/// Unary ops on integers from candle's ops that take them (candle's float functions panic
+/// on integers).
+fn candle_unary_int(name: &'static str, op: UnaryOp, x: &Tensor) -> Result<Tensor> {
+    let r = match op {
+        UnaryOp::Neg => x.affine(-1.0, 0.0),
+        UnaryOp::Abs => x.abs(),
+        UnaryOp::Square => x.mul(x),
+        UnaryOp::Relu => x.relu(),
+        UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round | UnaryOp::Trunc => Ok(x.clone()),
+        _ => return Err(not_implemented(name, x.device())),
+    };
+    r.op(name)
+}
+
 /// Unary ops from candle's own; those candle lacks, or computes unlike PyTorch (log1p,
 /// round-half-to-even), are not implemented.
 fn candle_unary(name: &'static str, op: UnaryOp, x: &Tensor) -> Result<Tensor> {
+    if !x.dtype().is_float() {
+        return candle_unary_int(name, op, x);
+    }
     let r = match op {
         UnaryOp::Neg => x.neg(),
         UnaryOp::Abs => x.abs(),

@@ -59,5 +59,11 @@ pub trait InplaceOps {
 /// Overwrite the contiguous `dst` with `src`'s elements.
 pub(crate) fn write_all(name: &'static str, dst: &Tensor, src: &Tensor) -> Result<()> {
     let (d, s) = (dst.flatten_all().op(name)?, src.flatten_all().op(name)?);
-    d.slice_set(&s.contiguous().op(name)?, 0, 0).op(name)
+    // candle writes no buffer from itself: a source sharing it is copied first.
+    let s = match super::same_buffer(&d, &s) {
+        true => s.copy(),
+        false => s.contiguous(),
+    }
+    .op(name)?;
+    d.slice_set(&s, 0, 0).op(name)
 }

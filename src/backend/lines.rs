@@ -92,10 +92,11 @@ pub trait ReduceOps {
                 x.argmin_keepdim(dim)
             }
             .and_then(|i| i.to_dtype(candle_core::DType::I64)),
+            // candle's cumsum is a matmul by a triangular matrix: floats only.
             LineKernel::Scan {
                 prod: false,
                 reverse: false,
-            } => x.cumsum(dim),
+            } if x.dtype().is_float() => x.cumsum(dim),
             _ => return Err(not_implemented(name, x.device())),
         };
         r.op(name)

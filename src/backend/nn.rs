@@ -123,7 +123,7 @@ pub trait NnOps {
     fn gather_rows(&self, name: &'static str, x: &Tensor, t: Targets<'_>) -> Result<Tensor> {
         (|| {
             let (safe, keep) = t.safe(x.dtype())?;
-            (x.gather(&safe, 1)? * keep)?.flatten_all()
+            (x.contiguous()?.gather(&safe.contiguous()?, 1)? * keep)?.flatten_all()
         })()
         .op(name)
     }
@@ -140,7 +140,7 @@ pub trait NnOps {
             let (safe, keep) = t.safe(g.dtype())?;
             let src = (g.reshape(((), 1))? * keep)?;
             let zeros = Tensor::zeros((src.dim(0)?, c), g.dtype(), g.device())?;
-            zeros.scatter_add(&safe, &src, 1)
+            zeros.scatter_add(&safe.contiguous()?, &src.contiguous()?, 1)
         })()
         .op(name)
     }

@@ -7,7 +7,8 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyInt, PyTuple, PyType};
 
 use crate::bindings::convert::{
-    extract_device, extract_dtype, opt_device, opt_dtype, tensor_from_data, tensor_to_numpy, PyDType, PyDevice,
+    extract_device, extract_dtype, opt_device, opt_dtype, tensor_from_data, tensor_to_numpy,
+    PyDType, PyDevice,
 };
 use crate::bindings::op::{attributes, tensor_ops};
 use crate::bindings::Obj;

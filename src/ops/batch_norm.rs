@@ -94,7 +94,12 @@ pub fn batch_norm(
             (|| old.affine(1.0 - k, 0.0)? + new.affine(k * f, 0.0)?)().op(OP)
         };
         if let (Some(t), Some(old)) = (running.mean, &rm) {
-            update_data(OP, t, &channel_tensor(moved(old, &mu, 1.0)?, t.dtype())?, Update::Assign)?;
+            update_data(
+                OP,
+                t,
+                &channel_tensor(moved(old, &mu, 1.0)?, t.dtype())?,
+                Update::Assign,
+            )?;
         }
         if let (Some(t), Some(old)) = (running.var, &rv) {
             let new = moved(old, &var, unbias)?;
@@ -113,7 +118,10 @@ pub fn batch_norm(
             }
         }
     };
-    let invstd = var.affine(1.0, eps).and_then(|v| v.sqrt()?.recip()).op(OP)?;
+    let invstd = var
+        .affine(1.0, eps)
+        .and_then(|v| v.sqrt()?.recip())
+        .op(OP)?;
     let scale = match &w {
         Some(w) => (w * &invstd).op(OP)?,
         None => invstd.clone(),
@@ -252,10 +260,7 @@ fn backward_fused(g: &Tensor, saved: Saved<'_>, needs: Needs) -> Result<Grads> {
         .w
         .then(|| channel_tensor((&sgx * &invstd).op(OP)?, g.dtype()))
         .transpose()?;
-    let gb = needs
-        .b
-        .then(|| channel_tensor(sg, g.dtype()))
-        .transpose()?;
+    let gb = needs.b.then(|| channel_tensor(sg, g.dtype())).transpose()?;
     Ok((gx, gw, gb))
 }
 

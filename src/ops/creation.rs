@@ -77,9 +77,19 @@ pub fn arange(
         .all(|s| !matches!(s, Scalar::Float(_)));
     if integral {
         let (a, c) = (a as i64, c as i64);
-        from_vec((0..n as i64).map(|i| a + i * c).collect(), &[n], dtype, device)
+        from_vec(
+            (0..n as i64).map(|i| a + i * c).collect(),
+            &[n],
+            dtype,
+            device,
+        )
     } else {
-        from_vec((0..n).map(|i| a + i as f64 * c).collect(), &[n], dtype, device)
+        from_vec(
+            (0..n).map(|i| a + i as f64 * c).collect(),
+            &[n],
+            dtype,
+            device,
+        )
     }
 }
 

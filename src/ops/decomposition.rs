@@ -423,11 +423,7 @@ pub fn lu_factor_ex(a: &Tensor) -> Result<(Tensor, Tensor, Tensor)> {
                 .into(),
         ))
     });
-    Ok((
-        lu,
-        wrap(piv, DType::Int32),
-        info_tensor(info),
-    ))
+    Ok((lu, wrap(piv, DType::Int32), info_tensor(info)))
 }
 
 /// `lu_factor`: `lu_factor_ex` that raises for an exactly singular U, as PyTorch does.

@@ -557,9 +557,7 @@ fn put_raw(
     let td = target.data();
     crate::ops::inplace::check_writable("index_put_", &td)?;
     let mut vd = values.data();
-    if crate::memory::buffer_key(&vd).is_some()
-        && crate::memory::buffer_key(&vd) == crate::memory::buffer_key(&td)
-    {
+    if crate::backend::same_buffer(&vd, &td) {
         vd = convert::dense_copy(&vd)?;
     }
     backend::on(&td).put("index_put_", &td, &vd, plan, accumulate)?;

@@ -44,9 +44,7 @@ pub fn update_data(op: &'static str, dst: &Tensor, src: &Tensor, u: Update) -> R
         src_data = crate::ops::convert::cast_data(&src_data, src.dtype(), dst.dtype())?;
     }
     // A source sharing dst's buffer is copied first so reads never see our writes.
-    if crate::memory::buffer_key(&src_data).is_some()
-        && crate::memory::buffer_key(&src_data) == crate::memory::buffer_key(&dst_data)
-    {
+    if backend::same_buffer(&src_data, &dst_data) {
         src_data = src_data.copy().op(op)?;
     }
     backend::on(&dst_data).update(op, &dst_data, &src_data, u)?;

@@ -277,7 +277,11 @@ pub fn gather_rows(x: &Tensor, target: &Tensor, ignore_index: i64) -> Result<Ten
         )));
     }
     let c = dims[1];
-    let oob = |ti| Error::index(format!("nll_loss: target {ti} is out of bounds for {c} classes"));
+    let oob = |ti| {
+        Error::index(format!(
+            "nll_loss: target {ti} is out of bounds for {c} classes"
+        ))
+    };
     let t = index_data("nll_loss", target, &x.device(), c, Some(ignore_index), oob)?;
     let (xd, _) = compute_data("nll_loss", x)?;
     let data = backend::on(&xd).gather_rows("nll_loss", &xd, targets(&t, ignore_index))?;
@@ -294,7 +298,11 @@ pub fn gather_rows(x: &Tensor, target: &Tensor, ignore_index: i64) -> Result<Ten
 
 /// The adjoint of `gather_rows`: `out[i, target[i]] = g[i]`, zeros elsewhere.
 pub fn scatter_rows(g: &Tensor, target: &Tensor, c: usize, ignore_index: i64) -> Result<Tensor> {
-    let oob = |ti| Error::index(format!("nll_loss: target {ti} is out of bounds for {c} classes"));
+    let oob = |ti| {
+        Error::index(format!(
+            "nll_loss: target {ti} is out of bounds for {c} classes"
+        ))
+    };
     let t = index_data("nll_loss", target, &g.device(), c, Some(ignore_index), oob)?;
     let (gd, _) = compute_data("nll_loss", g)?;
     let data = backend::on(&gd).scatter_rows("nll_loss", &gd, targets(&t, ignore_index), c)?;
@@ -374,7 +382,9 @@ pub fn embedding_backward(
     let gdims = g.dims();
     let dim = gdims.last().copied().unwrap_or(1);
     let (gd, _) = compute_data("embedding_backward", g)?;
-    let rows = gd.reshape((ids.elem_count(), dim)).op("embedding_backward")?;
+    let rows = gd
+        .reshape((ids.elem_count(), dim))
+        .op("embedding_backward")?;
     let data =
         backend::on(&gd).embedding_backward("embedding_backward", &rows, &ids, v, padding_idx)?;
     let out = finish(data, g.dtype())?;

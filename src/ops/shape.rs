@@ -534,7 +534,7 @@ mod tests {
     /// A Rust caller's bad dim gets the IndexError a Python caller gets, not a panic.
     #[test]
     fn ops_range_check_the_dims_rust_callers_pass() {
-        let x = creation::zeros(&[2, 3], DType::Float32).unwrap();
+        let x = creation::zeros(&[2, 3], DType::Float32, &candle_core::Device::Cpu).unwrap();
         assert!(out_of_range(transpose(&x, 0, 2_usize)));
         assert!(out_of_range(index::select(&x, 5_usize, 0)));
         assert!(out_of_range(index::narrow(&x, 2_usize, 0, 1)));
@@ -550,7 +550,7 @@ mod tests {
     /// A negative `i64` dim counts from the end, as in PyTorch.
     #[test]
     fn negative_dims_count_from_the_end() {
-        let x = creation::zeros(&[2, 3, 4], DType::Float32).unwrap();
+        let x = creation::zeros(&[2, 3, 4], DType::Float32, &candle_core::Device::Cpu).unwrap();
         assert_eq!(transpose(&x, -1_i64, 0).unwrap().dims(), [4, 3, 2]);
         assert_eq!(index::select(&x, -2_i64, -1).unwrap().dims(), [2, 4]);
         assert_eq!(unsqueeze(&x, -1_i64).unwrap().dims(), [2, 3, 4, 1]);

@@ -409,7 +409,10 @@ pub fn unique(x: &Tensor, dim: Option<usize>, consecutive: bool) -> Result<Uniqu
         (
             keys.index_select(&p, 0).op(op)?,
             rows.index_select(&p, 0).op(op)?,
-            Some(crate::host::read::<i64>("unique: the groups size the result", &p)?),
+            Some(crate::host::read::<i64>(
+                "unique: the groups size the result",
+                &p,
+            )?),
         )
     };
     let ids = crate::host::read::<i64>("unique: the groups size the result", &be.run_ids(&keys)?)?;

@@ -423,9 +423,7 @@ pub fn step(
     }
     // The kernel reads the gradient while writing the parameter: never the same buffer.
     let mut gdata = grad.data();
-    if !gdata.is_contiguous()
-        || crate::backend::same_buffer(&gdata, &pdata)
-    {
+    if !gdata.is_contiguous() || crate::backend::same_buffer(&gdata, &pdata) {
         gdata = ops::convert::dense_copy(&gdata)?;
     }
     let prep = GradPrep {

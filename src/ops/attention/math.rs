@@ -98,7 +98,11 @@ pub fn backward(
         None => {}
     }
     if call.causal {
-        scores = where_(&causal_mask(s.l, s.s, &q.device())?, &(&scores).into(), &ninf.into())?;
+        scores = where_(
+            &causal_mask(s.l, s.s, &q.device())?,
+            &(&scores).into(),
+            &ninf.into(),
+        )?;
     }
     let last = scores.rank() - 1;
     // Rows where every key is masked attend to nothing (zeros, as PyTorch).

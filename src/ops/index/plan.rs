@@ -95,7 +95,11 @@ fn checked(
 }
 
 /// One `(k, count)` int64 tensor from `k` coordinate rows of `count` each.
-fn stack_rows(rows: Vec<candle_core::Tensor>, count: usize, device: &Device) -> Result<candle_core::Tensor> {
+fn stack_rows(
+    rows: Vec<candle_core::Tensor>,
+    count: usize,
+    device: &Device,
+) -> Result<candle_core::Tensor> {
     if rows.is_empty() {
         return candle_core::Tensor::zeros((0, count), CDType::I64, device).op("index");
     }
