@@ -40,6 +40,8 @@ pub mod buffer;
 pub mod candle;
 pub mod conv;
 pub mod cpu;
+#[cfg(any(feature = "cuda", feature = "cuda-emulator"))]
+pub mod cuda;
 pub mod elementwise;
 pub mod index;
 pub mod inplace;
@@ -108,25 +110,15 @@ backend!(
 /// The backend of a device: one match, no allocation.
 pub fn of(device: &Device) -> &'static dyn Backend {
     match device {
-        Device::Cpu if !generic_cpu() => &cpu::Cpu,
+        Device::Cpu => match cpu_path() {
+            CpuPath::Cpu => &cpu::Cpu,
+            CpuPath::Generic => &candle::Candle,
+            #[cfg(feature = "cuda-emulator")]
+            CpuPath::CudaEmulated => &cuda::Cuda,
+        },
+        #[cfg(feature = "cuda")]
+        Device::Cuda(_) => &cuda::Cuda,
         _ => &candle::Candle,
-    }
-}
-
-/// Whether CPU tensors take the generic path (`Candle`: candle's ops, the fallback every
-/// device runs where it has no kernel of its own) instead of the CPU kernels:
-/// `GRADSTREAM_BACKEND=generic`, read once. CI runs the parity suite so, so the path a new
-/// device takes first has always run before.
-pub fn generic_cpu() -> bool {
-    static GENERIC: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *GENERIC.get_or_init(|| std::env::var("GRADSTREAM_BACKEND").is_ok_and(|v| v == "generic"))
-}
-
-/// The name of the backend a device's tensors run on: `cpu`, `generic`.
-pub fn name_of(device: &Device) -> &'static str {
-    match device {
-        Device::Cpu if !generic_cpu() => "cpu",
-        _ => "generic",
     }
 }
 
@@ -135,6 +127,46 @@ pub fn on(t: &candle_core::Tensor) -> &'static dyn Backend {
     of(t.device())
 }
 
+/// Which backend CPU tensors run on, from `GRADSTREAM_BACKEND` (read once).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CpuPath {
+    /// The CPU kernels (the default).
+    Cpu,
+    /// `generic`: the `Candle` backend, candle's ops: the path every device takes where it
+    /// has no kernel of its own. CI runs the parity suite on it, so that path has always
+    /// run before a new device first takes it.
+    Generic,
+    /// `cuda-emulated`: the CUDA backend, its kernels run by the CPU emulator (a build
+    /// with `cuda-emulator`): the CUDA kernels and their host code, tested without a GPU.
+    #[cfg(feature = "cuda-emulator")]
+    CudaEmulated,
+}
+
+pub fn cpu_path() -> CpuPath {
+    static PATH: std::sync::OnceLock<CpuPath> = std::sync::OnceLock::new();
+    *PATH.get_or_init(|| match std::env::var("GRADSTREAM_BACKEND").as_deref() {
+        Ok("generic") => CpuPath::Generic,
+        #[cfg(feature = "cuda-emulator")]
+        Ok("cuda-emulated") => CpuPath::CudaEmulated,
+        _ => CpuPath::Cpu,
+    })
+}
+
+/// The name of the backend a device's tensors run on: `cpu`, `generic`, `cuda`,
+/// `cuda-emulated`.
+pub fn name_of(device: &Device) -> &'static str {
+    match device {
+        Device::Cpu => match cpu_path() {
+            CpuPath::Cpu => "cpu",
+            CpuPath::Generic => "generic",
+            #[cfg(feature = "cuda-emulator")]
+            CpuPath::CudaEmulated => "cuda-emulated",
+        },
+        #[cfg(feature = "cuda")]
+        Device::Cuda(_) => "cuda",
+        _ => "generic",
+    }
+}
 
 /// Family-trait methods with no fallback: each raises [`not_implemented`] for the op and
 /// the tensor named after `=`. A row: `/// Doc.` then `fn f(&self, name: &'static str,

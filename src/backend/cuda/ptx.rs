@@ -1,0 +1,37 @@
+//! The modules of gradstream's own kernels: one per `.cu` file in `kernels/`, each with
+//! the PTX nvcc made of it (a build with `cuda`; `build.rs`). Under the emulator only the
+//! names matter: a kernel is found by its exported name.
+
+/// A kernel module: its name (the file's stem) and its PTX.
+#[derive(Debug)]
+pub struct Module {
+    pub name: &'static str,
+    pub ptx: &'static str,
+}
+
+#[cfg(feature = "cuda")]
+macro_rules! ptx_of {
+    ($file:literal) => {
+        include_str!(concat!(env!("OUT_DIR"), "/", $file, ".ptx"))
+    };
+}
+
+#[cfg(not(feature = "cuda"))]
+macro_rules! ptx_of {
+    ($file:literal) => {
+        ""
+    };
+}
+
+/// `NAME = "file"`: the module compiled from `kernels/file.cu`.
+macro_rules! modules {
+    ($($(#[$doc:meta])* $id:ident = $file:literal;)*) => {$(
+        $(#[$doc])*
+        pub static $id: Module = Module { name: $file, ptx: ptx_of!($file) };
+    )*};
+}
+
+modules! {
+    /// The fused optimizer steps (`OptimOps`).
+    OPTIM = "optim";
+}
