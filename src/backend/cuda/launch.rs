@@ -92,6 +92,26 @@ pub fn addr(t: &candle_core::Tensor) -> Result<Addr<'_>> {
     })
 }
 
+/// The layout of `t` as a kernel walks it: an int64 table `[dims..., strides...]` (in
+/// elements) on `t`'s device, and the rank. A kernel finds element `i` (row-major) at
+/// `gs::strided_offset(i, rank, table)` from `addr(t)`. A dense tensor needs none: pass
+/// its address and index it directly.
+pub fn layout_table(t: &candle_core::Tensor) -> Result<(candle_core::Tensor, i32)> {
+    let l = t.layout();
+    let v: Vec<i64> = l
+        .dims()
+        .iter()
+        .chain(l.stride())
+        .map(|&d| d as i64)
+        .collect();
+    // A 0-d tensor gets one (unused) entry: candle makes no empty device buffers.
+    let v = if v.is_empty() { vec![0] } else { v };
+    let n = v.len();
+    let table = candle_core::Tensor::from_vec(v, n, t.device())
+        .map_err(|e| Error::Candle { op: "layout", source: e })?;
+    Ok((table, l.dims().len() as i32))
+}
+
 /// Launch `kernel` on `grid` with `args`, on `device` (a CUDA device, or the CPU for the
 /// emulator). Queued on the device's stream: it returns before the kernel has run.
 pub fn launch(device: &Device, kernel: Kernel, grid: Grid, args: &[Arg]) -> Result<()> {

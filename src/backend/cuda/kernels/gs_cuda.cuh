@@ -43,6 +43,19 @@
 
 namespace gs {
 
+// The offset (in elements) of element `i`, row-major, of a strided layout whose table is
+// `[dims[0..rank), strides[rank..2 rank)]` (launch.rs's layout_table).
+__device__ __forceinline__ long long strided_offset(long long i, int rank,
+                                                    const long long* table) {
+  long long off = 0;
+  for (int d = rank - 1; d >= 0; --d) {
+    const long long n = table[d];
+    off += (i % n) * table[rank + d];
+    i /= n;
+  }
+  return off;
+}
+
 // The type to accumulate T in.
 template <class T>
 struct Acc;
