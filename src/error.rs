@@ -117,6 +117,10 @@ impl From<Error> for PyErr {
             Error::OutOfMemory(m) => OutOfMemoryError::new_err(m),
             Error::Interrupted => PyKeyboardInterrupt::new_err(()),
             Error::Python(e) => e,
+            // A device that ran out of memory is PyTorch's OutOfMemoryError, as the cap is.
+            Error::Candle { op, source } if source.to_string().contains("OUT_OF_MEMORY") => {
+                OutOfMemoryError::new_err(format!("{op}: CUDA out of memory: {source}"))
+            }
             Error::Candle { op, source } => PyRuntimeError::new_err(format!("{op}: {source}")),
         }
     }

@@ -191,6 +191,8 @@ struct Registry {
     buffers: HashMap<usize, Entry, BuildHasherDefault<AddrHasher>>,
     /// Counters by device slot.
     counters: Vec<Counters>,
+    /// The cap on a device's bytes (`set_per_process_memory_fraction`), by slot; 0: none.
+    limits: Vec<u64>,
 }
 
 impl Registry {
@@ -255,6 +257,7 @@ fn registry() -> &'static Mutex<Registry> {
         Mutex::new(Registry {
             buffers: HashMap::default(),
             counters: vec![Counters::default()],
+            limits: Vec::new(),
         })
     })
 }
@@ -502,7 +505,11 @@ pub fn register(buffer: &crate::backend::Buffer) {
             },
         );
         filter_add(key, 1);
+        let limit = reg.limits.get(device as usize).copied().unwrap_or(0);
         let c = reg.counters(device);
+        if limit > 0 && c.current + bytes as i64 > limit as i64 {
+            crate::autograd::budget::fail(over_limit(bytes, c.current, limit, device));
+        }
         c.num_allocs += 1;
         c.bytes_allocated += bytes as u64;
         c.live += 1;
@@ -520,6 +527,32 @@ pub fn register(buffer: &crate::backend::Buffer) {
             );
         }
     })
+}
+
+/// Cap the bytes of device `slot` (`set_per_process_memory_fraction`); 0 removes the cap.
+pub fn set_limit(slot: Slot, bytes: u64) {
+    guarded(|| {
+        let mut reg = registry().lock();
+        let i = slot as usize;
+        if reg.limits.len() <= i {
+            reg.limits.resize(i + 1, 0);
+        }
+        reg.limits[i] = bytes;
+    })
+}
+
+/// PyTorch's out-of-memory message, for a buffer that passed a device's cap.
+fn over_limit(bytes: usize, held: i64, limit: u64, slot: Slot) -> String {
+    let mib = |b: f64| b / (1024.0 * 1024.0);
+    format!(
+        "CUDA out of memory. Tried to allocate {:.2} MiB on device {} with {:.2} MiB \
+         allocated by gradstream's tensors, above this process's cap of {:.2} MiB \
+         (set_per_process_memory_fraction)",
+        mib(bytes as f64),
+        slot.saturating_sub(1),
+        mib(held as f64),
+        mib(limit as f64)
+    )
 }
 
 /// A gradstream tensor wrapping this buffer was dropped. A host buffer's bytes stay

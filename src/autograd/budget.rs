@@ -155,6 +155,12 @@ pub fn check() -> Result<()> {
     }
 }
 
+/// Leave an `OutOfMemoryError` with `message` to be raised at the next boundary (a device's
+/// memory cap was passed).
+pub fn fail(message: String) {
+    *PENDING.lock() = Some(message);
+}
+
 /// A new buffer of `bytes` is about to be counted and would pass `budget`: evict until it
 /// fits, or leave an `OutOfMemoryError` to be raised.
 pub fn make_room(bytes: usize, budget: u64) {

@@ -27,6 +27,31 @@ functions! { mod functions;
     fn _cuda_set_device["device"](index: usize) -> () {
         Ok(device::cuda::set_current(index)?)
     }
+    /// Wait for everything queued on `cuda:index`.
+    fn _cuda_synchronize["device"](index: usize) -> () {
+        Ok(device::cuda::synchronize(index)?)
+    }
+    /// `(free, total)` bytes of `cuda:index`, as the driver sees them.
+    fn _cuda_mem_get_info["device"](index: usize) -> (usize, usize) {
+        Ok(device::cuda::mem_get_info(index)?)
+    }
+    /// The name of `cuda:index` (e.g. "NVIDIA H100 80GB HBM3").
+    fn _cuda_device_name["device"](index: usize) -> String {
+        Ok(device::cuda::name(index)?)
+    }
+    /// The compute capability `(major, minor)` of `cuda:index`.
+    fn _cuda_capability["device"](index: usize) -> (i64, i64) {
+        let (a, b) = device::cuda::capability(index)?;
+        Ok((a as i64, b as i64))
+    }
+    /// The bytes `cuda:index`'s memory pool holds, in use and cached.
+    fn _cuda_reserved["device"](index: usize) -> usize {
+        Ok(device::cuda::reserved(index)?)
+    }
+    /// Give `cuda:index`'s cached, unused pool memory back to the driver.
+    fn _cuda_empty_cache["device"](index: usize) -> () {
+        Ok(device::cuda::empty_cache(index)?)
+    }
     /// The backend `device`'s tensors run on: "cpu" (the CPU kernels), "generic" (candle's
     /// ops: `GRADSTREAM_BACKEND=generic` on the CPU, and any device without kernels).
     fn _backend_of["device"](device: Device) -> &'static str {

@@ -71,6 +71,12 @@ functions! { mod functions;
     fn _max_memory_allocated["memory"](device: Option<Device> = None) -> i64 {
         Ok(memory::max_memory_allocated(slot(device)))
     }
+    /// Cap the bytes of gradstream's tensors on `device` (0: no cap); passing it raises
+    /// OutOfMemoryError at the next boundary.
+    fn _set_memory_limit["memory"](device: Device, bytes: u64) -> () {
+        memory::set_limit(memory::slot(&device), bytes);
+        Ok(())
+    }
     /// Reset every peak (total, by category, buffer count) to its current value.
     fn _reset_peak_memory_stats["memory"](device: Option<Device> = None) -> () {
         memory::reset_peak_memory_stats(slot(device));

@@ -32,7 +32,7 @@ class GradScaler:
         enabled: bool = True,
     ) -> None:
         self._device = device
-        if device == "cuda" and enabled:
+        if device == "cuda" and enabled and _core._cuda_device_count() == 0:
             warnings.warn(
                 "torch.cuda.amp.GradScaler is enabled, but CUDA is not available.  Disabling.",
                 stacklevel=2,

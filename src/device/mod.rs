@@ -1,0 +1,79 @@
+//! Devices: their names as PyTorch writes them (`cpu`, `cuda:0`), the one candle `Device`
+//! per device, and the default device of the factories (`set_default_device`).
+//!
+//! candle tells two devices apart by identity (a CUDA device is a context and a stream), so
+//! `cuda:0` is made once and handed out from here: two tensors on `cuda:0` must hold the
+//! same candle device, or every op between them is a device mismatch.
+
+use candle_core::{Device, DeviceLocation};
+use parking_lot::RwLock;
+
+use crate::error::{Error, Result};
+
+/// The kinds of device a name may start with, as PyTorch lists them.
+pub const KINDS: [&str; 4] = ["cpu", "cuda", "mps", "meta"];
+
+/// The device as PyTorch names it: `cpu`, `cuda:0`, `mps:0`.
+pub fn name(device: &Device) -> String {
+    match device.location() {
+        DeviceLocation::Cpu => "cpu".into(),
+        DeviceLocation::Cuda { gpu_id } => format!("cuda:{gpu_id}"),
+        DeviceLocation::Metal { gpu_id } => format!("mps:{gpu_id}"),
+    }
+}
+
+/// The kind and index of a device (`("cuda", Some(0))`, `("cpu", None)`).
+pub fn kind_and_index(device: &Device) -> (&'static str, Option<usize>) {
+    match device.location() {
+        DeviceLocation::Cpu => ("cpu", None),
+        DeviceLocation::Cuda { gpu_id } => ("cuda", Some(gpu_id)),
+        DeviceLocation::Metal { gpu_id } => ("mps", Some(gpu_id)),
+    }
+}
+
+/// The host: where values from Python (numbers, lists, NumPy arrays) are made before they
+/// move to their device, and where the few host-only tensors live (a generator's state,
+/// an optimizer's step count).
+pub fn host() -> Device {
+    Device::Cpu
+}
+
+/// Whether two candle devices are the same device.
+pub fn same(a: &Device, b: &Device) -> bool {
+    a.same_device(b)
+}
+
+/// The candle device of `kind` and `index` (`None`: the current one of that kind).
+pub fn get(kind: &str, index: Option<usize>) -> Result<Device> {
+    match kind {
+        "cpu" => Ok(Device::Cpu),
+        "cuda" => cuda::device(index.unwrap_or_else(cuda::current)),
+        other => Err(Error::runtime(format!(
+            "gradstream has no '{other}' backend: tensors can live on 'cpu' or 'cuda' only"
+        ))),
+    }
+}
+
+static DEFAULT: RwLock<Option<Device>> = RwLock::new(None);
+
+/// The device factories use when given none: the CPU unless `set_default_device` moved it.
+pub fn default_device() -> Device {
+    DEFAULT.read().clone().unwrap_or(Device::Cpu)
+}
+
+/// `set_default_device(device)`.
+pub fn set_default_device(device: Device) {
+    *DEFAULT.write() = Some(device);
+}
+
+/// The error of an op whose tensors are on two devices, worded as PyTorch's.
+pub fn mismatch(op: &str, a: &Device, b: &Device) -> Error {
+    Error::runtime(format!(
+        "{op}: Expected all tensors to be on the same device, but found at least two devices, \
+         {} and {}!",
+        name(a),
+        name(b)
+    ))
+}
+
+pub mod cuda;
