@@ -23,29 +23,51 @@ use crate::error::Result;
 use crate::ops::convert::to_dtype;
 use crate::tensor::{Tensor, TensorImpl};
 
+/// The lower-precision dtype of each device type's region (CPU, CUDA), if one is active.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Region {
+    pub cpu: Option<DType>,
+    pub cuda: Option<DType>,
+}
+
+impl Region {
+    /// The region's dtype for tensors on `device`.
+    fn on(self, device: &candle_core::Device) -> Option<DType> {
+        if device.is_cpu() {
+            self.cpu
+        } else {
+            self.cuda
+        }
+    }
+
+    pub fn is_active(self) -> bool {
+        self.cpu.is_some() || self.cuda.is_some()
+    }
+}
+
 thread_local! {
-    static DTYPE: Cell<Option<DType>> = const { Cell::new(None) };
+    static REGION: Cell<Region> = const { Cell::new(Region { cpu: None, cuda: None }) };
     /// The live casts of parameters (or views of them) made in this region: cast's id ->
     /// (cast, what was cast). Cleared whenever the region changes.
     static PARAMETER_CASTS: RefCell<HashMap<usize, (Weak<TensorImpl>, Tensor)>> =
         RefCell::new(HashMap::new());
 }
 
-/// The lower-precision dtype of the current autocast region, if one is active.
-pub fn dtype() -> Option<DType> {
-    DTYPE.with(|d| d.get())
+/// This thread's autocast regions.
+pub fn region() -> Region {
+    REGION.with(|d| d.get())
 }
 
-/// Enter (`Some`) or leave (`None`) an autocast region; returns the previous state.
-pub fn set_dtype(dtype: Option<DType>) -> Option<DType> {
+/// Enter or leave autocast regions; returns the previous state.
+pub fn set_region(region: Region) -> Region {
     PARAMETER_CASTS.with(|c| c.borrow_mut().clear());
-    DTYPE.with(|d| d.replace(dtype))
+    REGION.with(|d| d.replace(region))
 }
 
 /// `t` as an operand of a lower-precision op: cast to the region's dtype when autocast is
-/// on and `t` is a floating tensor other than float64; else `t` itself.
+/// on for `t`'s device type and `t` is a floating tensor other than float64; else `t`.
 pub fn lower(t: &Tensor) -> Result<Tensor> {
-    match dtype() {
+    match region().on(&t.device()) {
         Some(d)
             if t.dtype().is_floating_point() && t.dtype() != DType::Float64 && t.dtype() != d =>
         {

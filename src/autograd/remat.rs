@@ -27,7 +27,6 @@ use parking_lot::Mutex;
 
 use crate::autograd::budget;
 use crate::autograd::grad_mode::GradModeGuard;
-use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::memory::{self, Role};
 use crate::tensor::{shape_str, Tensor, TensorImpl};
@@ -131,7 +130,7 @@ pub struct Cell {
     view: bool,
     forward: Forward,
     /// The autocast dtype the op ran under: a recompute runs under it too.
-    autocast: Option<DType>,
+    autocast: crate::autocast::Region,
     inputs: Vec<Source>,
     /// How many recorded ops read this output (their cells hold this one as a source).
     readers: std::sync::atomic::AtomicUsize,
@@ -246,7 +245,7 @@ fn attach(
         root,
         view,
         forward: Box::new(forward),
-        autocast: crate::autocast::dtype(),
+        autocast: crate::autocast::region(),
         inputs: sources,
         readers: std::sync::atomic::AtomicUsize::new(0),
         state: Mutex::new(State {
@@ -346,9 +345,9 @@ impl Cell {
         let out = {
             let _no_grad = GradModeGuard::new(false);
             let _phase = RecomputePhase::enter();
-            let outer = crate::autocast::set_dtype(self.autocast);
+            let outer = crate::autocast::set_region(self.autocast);
             let out = (self.forward)(&inputs);
-            crate::autocast::set_dtype(outer);
+            crate::autocast::set_region(outer);
             out?
         };
         drop(inputs);

@@ -261,14 +261,15 @@ functions! { mod functions;
         grad_mode::set_enabled(enabled);
         Ok(())
     }
-    /// The lower-precision dtype of this thread's autocast region, or None outside one.
-    fn _autocast_dtype["autocast"](py: Python<'_>) -> Option<Py<PyDType>> {
-        autocast::dtype().map(|dt| PyDType::object(py, dt)).transpose()
-    }
-    /// Enter an autocast region in `dtype` (None leaves it); returns the previous dtype.
-    fn _set_autocast_dtype["autocast"](py: Python<'_>,
-        dtype: Option<PyDType>) -> Option<Py<PyDType>> {
-        autocast::set_dtype(dtype.map(|d| d.dt)).map(|dt| PyDType::object(py, dt)).transpose()
+    /// Whether an autocast region is active on this thread, for any device type.
+    fn _autocast_active["autocast"]() -> bool { Ok(autocast::region().is_active()) }
+    /// Set this thread's autocast regions: the CPU's dtype and CUDA's (None: off).
+    fn _set_autocast_dtypes["autocast"](cpu: Option<PyDType>, cuda: Option<PyDType>) -> () {
+        autocast::set_region(autocast::Region {
+            cpu: cpu.map(|d| d.dt),
+            cuda: cuda.map(|d| d.dt),
+        });
+        Ok(())
     }
     /// How many backward rules have run in this process (tests of path pruning use it).
     fn _backward_calls["backward"]() -> u64 { Ok(backward_calls()) }

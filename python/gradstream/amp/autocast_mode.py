@@ -17,6 +17,7 @@ import warnings
 
 from .. import _core
 
+# The lower-precision dtypes autocast runs in, on the CPU as on CUDA.
 _CPU_DTYPES = (_core.bfloat16, _core.float16)
 
 
@@ -41,12 +42,20 @@ def _check_device_type(device_type) -> str:
 
 
 def _apply() -> None:
-    """Push this thread's CPU state to the Rust ops (the only device this build runs on)."""
-    _core._set_autocast_dtype(_settings.dtype["cpu"] if _settings.enabled["cpu"] else None)
+    """Push this thread's state to the Rust ops, which cast by each tensor's device type."""
+
+    def on(d):
+        return _settings.dtype[d] if _settings.enabled[d] else None
+
+    _core._set_autocast_dtypes(on("cpu"), on("cuda"))
+
+
+def _cuda_available() -> bool:
+    return _core._cuda_device_count() > 0
 
 
 def is_autocast_available(device_type: str) -> bool:
-    return device_type == "cpu"
+    return device_type == "cpu" or (device_type == "cuda" and _cuda_available())
 
 
 def is_autocast_enabled(device_type: str = "cuda") -> bool:
@@ -82,7 +91,7 @@ class autocast:  # noqa: N801  (PyTorch's name)
         self.device = _check_device_type(device_type)
         self.fast_dtype = get_autocast_dtype(self.device) if dtype is None else dtype
         self._cache_enabled = True if cache_enabled is None else bool(cache_enabled)
-        if self.device == "cuda" and enabled:
+        if self.device == "cuda" and enabled and not _cuda_available():
             warnings.warn(
                 "User provided device_type of 'cuda', but CUDA is not available. Disabling",
                 stacklevel=2,
@@ -92,6 +101,14 @@ class autocast:  # noqa: N801  (PyTorch's name)
             warnings.warn(
                 "In CPU autocast, but the target dtype is not supported. Disabling autocast.\n"
                 "CPU Autocast only supports dtype of torch.bfloat16, torch.float16 currently.",
+                stacklevel=2,
+            )
+            enabled = False
+        if self.device == "cuda" and enabled and self.fast_dtype not in _CPU_DTYPES:
+            warnings.warn(
+                "In CUDA autocast, but the target dtype is not supported. Disabling autocast.\n"
+                "CUDA Autocast only supports dtypes of torch.float16 and torch.bfloat16 "
+                "currently.",
                 stacklevel=2,
             )
             enabled = False
@@ -125,7 +142,7 @@ def float32_under_autocast(fn):
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        if _core._autocast_dtype() is None:
+        if not _core._autocast_active():
             return fn(*args, **kwargs)
         return fn(*(_up(a) for a in args), **{k: _up(v) for k, v in kwargs.items()})
 
