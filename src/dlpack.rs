@@ -1,7 +1,8 @@
 //! The DLPack ABI (dlpack.h v1.1) and the layout logic behind `bindings/dlpack.rs`: what an
-//! exported tensor's memory looks like to a consumer, and the copy of another library's
-//! memory into a new tensor. An import copies: a candle `CpuStorage` is a `Vec` that owns
-//! its allocation, so it cannot adopt memory another library allocated and will free.
+//! exported tensor's memory looks like to a consumer (CPU or CUDA memory, in place), and
+//! the copy of another library's memory into a new tensor. An import copies: a candle
+//! storage owns its allocation (a `Vec`, a `CudaSlice`), so it cannot adopt memory another
+//! library allocated and will free.
 //!
 //! The four `#[repr(C)]` structs are defined here rather than taken from `dlpark`: its 0.10
 //! release (the one on pyo3 0.30) needs Rust 1.88 (ours is 1.85), its candle glue is for
@@ -17,6 +18,7 @@ use crate::error::{CandleContext, Error, Result};
 use crate::tensor::Tensor;
 
 pub const CPU: i32 = 1;
+pub const CUDA: i32 = 2;
 const CUDA_HOST: i32 = 3;
 
 const INT: u8 = 0;
@@ -194,6 +196,30 @@ fn from_dl_dtype(d: DLDataType) -> Result<DType> {
         })
 }
 
+/// DLPack's device of a candle device.
+pub fn dl_device(device: &candle_core::Device) -> Result<(i32, i32)> {
+    match device.location() {
+        candle_core::DeviceLocation::Cpu => Ok((CPU, 0)),
+        candle_core::DeviceLocation::Cuda { gpu_id } => Ok((CUDA, gpu_id as i32)),
+        other => Err(Error::Buffer(format!(
+            "__dlpack__: gradstream exports CPU and CUDA tensors, not {other:?}"
+        ))),
+    }
+}
+
+/// The address of a buffer's first element: a host pointer, or a CUDA device pointer.
+fn storage_ptr(s: &Storage) -> Result<*mut c_void> {
+    match s {
+        Storage::Cpu(cpu) => Ok(buffer_ptr(cpu)),
+        #[cfg(feature = "cuda")]
+        Storage::Cuda(c) => Ok(crate::backend::cuda::device_ptr(c)? as *mut c_void),
+        #[allow(unreachable_patterns)]
+        _ => Err(Error::Buffer(
+            "__dlpack__: gradstream exports CPU and CUDA tensors only".into(),
+        )),
+    }
+}
+
 /// The address of a CPU buffer's first element.
 fn buffer_ptr(s: &CpuStorage) -> *mut c_void {
     let p: *const c_void = match s {
@@ -221,20 +247,20 @@ pub fn export<M: Managed>(t: &Tensor, copy: bool) -> Result<Box<Export<M>>> {
         t.detach()
     };
     let data = owner.data();
+    let (device_type, device_id) = dl_device(data.device())?;
+    if device_type == CUDA {
+        // The consumer reads on a stream of its own: what gradstream queued must be done.
+        crate::device::cuda::synchronize(device_id as usize)?;
+    }
     let (storage, layout) = data.storage_and_layout();
-    let Storage::Cpu(cpu) = &*storage else {
-        return Err(Error::Buffer(format!(
-            "__dlpack__: only CPU tensors can be exported, got a tensor on {:?}",
-            data.device().location()
-        )));
-    };
+    let ptr = storage_ptr(&storage)?;
     let mut shape: Vec<i64> = layout.dims().iter().map(|&d| d as i64).collect();
     let mut strides: Vec<i64> = layout.stride().iter().map(|&s| s as i64).collect();
     let dl = DLTensor {
-        data: buffer_ptr(cpu),
+        data: ptr,
         device: DLDevice {
-            device_type: CPU,
-            device_id: 0,
+            device_type,
+            device_id,
         },
         ndim: shape.len() as i32,
         dtype: dl_dtype(owner.dtype()),
@@ -286,9 +312,13 @@ unsafe fn filled<T: candle_core::WithDType>(
 /// # Safety
 /// `dl` must describe live, readable memory (the producer's promise under DLPack).
 pub unsafe fn copy_in(dl: &DLTensor) -> Result<Tensor> {
+    if dl.device.device_type == CUDA {
+        return copy_in_cuda(dl);
+    }
     if dl.device.device_type != CPU && dl.device.device_type != CUDA_HOST {
         return Err(Error::Buffer(format!(
-            "from_dlpack: gradstream reads CPU memory only, got DLPack device type {} (id {})",
+            "from_dlpack: gradstream reads CPU and CUDA memory only, got DLPack device type {} \
+             (id {})",
             dl.device.device_type, dl.device.device_id
         )));
     }
@@ -368,4 +398,62 @@ pub unsafe fn copy_in(dl: &DLTensor) -> Result<Tensor> {
     }
     .op("from_dlpack")?;
     Ok(Tensor::new(storage, dtype))
+}
+
+/// Copy a compact CUDA DLTensor into a new tensor on the same device (a device-to-device
+/// copy on gradstream's stream, after the device has finished the producer's work).
+///
+/// # Safety
+/// `dl` must describe live device memory (the producer's promise under DLPack).
+#[cfg(feature = "cuda")]
+unsafe fn copy_in_cuda(dl: &DLTensor) -> Result<Tensor> {
+    use candle_core::cuda_backend::cudarc::driver::result;
+
+    let dtype = from_dl_dtype(dl.dtype)?;
+    let ndim = usize::try_from(dl.ndim)
+        .map_err(|_| Error::Value(format!("from_dlpack: ndim {} < 0", dl.ndim)))?;
+    let shape: &[i64] = if ndim == 0 || dl.shape.is_null() {
+        &[]
+    } else {
+        std::slice::from_raw_parts(dl.shape, ndim)
+    };
+    let dims: Vec<usize> = shape.iter().map(|&d| d.max(0) as usize).collect();
+    if !dl.strides.is_null() && ndim > 0 {
+        let strides = std::slice::from_raw_parts(dl.strides, ndim);
+        if !is_compact(&dims, strides) {
+            return Err(Error::Buffer(
+                "from_dlpack: a strided CUDA tensor cannot be imported; pass a contiguous one"
+                    .into(),
+            ));
+        }
+    }
+    let ordinal = usize::try_from(dl.device.device_id)
+        .map_err(|_| Error::Value("from_dlpack: negative CUDA device id".into()))?;
+    let device = crate::device::cuda::device(ordinal)?;
+    // The producer's queued writes finish before the copy reads.
+    crate::device::cuda::synchronize(ordinal)?;
+    let out = candle_core::Tensor::zeros(dims.as_slice(), dtype.candle(), &device).op("from_dlpack")?;
+    let bytes = out.elem_count() * dtype.size_in_bytes();
+    if bytes > 0 {
+        let dst = crate::backend::cuda::launch::addr(&out)?;
+        let src = (dl.data as u64) + dl.byte_offset;
+        let candle_core::Device::Cuda(c) = &device else {
+            unreachable!("a CUDA ordinal names a CUDA device")
+        };
+        let stream = c.cuda_stream();
+        result::memcpy_dtod_async(dst.addr, src, bytes, stream.cu_stream())
+            .map_err(|e| Error::runtime(format!("from_dlpack: CUDA copy: {e}")))?;
+        stream
+            .synchronize()
+            .map_err(|e| Error::runtime(format!("from_dlpack: CUDA copy: {e}")))?;
+    }
+    Ok(Tensor::new(out, dtype))
+}
+
+#[cfg(not(feature = "cuda"))]
+unsafe fn copy_in_cuda(dl: &DLTensor) -> Result<Tensor> {
+    Err(Error::Buffer(format!(
+        "from_dlpack: a CUDA tensor (device {}), but gradstream was built without CUDA",
+        dl.device.device_id
+    )))
 }

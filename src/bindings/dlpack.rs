@@ -109,14 +109,23 @@ impl PyTensor {
                 "Can't export tensors that require gradient, use tensor.detach()",
             ));
         }
-        if let Some(s) = stream.filter(|s| !s.is_none() && s.extract::<i64>().ok() != Some(-1)) {
-            return Err(PyValueError::new_err(format!(
-                "__dlpack__: stream must be None or -1 for a CPU tensor, got {s}"
-            )));
+        let here = crate::dlpack::dl_device(&self.t.device())?;
+        // A CPU tensor takes no stream; a CUDA export waits for the device, so any stream
+        // the consumer names sees finished data.
+        if here.0 == CPU {
+            if let Some(s) =
+                stream.filter(|s| !s.is_none() && s.extract::<i64>().ok() != Some(-1))
+            {
+                return Err(PyValueError::new_err(format!(
+                    "__dlpack__: stream must be None or -1 for a CPU tensor, got {s}"
+                )));
+            }
         }
-        if let Some((ty, id)) = dl_device.filter(|&(ty, _)| ty != CPU) {
+        if let Some((ty, id)) = dl_device.filter(|&d| d != here) {
             return Err(PyBufferError::new_err(format!(
-                "__dlpack__: gradstream exports CPU tensors only, dl_device=({ty}, {id}) asked"
+                "__dlpack__: gradstream exports a tensor on its own device ({}, {}), \
+                 dl_device=({ty}, {id}) asked",
+                here.0, here.1
             )));
         }
         let copy = copy == Some(true);
@@ -126,14 +135,11 @@ impl PyTensor {
         }
     }
 
-    /// `__dlpack_device__()`: `(device_type, device_id)` as DLPack numbers them (CPU: `(1, 0)`).
+    /// `__dlpack_device__()`: `(device_type, device_id)` as DLPack numbers them (CPU:
+    /// `(1, 0)`, CUDA: `(2, ordinal)`).
     fn __dlpack_device__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        if !self.t.data().device().is_cpu() {
-            return Err(PyBufferError::new_err(
-                "__dlpack_device__: gradstream exports CPU tensors only",
-            ));
-        }
-        PyTuple::new(py, [CPU, 0])
+        let (ty, id) = crate::dlpack::dl_device(&self.t.device())?;
+        PyTuple::new(py, [ty, id])
     }
 }
 
