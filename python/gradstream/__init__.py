@@ -5,6 +5,7 @@ only where needed, freed as soon as they are used, and can be streamed to the op
 inside the backward pass.
 """
 
+from . import _build  # noqa: F401, I001  (first: picks the build of _core this process runs)
 from . import (
     _core,
     _tensor,  # noqa: F401  (adds the Tensor methods written in Python)
