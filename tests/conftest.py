@@ -98,3 +98,34 @@ def pytest_terminal_summary(terminalreporter):
     if report:
         with open(report, "w") as f:
             json.dump({"path": PATH, "seen": dict(SEEN), "listed": sorted(listed)}, f, indent=1)
+
+
+# ---------------------------------------------------------------- the test device
+#
+# `GRADSTREAM_TEST_DEVICE=cuda` makes CUDA the default device, so every factory in the
+# suite makes CUDA tensors and the parity tests compare CUDA results with PyTorch's.
+# Without a GPU every test skips. A test that cannot run on CUDA is marked
+# `@pytest.mark.cpu_only("why")`.
+
+TEST_DEVICE = os.environ.get("GRADSTREAM_TEST_DEVICE", "cpu")
+if TEST_DEVICE != "cpu" and gs.cuda.is_available():
+    gs.set_default_device(TEST_DEVICE)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "cpu_only(reason): a test that cannot run on CUDA")
+
+
+def pytest_collection_modifyitems(config, items):
+    if TEST_DEVICE == "cpu":
+        return
+    if not gs.cuda.is_available():
+        skip = pytest.mark.skip(reason=f"GRADSTREAM_TEST_DEVICE={TEST_DEVICE}, no CUDA device")
+        for item in items:
+            item.add_marker(skip)
+        return
+    for item in items:
+        mark = item.get_closest_marker("cpu_only")
+        if mark is not None:
+            why = mark.args[0] if mark.args else "CPU only"
+            item.add_marker(pytest.mark.skip(reason=f"CPU only: {why}"))

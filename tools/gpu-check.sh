@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# tools/gpu-check.sh WHEEL_DIR OUT_DIR: the run on a GPU machine (H100/H200, CUDA 13.0 driver,
+# Python 3.12 with PyTorch for CUDA 13.0 and its nvidia-* packages, pytest, hypothesis; no
+# Rust and no package registry), from the repository root.
+#
+# Installs the CUDA wheel built by tools/build-cuda-wheel.sh (WHEEL_DIR, Python 3.12) without
+# the network, then writes into OUT_DIR:
+#   env.txt         the machine, the driver, the build gradstream loaded
+#   test_cuda.log   tests/test_cuda.py
+#   suite.log       the suite with CUDA as the default device (GRADSTREAM_TEST_DEVICE=cuda)
+#   bench.log, bench/results.{json,md} and the charts: python -m gradstream.bench --device cuda
+# Each step has a time limit so the whole run ends within 8 minutes on 16 cores; a step that
+# fails does not stop the next. The exit status is the number of steps that failed.
+set -uo pipefail
+
+if [[ $# -ne 2 ]]; then
+    echo "usage: $0 WHEEL_DIR OUT_DIR" >&2
+    exit 2
+fi
+WHEELS=$1
+OUT=$2
+mkdir -p "$OUT"
+PY=${PYTHON:-python3}
+export PYTHONUNBUFFERED=1
+failed=0
+step() { # step NAME SECONDS COMMAND...: run, log, time-limit
+    local name=$1 limit=$2
+    shift 2
+    echo "== $name (limit ${limit}s)"
+    local t0=$SECONDS
+    timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
+    local rc=$?
+    echo "   exit $rc after $((SECONDS - t0))s"
+    tail -n 5 "$OUT/$name.log"
+    [[ $rc -eq 0 ]] || failed=$((failed + 1))
+}
+
+SITE=$(mktemp -d)
+"$PY" -m pip install -q --no-index --no-deps --no-compile --target "$SITE" \
+    "$WHEELS"/gradstream-*cp312*.whl || exit 1
+export PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH}
+
+{
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+    "$PY" - <<'EOF'
+import gradstream, torch
+print("gradstream build:", gradstream._build.chosen)
+print("cuda available:", gradstream.cuda.is_available(), gradstream.cuda.device_count())
+if gradstream.cuda.is_available():
+    print("device:", gradstream.cuda.get_device_name(), gradstream.cuda.get_device_capability())
+print("torch:", torch.__version__, torch.cuda.is_available())
+EOF
+} >"$OUT/env.txt" 2>&1
+cat "$OUT/env.txt"
+
+TIMEOUT=(-p no:cacheprovider -o addopts= -q -rfE --timeout=60)
+step test_cuda 90 "$PY" -m pytest "${TIMEOUT[@]}" tests/test_cuda.py
+step suite 300 env GRADSTREAM_TEST_DEVICE=cuda "$PY" -m pytest "${TIMEOUT[@]}" \
+    -n "${WORKERS:-12}" --maxfail=500 tests
+step bench 240 "$PY" -m gradstream.bench --device cuda --quick --out "$OUT/bench" \
+    --plain-progress
+exit $failed
