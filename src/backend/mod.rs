@@ -17,10 +17,10 @@
 //! | `MaskOps`                     | relu/threshold with a 1-bit mask, or in place      | candle's compare + where, no mask        |
 //! | `ReduceOps::lines`            | scans, max/argmax, prod, softmax per line          | softmax, max/min, argmax/argmin, cumsum (O(n²)) |
 //! | `ReduceOps::block_sum`        | parallel sum over a block of dims                  | none: candle's `sum_keepdim` runs        |
-//! | `NnOps`                       | layer_norm rows, nll gather/scatter, embedding     | layer_norm, embedding (`index_select`)   |
+//! | `NnOps`                       | layer_norm rows, nll gather/scatter, embedding     | layer_norm, nll rows, embedding (`index_select`) |
 //! | `PoolOps`                     | max pooling with a u8 argmax, separable resampling (avg pools, interpolation) | NotImplementedError |
-//! | `NormOps`                     | batch norm's per-channel statistics, affine and gradient | NotImplementedError |
-//! | `IndexOps`                    | advanced-index take/put on any strided layout      | NotImplementedError                      |
+//! | `NormOps`                     | batch norm's per-channel statistics, affine and gradient | candle's reductions in f64      |
+//! | `IndexOps`                    | advanced-index take/put on any strided layout, bounds | dense take/put (`index_select`, `scatter_set`), bounds |
 //! | `SortOps`                     | stable argsort of lines and rows, runs, binary search | NotImplementedError                   |
 //! | `RenderOps`                   | fused NeRF volume renderer and its backward        | NotImplementedError                      |
 //! | `OptimOps`                    | fused in-place optimizer steps, grad norms         | NotImplementedError                      |
@@ -33,7 +33,8 @@
 //! `where_cond`, comparisons, `sum_keepdim`, `index_select`, views.
 //!
 //! Adding a device: a unit struct, an empty `impl XOps for It {}` per family (the
-//! fallback), then override the methods it has kernels for, and one arm in [`on`].
+//! fallback), then override the methods it has kernels for, and one arm in [`of`]
+//! (docs/architecture.md, "Adding a device").
 
 pub mod attention;
 pub mod buffer;
