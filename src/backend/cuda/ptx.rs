@@ -34,4 +34,6 @@ macro_rules! modules {
 modules! {
     /// The fused optimizer steps (`OptimOps`).
     OPTIM = "optim";
+    /// Element-wise unary and binary functions, float predicates (`ElementwiseOps`).
+    ELEMENTWISE = "elementwise";
 }
