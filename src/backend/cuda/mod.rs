@@ -10,6 +10,7 @@
 
 pub mod elementwise;
 pub mod launch;
+pub mod mask;
 pub mod optim;
 pub mod ptx;
 
@@ -25,8 +26,8 @@ use std::collections::HashSet;
 use std::sync::{Mutex, OnceLock};
 
 use super::{
-    AttentionOps, ConvOps, IndexOps, InplaceOps, LinalgOps, MaskOps, MatmulOps, NnOps, NormOps,
-    PoolOps, ReduceOps, RenderOps, SortOps,
+    AttentionOps, ConvOps, IndexOps, InplaceOps, LinalgOps, MatmulOps, NnOps, NormOps, PoolOps,
+    ReduceOps, RenderOps, SortOps,
 };
 
 /// gradstream's CUDA backend: each family's `impl` is in its file, or here when the
@@ -34,7 +35,6 @@ use super::{
 pub struct Cuda;
 
 impl InplaceOps for Cuda {}
-impl MaskOps for Cuda {}
 impl ReduceOps for Cuda {}
 impl NnOps for Cuda {}
 impl IndexOps for Cuda {}

@@ -36,4 +36,6 @@ modules! {
     OPTIM = "optim";
     /// Element-wise unary and binary functions, float predicates (`ElementwiseOps`).
     ELEMENTWISE = "elementwise";
+    /// relu/threshold with a 1-bit mask, the backward's select by it (`MaskOps`).
+    MASK = "mask";
 }
