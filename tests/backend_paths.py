@@ -66,8 +66,16 @@ GENERIC: dict[str, str] = {
 
 # What the CUDA backend's own kernels cover of the generic path's gaps (src/backend/cuda/).
 CUDA_KERNELS: set[str] = {
-    f"{rule} step"
-    for rule in "SGD Adam RMSprop Adagrad Adamax NAdam RAdam Adadelta Rprop ASGD".split()
+    *(
+        f"{rule} step"
+        for rule in "SGD Adam RMSprop Adagrad Adamax NAdam RAdam Adadelta Rprop ASGD".split()
+    ),
+    # elementwise.cu
+    *(
+        "log1p expm1 asin acos atan sinh cosh asinh acosh atanh round trunc frac bitwise_not "
+        "pow floor_divide remainder fmod atan2 hypot bitwise_and bitwise_or bitwise_xor "
+        "logical_and logical_or logical_xor"
+    ).split(),
 }
 
 # `cuda-emulated`: the CUDA backend on CPU tensors, its kernels run by the CPU emulator;

@@ -8,7 +8,9 @@
 //! same kernel source on the CPU emulator, so the parity suite runs every kernel and its
 //! host code without a GPU.
 
+pub mod elementwise;
 pub mod launch;
+pub mod mask;
 pub mod optim;
 pub mod ptx;
 
@@ -24,17 +26,15 @@ use std::collections::HashSet;
 use std::sync::{Mutex, OnceLock};
 
 use super::{
-    AttentionOps, ConvOps, ElementwiseOps, IndexOps, InplaceOps, LinalgOps, MaskOps, MatmulOps,
-    NnOps, NormOps, PoolOps, ReduceOps, RenderOps, SortOps,
+    AttentionOps, ConvOps, IndexOps, InplaceOps, LinalgOps, MatmulOps, NnOps, NormOps, PoolOps,
+    ReduceOps, RenderOps, SortOps,
 };
 
 /// gradstream's CUDA backend: each family's `impl` is in its file, or here when the
 /// family runs candle's ops.
 pub struct Cuda;
 
-impl ElementwiseOps for Cuda {}
 impl InplaceOps for Cuda {}
-impl MaskOps for Cuda {}
 impl ReduceOps for Cuda {}
 impl NnOps for Cuda {}
 impl IndexOps for Cuda {}

@@ -34,4 +34,8 @@ macro_rules! modules {
 modules! {
     /// The fused optimizer steps (`OptimOps`).
     OPTIM = "optim";
+    /// Element-wise unary and binary functions, float predicates (`ElementwiseOps`).
+    ELEMENTWISE = "elementwise";
+    /// relu/threshold with a 1-bit mask, the backward's select by it (`MaskOps`).
+    MASK = "mask";
 }
