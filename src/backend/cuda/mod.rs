@@ -9,8 +9,11 @@
 //! host code without a GPU.
 
 pub mod launch;
+pub mod lines;
 pub mod optim;
 pub mod ptx;
+#[cfg(all(test, feature = "cuda-emulator"))]
+mod testing;
 
 #[cfg(feature = "cuda-emulator")]
 mod emulator;
@@ -25,7 +28,7 @@ use std::sync::{Mutex, OnceLock};
 
 use super::{
     AttentionOps, ConvOps, ElementwiseOps, IndexOps, InplaceOps, LinalgOps, MaskOps, MatmulOps,
-    NnOps, NormOps, PoolOps, ReduceOps, RenderOps, SortOps,
+    NnOps, NormOps, PoolOps, RenderOps, SortOps,
 };
 
 /// gradstream's CUDA backend: each family's `impl` is in its file, or here when the
@@ -35,7 +38,6 @@ pub struct Cuda;
 impl ElementwiseOps for Cuda {}
 impl InplaceOps for Cuda {}
 impl MaskOps for Cuda {}
-impl ReduceOps for Cuda {}
 impl NnOps for Cuda {}
 impl IndexOps for Cuda {}
 impl SortOps for Cuda {}

@@ -32,6 +32,8 @@ macro_rules! modules {
 }
 
 modules! {
+    /// Scans, max/argmax, prod, softmax and sums over lines (`ReduceOps`).
+    LINES = "lines";
     /// The fused optimizer steps (`OptimOps`).
     OPTIM = "optim";
 }
