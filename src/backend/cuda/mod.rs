@@ -10,6 +10,7 @@
 
 pub mod launch;
 pub mod lines;
+pub mod nn;
 pub mod optim;
 pub mod ptx;
 #[cfg(all(test, feature = "cuda-emulator"))]
@@ -28,7 +29,7 @@ use std::sync::{Mutex, OnceLock};
 
 use super::{
     AttentionOps, ConvOps, ElementwiseOps, IndexOps, InplaceOps, LinalgOps, MaskOps, MatmulOps,
-    NnOps, NormOps, PoolOps, RenderOps, SortOps,
+    NormOps, PoolOps, RenderOps, SortOps,
 };
 
 /// gradstream's CUDA backend: each family's `impl` is in its file, or here when the
@@ -38,7 +39,6 @@ pub struct Cuda;
 impl ElementwiseOps for Cuda {}
 impl InplaceOps for Cuda {}
 impl MaskOps for Cuda {}
-impl NnOps for Cuda {}
 impl IndexOps for Cuda {}
 impl SortOps for Cuda {}
 impl RenderOps for Cuda {}

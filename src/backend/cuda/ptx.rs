@@ -34,6 +34,8 @@ macro_rules! modules {
 modules! {
     /// Scans, max/argmax, prod, softmax and sums over lines (`ReduceOps`).
     LINES = "lines";
+    /// layer_norm, nll_loss's rows, embedding (`NnOps`).
+    NN = "nn";
     /// The fused optimizer steps (`OptimOps`).
     OPTIM = "optim";
 }
