@@ -11,6 +11,7 @@
 pub mod launch;
 pub mod lines;
 pub mod nn;
+pub mod norm;
 pub mod optim;
 pub mod ptx;
 #[cfg(all(test, feature = "cuda-emulator"))]
@@ -29,7 +30,7 @@ use std::sync::{Mutex, OnceLock};
 
 use super::{
     AttentionOps, ConvOps, ElementwiseOps, IndexOps, InplaceOps, LinalgOps, MaskOps, MatmulOps,
-    NormOps, PoolOps, RenderOps, SortOps,
+    PoolOps, RenderOps, SortOps,
 };
 
 /// gradstream's CUDA backend: each family's `impl` is in its file, or here when the
@@ -45,7 +46,6 @@ impl RenderOps for Cuda {}
 impl AttentionOps for Cuda {}
 impl ConvOps for Cuda {}
 impl PoolOps for Cuda {}
-impl NormOps for Cuda {}
 impl LinalgOps for Cuda {}
 impl MatmulOps for Cuda {}
 

@@ -36,6 +36,8 @@ modules! {
     LINES = "lines";
     /// layer_norm, nll_loss's rows, embedding (`NnOps`).
     NN = "nn";
+    /// Batch norm's per-channel kernels (`NormOps`).
+    NORM = "norm";
     /// The fused optimizer steps (`OptimOps`).
     OPTIM = "optim";
 }
