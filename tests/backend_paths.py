@@ -73,7 +73,25 @@ GENERIC: dict[str, str] = {
     },
 }
 
-NO_KERNEL: dict[str, dict[str, str]] = {"generic": GENERIC}
+# What the CUDA backend's own kernels cover of the generic path's gaps (src/backend/cuda/).
+CUDA_KERNELS: set[str] = {
+    *(
+        f"{rule} step"
+        for rule in "SGD Adam RMSprop Adagrad Adamax NAdam RAdam Adadelta Rprop ASGD".split()
+    ),
+    # lines.cu
+    "prod",
+    "cumprod",
+    "cumsum",
+}
+
+# `cuda-emulated`: the CUDA backend on CPU tensors, its kernels run by the CPU emulator;
+# what it has no kernel for falls back to candle's ops, as on the generic path.
+CUDA_EMULATED: dict[str, str] = {
+    op: f"no CUDA kernel yet; {why}" for op, why in GENERIC.items() if op not in CUDA_KERNELS
+}
+
+NO_KERNEL: dict[str, dict[str, str]] = {"generic": GENERIC, "cuda-emulated": CUDA_EMULATED}
 
 
 _MISSING = re.compile(r"^(.+?): not implemented on device '")
