@@ -76,6 +76,10 @@ CUDA_KERNELS: set[str] = {
         "pow floor_divide remainder fmod atan2 hypot bitwise_and bitwise_or bitwise_xor "
         "logical_and logical_or logical_xor"
     ).split(),
+    # lines.cu
+    "prod",
+    "cumprod",
+    "cumsum",
 }
 
 # `cuda-emulated`: the CUDA backend on CPU tensors, its kernels run by the CPU emulator;

@@ -10,9 +10,14 @@
 
 pub mod elementwise;
 pub mod launch;
+pub mod lines;
 pub mod mask;
+pub mod nn;
+pub mod norm;
 pub mod optim;
 pub mod ptx;
+#[cfg(all(test, feature = "cuda-emulator"))]
+mod testing;
 
 #[cfg(feature = "cuda-emulator")]
 mod emulator;
@@ -26,8 +31,8 @@ use std::collections::HashSet;
 use std::sync::{Mutex, OnceLock};
 
 use super::{
-    AttentionOps, ConvOps, IndexOps, InplaceOps, LinalgOps, MatmulOps, NnOps, NormOps, PoolOps,
-    ReduceOps, RenderOps, SortOps,
+    AttentionOps, ConvOps, IndexOps, InplaceOps, LinalgOps, MatmulOps, PoolOps, RenderOps,
+    SortOps,
 };
 
 /// gradstream's CUDA backend: each family's `impl` is in its file, or here when the
@@ -35,15 +40,12 @@ use super::{
 pub struct Cuda;
 
 impl InplaceOps for Cuda {}
-impl ReduceOps for Cuda {}
-impl NnOps for Cuda {}
 impl IndexOps for Cuda {}
 impl SortOps for Cuda {}
 impl RenderOps for Cuda {}
 impl AttentionOps for Cuda {}
 impl ConvOps for Cuda {}
 impl PoolOps for Cuda {}
-impl NormOps for Cuda {}
 impl LinalgOps for Cuda {}
 impl MatmulOps for Cuda {}
 

@@ -32,6 +32,12 @@ macro_rules! modules {
 }
 
 modules! {
+    /// Scans, max/argmax, prod, softmax and sums over lines (`ReduceOps`).
+    LINES = "lines";
+    /// layer_norm, nll_loss's rows, embedding (`NnOps`).
+    NN = "nn";
+    /// Batch norm's per-channel kernels (`NormOps`).
+    NORM = "norm";
     /// The fused optimizer steps (`OptimOps`).
     OPTIM = "optim";
     /// Element-wise unary and binary functions, float predicates (`ElementwiseOps`).
