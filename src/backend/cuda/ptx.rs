@@ -34,4 +34,12 @@ macro_rules! modules {
 modules! {
     /// The fused optimizer steps (`OptimOps`).
     OPTIM = "optim";
+    /// The fused NeRF volume renderer and its backward (`RenderOps`).
+    RENDER = "render";
+    /// Max pooling, its adjoint and reads, and the separable resampling (`PoolOps`).
+    POOL = "pool";
+    /// Strided in-place updates, fills and dense copies (`InplaceOps`).
+    INPLACE = "inplace";
+    /// Advanced-index take and put, and the bounds check of index values (`IndexOps`).
+    INDEX = "index";
 }
