@@ -435,6 +435,8 @@ mod tests {
                     let (vb, ab) = Cpu.max_pool("t", &x, w).unwrap();
                     same(&format!("max {what}"), &va, &vb);
                     assert_eq!(aa.dtype(), ab.dtype(), "{what}");
+                    let wide = w.h.kernel * w.w.kernel > 256;
+                    assert_eq!(aa.dtype() == DType::I32, wide, "{what}: position dtype");
                     same(&format!("argmax {what}"), &aa, &ab);
 
                     let ia = Cuda.max_pool_indices("t", &ab, w).unwrap();
