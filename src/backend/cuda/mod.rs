@@ -9,13 +9,17 @@
 //! host code without a GPU.
 
 pub mod elementwise;
+pub mod index;
+pub mod inplace;
 pub mod launch;
 pub mod lines;
 pub mod mask;
 pub mod nn;
 pub mod norm;
 pub mod optim;
+pub mod pool;
 pub mod ptx;
+pub mod render;
 #[cfg(all(test, feature = "cuda-emulator"))]
 mod testing;
 
@@ -30,22 +34,15 @@ pub use real::{buffer, device_ptr};
 use std::collections::HashSet;
 use std::sync::{Mutex, OnceLock};
 
-use super::{
-    AttentionOps, ConvOps, IndexOps, InplaceOps, LinalgOps, MatmulOps, PoolOps, RenderOps,
-    SortOps,
-};
+use super::{AttentionOps, ConvOps, LinalgOps, MatmulOps, SortOps};
 
 /// gradstream's CUDA backend: each family's `impl` is in its file, or here when the
 /// family runs candle's ops.
 pub struct Cuda;
 
-impl InplaceOps for Cuda {}
-impl IndexOps for Cuda {}
 impl SortOps for Cuda {}
-impl RenderOps for Cuda {}
 impl AttentionOps for Cuda {}
 impl ConvOps for Cuda {}
-impl PoolOps for Cuda {}
 impl LinalgOps for Cuda {}
 impl MatmulOps for Cuda {}
 

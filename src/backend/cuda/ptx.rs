@@ -44,4 +44,12 @@ modules! {
     ELEMENTWISE = "elementwise";
     /// relu/threshold with a 1-bit mask, the backward's select by it (`MaskOps`).
     MASK = "mask";
+    /// The fused NeRF volume renderer and its backward (`RenderOps`).
+    RENDER = "render";
+    /// Max pooling, its adjoint and reads, and the separable resampling (`PoolOps`).
+    POOL = "pool";
+    /// Strided in-place updates, fills and dense copies (`InplaceOps`).
+    INPLACE = "inplace";
+    /// Advanced-index take and put, and the bounds check of index values (`IndexOps`).
+    INDEX = "index";
 }

@@ -4,7 +4,7 @@
 use candle_core::{DType, Device, Tensor};
 
 /// `n` values uniform in [lo, hi), from a small LCG: reproducible without rand's streams.
-pub fn values(n: usize, seed: u64, lo: f64, hi: f64) -> Vec<f64> {
+pub fn uniform(n: usize, seed: u64, lo: f64, hi: f64) -> Vec<f64> {
     let mut x = seed
         .wrapping_mul(6364136223846793005)
         .wrapping_add(1442695040888963407);
@@ -22,7 +22,7 @@ pub fn values(n: usize, seed: u64, lo: f64, hi: f64) -> Vec<f64> {
 /// down).
 pub fn sample(dims: &[usize], dtype: DType, seed: u64, lo: f64, hi: f64) -> Tensor {
     let n = dims.iter().product();
-    let v = values(n, seed, lo, hi);
+    let v = uniform(n, seed, lo, hi);
     let t = if dtype == DType::I64 {
         Tensor::from_vec(
             v.iter().map(|x| x.floor() as i64).collect::<Vec<_>>(),
@@ -113,4 +113,39 @@ pub fn tolerance(dtype: DType, n: usize) -> (f64, f64) {
         DType::F64 => (1e-12, 1e-14 * n),
         _ => (2e-6, 1e-9 * n),
     }
+}
+
+/// A CPU tensor of `dims` with values from [`uniform`], in `dtype`.
+pub fn tensor(dims: &[usize], seed: u64, lo: f64, hi: f64, dtype: DType) -> Tensor {
+    let n = dims.iter().product();
+    Tensor::from_vec(uniform(n, seed, lo, hi), dims, &Device::Cpu)
+        .and_then(|t| t.to_dtype(dtype))
+        .unwrap()
+}
+
+/// Small integers in `[lo, hi)` as a tensor of `dtype` (exact in every dtype).
+pub fn integers(dims: &[usize], seed: u64, lo: i64, hi: i64, dtype: DType) -> Tensor {
+    let n = dims.iter().product();
+    let v: Vec<f64> = uniform(n, seed, lo as f64, hi as f64)
+        .into_iter()
+        .map(f64::floor)
+        .collect();
+    Tensor::from_vec(v, dims, &Device::Cpu)
+        .and_then(|t| t.to_dtype(dtype))
+        .unwrap()
+}
+
+/// `a` (emulated) and `b` (CPU) agree elementwise within `atol + rtol |b|`, NaN with NaN.
+pub fn close(what: &str, a: &Tensor, b: &Tensor, rtol: f64, atol: f64) {
+    assert_eq!(a.dims(), b.dims(), "{what}: shapes");
+    assert_eq!(a.dtype(), b.dtype(), "{what}: dtypes");
+    for (i, (x, y)) in flat(a).iter().zip(&flat(b)).enumerate() {
+        let ok = (x.is_nan() && y.is_nan()) || x == y || (x - y).abs() <= atol + rtol * y.abs();
+        assert!(ok, "{what}: element {i}: emulated {x} vs cpu {y}");
+    }
+}
+
+/// `a` and `b` hold the same elements, bit for bit (NaNs of any payload agree).
+pub fn same(what: &str, a: &Tensor, b: &Tensor) {
+    close(what, a, b, 0.0, 0.0);
 }
