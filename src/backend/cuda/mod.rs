@@ -8,6 +8,7 @@
 //! same kernel source on the CPU emulator, so the parity suite runs every kernel and its
 //! host code without a GPU.
 
+pub mod attention;
 pub mod elementwise;
 pub mod index;
 pub mod inplace;
@@ -34,14 +35,13 @@ pub use real::{buffer, device_ptr};
 use std::collections::HashSet;
 use std::sync::{Mutex, OnceLock};
 
-use super::{AttentionOps, ConvOps, LinalgOps, MatmulOps, SortOps};
+use super::{ConvOps, LinalgOps, MatmulOps, SortOps};
 
 /// gradstream's CUDA backend: each family's `impl` is in its file, or here when the
 /// family runs candle's ops.
 pub struct Cuda;
 
 impl SortOps for Cuda {}
-impl AttentionOps for Cuda {}
 impl ConvOps for Cuda {}
 impl LinalgOps for Cuda {}
 impl MatmulOps for Cuda {}

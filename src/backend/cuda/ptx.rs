@@ -52,4 +52,6 @@ modules! {
     INPLACE = "inplace";
     /// Advanced-index take and put, and the bounds check of index values (`IndexOps`).
     INDEX = "index";
+    /// FlashAttention-2 forward and backward (`AttentionOps`).
+    ATTENTION = "attention";
 }
