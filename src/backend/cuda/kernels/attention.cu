@@ -96,7 +96,8 @@ struct Scores {
                      i64 j) const {
     T d = T(0);
     for (i64 c = 0; c < e; ++c) d += qi[c] * kj[c];
-    T x = scale * d;
+    // No features: a zero score whatever the scale (1/sqrt(0) = inf), as the CPU's product.
+    T x = e > 0 ? scale * d : T(0);
     if (mask) x += mask[mbase[b] + i * mask_row + j * mask_col];
     return x;
   }
