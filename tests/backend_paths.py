@@ -80,6 +80,8 @@ CUDA_KERNELS: set[str] = {
     "prod",
     "cumprod",
     "cumsum",
+    # attention.cu
+    "scaled_dot_product_attention",
 }
 
 # `cuda-emulated`: the CUDA backend on CPU tensors, its kernels run by the CPU emulator;
