@@ -9,8 +9,13 @@
 #   test_cuda.log   tests/test_cuda.py
 #   suite.log       the suite with CUDA as the default device (GRADSTREAM_TEST_DEVICE=cuda)
 #   bench.log, bench/results.{json,md} and the charts: python -m gradstream.bench --device cuda
-# Each step has a time limit so the whole run ends within 8 minutes on 16 cores; a step that
-# fails does not stop the next. The exit status is the number of steps that failed.
+#                   --quick (its headline figures at the end of bench.log)
+#   bench_max_batch.log, bench/max_batch.{json,md,png}: the largest NeRF batch within 8 GiB
+# The candle rows need the candle program built with CUDA by tools/build-candle-cuda.sh into
+# WHEEL_DIR (WHEEL_DIR/candle-bench); without it they are reported as skipped.
+# Each step has a time limit (the benches also stop starting configurations before theirs,
+# so their results are written); a step that fails does not stop the next. The exit status
+# is the number of steps that failed.
 set -uo pipefail
 
 if [[ $# -ne 2 ]]; then
@@ -57,6 +62,10 @@ TIMEOUT=(-p no:cacheprovider -o addopts= -q -rfE --timeout=60)
 step test_cuda 90 "$PY" -m pytest "${TIMEOUT[@]}" tests/test_cuda.py
 step suite 300 env GRADSTREAM_TEST_DEVICE=cuda "$PY" -m pytest "${TIMEOUT[@]}" \
     -n "${WORKERS:-12}" --maxfail=500 tests
-step bench 240 "$PY" -m gradstream.bench --device cuda --quick --out "$OUT/bench" \
-    --plain-progress
+CANDLE=()
+[[ -x $WHEELS/candle-bench ]] && CANDLE=(--candle-bin "$WHEELS/candle-bench")
+step bench 240 "$PY" -m gradstream.bench --device cuda --quick --time-limit 200 \
+    --out "$OUT/bench" --plain-progress ${CANDLE[@]+"${CANDLE[@]}"}
+step bench_max_batch 150 "$PY" -m gradstream.bench --device cuda --max-batch 8GiB --quick \
+    --time-limit 130 --out "$OUT/bench" --plain-progress ${CANDLE[@]+"${CANDLE[@]}"}
 exit $failed
