@@ -32,8 +32,10 @@ fn main() {
     for f in &files {
         println!("cargo::rerun-if-changed={}", f.display());
     }
-    for h in ["gs_cuda.cuh", "emulator.h", "emulator.cpp"] {
-        println!("cargo::rerun-if-changed={KERNELS}/{h}");
+    // The headers the kernels include (gs_cuda.cuh, emulator.h, a family's own .cuh) and
+    // the emulator's source: every other file there.
+    for f in std::fs::read_dir(KERNELS).into_iter().flatten().flatten() {
+        println!("cargo::rerun-if-changed={}", f.path().display());
     }
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("OUT_DIR"));
     if std::env::var_os("CARGO_FEATURE_CUDA_EMULATOR").is_some() {

@@ -290,6 +290,7 @@ fn main() {
     );
     let table = randn(&[4096, 256]);
     let ids: Vec<i64> = (0..65536).map(|i| (i * 7919) % 4096).collect();
+    let ids = Tensor::from_vec(ids, 65536, &Device::Cpu).unwrap();
     row(
         "embedding",
         "65536 of 4096x256",

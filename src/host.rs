@@ -44,6 +44,15 @@ pub fn read_scalar<T: WithDType>(why: &'static str, t: &candle_core::Tensor) -> 
         .op(why)
 }
 
+/// A host copy of `t` (a tensor that is on the host already is returned as it is).
+pub fn to_host(why: &'static str, t: &candle_core::Tensor) -> Result<candle_core::Tensor> {
+    if t.device().is_cpu() {
+        return Ok(t.clone());
+    }
+    count(why, t.elem_count() * t.dtype().size_in_bytes());
+    t.to_device(&candle_core::Device::Cpu).op(why)
+}
+
 /// Every reason a read was made for, with its calls and bytes.
 pub fn reads() -> Vec<(&'static str, u64, u64)> {
     READS.lock().clone()

@@ -421,9 +421,11 @@ pub fn storage_key(t: &candle_core::Tensor) -> Option<crate::backend::Buffer> {
     crate::backend::buffer_of(t)
 }
 
-/// Live bytes `register` keeps new buffers within, by evicting saved activations
-/// (`autograd::budget`); 0: none.
+/// Live bytes `register` keeps new buffers of the budget's device within, by evicting saved
+/// activations (`autograd::budget`); 0: none.
 static BUDGET: AtomicU64 = AtomicU64::new(0);
+/// The device slot the budget bounds.
+static BUDGET_SLOT: AtomicU8 = AtomicU8::new(HOST);
 
 pub fn budget() -> Option<u64> {
     match BUDGET.load(Ordering::Relaxed) {
@@ -432,8 +434,14 @@ pub fn budget() -> Option<u64> {
     }
 }
 
-/// Set (or, with `None`, clear) the memory budget; returns the previous one.
-pub fn set_budget(bytes: Option<u64>) -> Option<u64> {
+/// The device slot the budget bounds.
+pub fn budget_slot() -> Slot {
+    BUDGET_SLOT.load(Ordering::Relaxed)
+}
+
+/// Set (or, with `None`, clear) the memory budget of device `slot`; returns the previous one.
+pub fn set_budget(bytes: Option<u64>, slot: Slot) -> Option<u64> {
+    BUDGET_SLOT.store(slot, Ordering::Relaxed);
     match BUDGET.swap(bytes.map_or(0, |b| b.max(1)), Ordering::Relaxed) {
         0 => None,
         b => Some(b),
@@ -443,11 +451,11 @@ pub fn set_budget(bytes: Option<u64>) -> Option<u64> {
 /// The phase in which the budget evicts saved activations: their frees carry it.
 pub const EVICT: &str = "evict";
 
-/// Under a budget, make room for a new host buffer before it is counted.
-fn fit_budget(key: usize, bytes: usize, budget: u64) {
+/// Under a budget, make room for a new buffer of the budget's device before it is counted.
+fn fit_budget(key: usize, bytes: usize, budget: u64, slot: Slot) {
     let over = guarded(|| {
         let mut reg = registry().lock();
-        !reg.buffers.contains_key(&key) && reg.counters(HOST).current + bytes as i64 > budget as i64
+        !reg.buffers.contains_key(&key) && reg.counters(slot).current + bytes as i64 > budget as i64
     });
     if over {
         crate::autograd::budget::make_room(bytes, budget);
@@ -461,7 +469,7 @@ fn fit_budget(key: usize, bytes: usize, budget: u64) {
 /// thread outside the accounting and outside rayon's workers, and never raises; `register`
 /// still enforces the budget on the count.
 pub fn before_large_alloc(bytes: usize) {
-    let Some(b) = budget() else {
+    let Some(b) = budget().filter(|_| budget_slot() == HOST) else {
         return;
     };
     if IN_REGISTRY.try_with(|g| g.get()).unwrap_or(true)
@@ -481,8 +489,8 @@ pub fn register(buffer: &crate::backend::Buffer) {
     if mode() == Mode::Off {
         return;
     }
-    if let (Some(b), HOST) = (budget(), device) {
-        fit_budget(key, bytes, b);
+    if let Some(b) = budget().filter(|_| budget_slot() == device) {
+        fit_budget(key, bytes, b, device);
     }
     let recording = RECORDING.load(Ordering::Relaxed);
     let label = recording.then(current_label);

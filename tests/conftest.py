@@ -64,19 +64,22 @@ def pytest_runtest_makereport(item, call):
     report = outcome.get_result()
     if PATH == "cpu" or call.excinfo is None or call.when != "call":
         return
-    op = backend_paths.missing_kernel(call.excinfo.value)
-    if op is None:
+    ops = backend_paths.missing_kernels(call.excinfo.value)
+    if ops is None:
         return
-    SEEN[op] += 1
+    SEEN.update(set(ops))
     listed = backend_paths.NO_KERNEL.get(PATH, {})
-    if op in listed:
+    unlisted = sorted({op for op in ops if op not in listed})
+    if not unlisted:
         report.outcome = "skipped"
-        report.wasxfail = f"{op}: no kernel on the {PATH} path ({listed[op]})"
+        report.wasxfail = "; ".join(
+            f"{op}: no kernel on the {PATH} path ({listed[op]})" for op in sorted(set(ops))
+        )
     else:
         report.sections.append(
             (
                 "backend path",
-                f"{op} has no kernel on the {PATH} path and is not listed in "
+                f"{', '.join(unlisted)}: no kernel on the {PATH} path, and not listed in "
                 "tests/backend_paths.py",
             )
         )
@@ -114,9 +117,21 @@ if TEST_DEVICE != "cpu" and gs.cuda.is_available():
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "cpu_only(reason): a test that cannot run on CUDA")
+    config.addinivalue_line(
+        "markers",
+        "cpu_backend(reason): a test of what the CPU backend's own kernels or allocator do "
+        "(byte counts, 1-bit masks, the block cache), or of whole programs in child "
+        "processes; skipped on the other backend paths",
+    )
 
 
 def pytest_collection_modifyitems(config, items):
+    if PATH != "cpu":
+        for item in items:
+            mark = item.get_closest_marker("cpu_backend")
+            if mark is not None:
+                why = mark.args[0] if mark.args else "the CPU backend's own"
+                item.add_marker(pytest.mark.skip(reason=f"CPU backend only: {why}"))
     if TEST_DEVICE == "cpu":
         return
     if not gs.cuda.is_available():

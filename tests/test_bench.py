@@ -18,6 +18,11 @@ import pytest
 from gradstream.bench import report, runner, tensorfile, workloads
 from gradstream.bench.systems import BY_NAME, candle
 
+pytestmark = pytest.mark.cpu_backend(
+    "runs programs in child processes, where an op with no kernel on the path cannot be "
+    "told from a bug"
+)
+
 MIB = 2**20
 
 

@@ -6,6 +6,11 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.cpu_backend(
+    "runs programs in child processes, where an op with no kernel on the path cannot be "
+    "told from a bug"
+)
+
 
 def run_sweep(out, workload):
     """The sweep's budget_sweep.json for `workload` at the tiny sizes, and gradstream's

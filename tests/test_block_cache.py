@@ -17,6 +17,9 @@ from hypothesis import strategies as st
 import gradstream as gs
 from gradstream import _core, memory
 
+pytestmark = pytest.mark.cpu_backend("the block cache is the CPU allocator's")
+
+
 MIN = 64 << 10  # the smallest cached block, bytes
 
 

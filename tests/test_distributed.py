@@ -9,6 +9,11 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.cpu_backend(
+    "runs programs in child processes, where an op with no kernel on the path cannot be "
+    "told from a bug"
+)
+
 torch = pytest.importorskip("torch")
 if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
     pytest.skip("torch.distributed with gloo is not available", allow_module_level=True)

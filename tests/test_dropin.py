@@ -22,6 +22,11 @@ import gradstream as gs
 import gradstream.alias as alias
 from gradstream.alias import torch_alias
 
+pytestmark = pytest.mark.cpu_backend(
+    "runs programs in child processes, where an op with no kernel on the path cannot be "
+    "told from a bug"
+)
+
 DROPIN = Path(__file__).parent / "dropin"
 SCRIPTS = ["tiny_nerf_notebook", "nerf_module", "nerf_compact", "nerf_hierarchical"]
 STEPS = 3

@@ -180,6 +180,7 @@ def _relu_backward(keep_grad):
     return peak, a.grad.numpy(), kept
 
 
+@pytest.mark.cpu_backend("the 1-bit relu mask is the CPU kernel's")
 def test_relu_backward_masks_the_incoming_gradient_in_place():
     """The gradient arriving at relu is the product's fresh buffer, held by nothing else:
     relu's backward zeroes it where its mask is clear instead of taking a second buffer."""

@@ -637,6 +637,7 @@ def test_bench_workloads_recompute_bit_identical(workload):
     assert memory.budget_stats()["evictions"] > 0
 
 
+@pytest.mark.cpu_backend("the CPU kernels' temporaries")
 @pytest.mark.parametrize("fraction", [0.8, TIGHT])
 def test_large_blocks_stay_within_the_budget(fraction):
     """The budget evicts before a large buffer is allocated, so the bytes of live large blocks

@@ -140,6 +140,7 @@ def test_threshold_rejects_non_tensor():
 # ---------------------------------------------------------------- exact saved bytes
 
 
+@pytest.mark.cpu_backend("the 1-bit relu mask is the CPU kernel's")
 @pytest.mark.parametrize("n", [1, 8, 1001, 100_003])
 def test_relu_saves_one_bit_per_element(n):
     gc.collect()
@@ -168,6 +169,7 @@ def test_no_mask_without_grad():
     assert memory.memory_by_category()["activation"] == 0
 
 
+@pytest.mark.cpu_backend("the 1-bit relu mask is the CPU kernel's")
 def test_residual_relu_mlp_saves_masks_not_outputs():
     """x = x + relu(linear(x)): the relu output is used only by the add, so it is freed;
     each layer keeps its input (for the weight's gradient) and a 1/32 mask."""
@@ -280,6 +282,7 @@ def test_hooks_called_like_torch(torch_ref, fn):
         assert_close(a.grad, b.grad)
 
 
+@pytest.mark.cpu_backend("the 1-bit relu mask is the CPU kernel's")
 def test_hooks_see_relu_mask_as_uint8():
     seen = []
     x = gs.randn(3, 7, requires_grad=True)
@@ -499,6 +502,7 @@ def _rel_err(a, b):
     return max(np.abs(x - y).max() / np.abs(y).max() for x, y in zip(a, b, strict=True))
 
 
+@pytest.mark.cpu_backend("the 1-bit relu mask is the CPU kernel's")
 @pytest.mark.parametrize("residual", [False, True])
 def test_save_in_bfloat16(residual):
     ref, act, _ = _run(_Nothing(), residual)

@@ -124,7 +124,8 @@ class Tensor:
         """
     def __dlpack_device__(self) -> tuple[_int, _int]:
         """
-        `__dlpack_device__()`: `(device_type, device_id)` as DLPack numbers them (CPU: `(1, 0)`).
+        `__dlpack_device__()`: `(device_type, device_id)` as DLPack numbers them (CPU:
+        `(1, 0)`, CUDA: `(2, ordinal)`).
         """
     def __eq__(self, value: _Operand, /) -> Tensor: ...  # type: ignore[override]
     def __float__(self) -> _float: ...
@@ -790,8 +791,8 @@ __all__ = [
     '_run_backward',
     'is_grad_enabled',
     '_set_grad_enabled',
-    '_autocast_dtype',
-    '_set_autocast_dtype',
+    '_autocast_active',
+    '_set_autocast_dtypes',
     '_backward_calls',
     'OutOfMemoryError',
     '_set_memory_budget',
@@ -846,6 +847,12 @@ __all__ = [
     '_cuda_device_count',
     '_cuda_current_device',
     '_cuda_set_device',
+    '_cuda_synchronize',
+    '_cuda_mem_get_info',
+    '_cuda_device_name',
+    '_cuda_capability',
+    '_cuda_reserved',
+    '_cuda_empty_cache',
     '_backend_of',
     '_host_reads',
     '_reset_host_reads',
@@ -997,6 +1004,7 @@ __all__ = [
     '_empty_cache',
     '_memory_allocated',
     '_max_memory_allocated',
+    '_set_memory_limit',
     '_reset_peak_memory_stats',
     '_memory_by_category',
     '_memory_peak_by_category',
@@ -1112,9 +1120,9 @@ __all__ = [
     'unique_consecutive',
     'searchsorted',
 ]
-def _autocast_dtype() -> dtype | None:
+def _autocast_active() -> _bool:
     """
-    The lower-precision dtype of this thread's autocast region, or None outside one.
+    Whether an autocast region is active on this thread, for any device type.
     """
 def _backend_of(device: _Device) -> str:
     """
@@ -1151,6 +1159,10 @@ def _conv_transpose(input: Tensor, weight: Tensor, bias: Tensor | None, spatial:
     A `spatial`-d transposed convolution (1 or 2); `output_padding` adds to one side of
     each output dim.
     """
+def _cuda_capability(index: _int) -> tuple[_int, _int]:
+    """
+    The compute capability `(major, minor)` of `cuda:index`.
+    """
 def _cuda_current_device() -> _int:
     """
     The index of the current CUDA device.
@@ -1160,9 +1172,29 @@ def _cuda_device_count() -> _int:
     How many CUDA devices this process sees (0 in a build without CUDA, or without a
     driver or a GPU).
     """
+def _cuda_device_name(index: _int) -> str:
+    """
+    The name of `cuda:index` (e.g. "NVIDIA H100 80GB HBM3").
+    """
+def _cuda_empty_cache(index: _int) -> None:
+    """
+    Give `cuda:index`'s cached, unused pool memory back to the driver.
+    """
+def _cuda_mem_get_info(index: _int) -> tuple[_int, _int]:
+    """
+    `(free, total)` bytes of `cuda:index`, as the driver sees them.
+    """
+def _cuda_reserved(index: _int) -> _int:
+    """
+    The bytes `cuda:index`'s memory pool holds, in use and cached.
+    """
 def _cuda_set_device(index: _int) -> None:
     """
     Make `cuda:index` the current CUDA device.
+    """
+def _cuda_synchronize(index: _int) -> None:
+    """
+    Wait for everything queued on `cuda:index`.
     """
 def _empty_cache() -> None:
     """
@@ -1455,9 +1487,9 @@ def _scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, att
     Returns:
         The attention output, (..., L, Ev).
     """
-def _set_autocast_dtype(dtype: dtype | None) -> dtype | None:
+def _set_autocast_dtypes(cpu: dtype | None, cuda: dtype | None) -> None:
     """
-    Enter an autocast region in `dtype` (None leaves it); returns the previous dtype.
+    Set this thread's autocast regions: the CPU's dtype and CUDA's (None: off).
     """
 def _set_block_cache(enabled: _bool) -> None:
     """
@@ -1469,17 +1501,23 @@ def _set_memory_accounting_mode(mode: str) -> None:
     Switch the accounting mode ("on", "off", "locked") for an overhead measurement.
     Buffers allocated while "off" are never counted: the figures are wrong afterwards.
     """
-def _set_memory_budget(bytes: _int | None) -> _int | None:
+def _set_memory_budget(bytes: _int | None, device: _Device | None = ...) -> _int | None:
     """
     Set the memory budget in bytes (`None`: no budget); returns the previous one. Raises
     the `OutOfMemoryError` of a buffer that did not fit the old budget and was not raised yet.
 
     Args:
         bytes: live tensor bytes to stay within, or None.
+        device: the device whose tensors the budget bounds (the default device when None).
     """
 def _set_memory_context(label: str) -> None:
     """
     Label recorded events with the op or step running (the engine sets backward nodes).
+    """
+def _set_memory_limit(device: _Device, bytes: _int) -> None:
+    """
+    Cap the bytes of gradstream's tensors on `device` (0: no cap); passing it raises
+    OutOfMemoryError at the next boundary.
     """
 def _set_memory_phase(phase: str) -> str:
     """

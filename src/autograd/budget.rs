@@ -193,7 +193,7 @@ fn evicting<R>(f: impl FnOnce() -> R) -> Option<R> {
 /// Evict the candidates in `pool`, lowest score first, until `bytes` more fit `budget`;
 /// whether they do.
 fn evict_until_fits(bytes: usize, budget: u64, mut pool: MutexGuard<'_, Vec<Weak<Cell>>>) -> bool {
-    let fits = || memory::memory_allocated(memory::HOST) + bytes as i64 <= budget as i64;
+    let fits = || memory::memory_allocated(memory::budget_slot()) + bytes as i64 <= budget as i64;
     pool.retain(|w| w.upgrade().is_some_and(|c| c.in_use()));
     pool.sort_by_key(|w| w.as_ptr() as usize);
     pool.dedup_by_key(|w| w.as_ptr() as usize);
@@ -280,8 +280,8 @@ fn score(
 }
 
 fn message(bytes: usize, budget: u64) -> String {
-    let held = memory::memory_allocated(memory::HOST).max(0) as u64;
-    let by = memory::bytes_by_category(memory::HOST);
+    let held = memory::memory_allocated(memory::budget_slot()).max(0) as u64;
+    let by = memory::bytes_by_category(memory::budget_slot());
     let of = |c: Category| by.iter().find(|(k, _)| *k == c).map_or(0, |(_, b)| *b);
     format!(
         "memory budget of {} exceeded: a new tensor of {} does not fit beside the {} that \

@@ -3,7 +3,7 @@
 
 use std::f64::consts::{FRAC_1_SQRT_2, LN_10, LN_2, PI};
 
-use candle_core::Tensor;
+use candle_core::{DType, Tensor};
 
 use super::not_implemented;
 use crate::error::{CandleContext, Result};
@@ -129,8 +129,16 @@ fn sigmoid(x: &Tensor) -> candle_core::Result<Tensor> {
 /// on integers).
 fn candle_unary_int(name: &'static str, op: UnaryOp, x: &Tensor) -> Result<Tensor> {
     let r = match op {
+        // PyTorch's uint8 negation wraps around: -x mod 256, by an i64 and a truncating cast.
+        UnaryOp::Neg if x.dtype() == DType::U8 => x
+            .to_dtype(DType::I64)
+            .and_then(|v| v.affine(-1.0, 0.0)?.to_dtype(DType::U8)),
         UnaryOp::Neg => x.affine(-1.0, 0.0),
         UnaryOp::Abs => x.abs(),
+        UnaryOp::Sign => (|| {
+            let up = x.gt(0f64)?.to_dtype(x.dtype())?;
+            up.sub(&x.lt(0f64)?.to_dtype(x.dtype())?)
+        })(),
         UnaryOp::Square => x.mul(x),
         UnaryOp::Relu => x.relu(),
         UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round | UnaryOp::Trunc => Ok(x.clone()),
@@ -234,13 +242,18 @@ fn candle_binary(name: &'static str, op: Bin, a: &Tensor, b: &Tensor) -> Result<
         Bin::Div => a.div(b),
         Bin::Max => a.maximum(b),
         Bin::Min => a.minimum(b),
+        // Integer division truncates (a zero divisor was refused before the kernel).
+        Bin::TruncDiv if !a.dtype().is_float() => a.div(b),
+        Bin::TruncDiv => (|| {
+            let q = a.div(b)?;
+            q.lt(0f64)?.where_cond(&q.ceil()?, &q.floor()?)
+        })(),
         Bin::Grad(f) => match candle_grad(f, a, b).op(name)? {
             Some(t) => return Ok(t),
             None => return Err(not_implemented(name, a.device())),
         },
         Bin::Pow
         | Bin::FloorDiv
-        | Bin::TruncDiv
         | Bin::Rem
         | Bin::Fmod
         | Bin::Atan2

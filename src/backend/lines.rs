@@ -84,19 +84,18 @@ pub trait ReduceOps {
                     e.broadcast_div(&s)
                 }
             })(),
-            LineKernel::Extreme { max: true } => x.max_keepdim(dim),
-            LineKernel::Extreme { max: false } => x.min_keepdim(dim),
-            LineKernel::ArgExtreme { max } => if max {
-                x.argmax_keepdim(dim)
-            } else {
-                x.argmin_keepdim(dim)
-            }
-            .and_then(|i| i.to_dtype(candle_core::DType::I64)),
-            // candle's cumsum is a matmul by a triangular matrix: floats only.
+            LineKernel::Extreme { max } => extreme(x, dim, max),
+            LineKernel::ArgExtreme { max } => arg_extreme(x, dim, max),
+            // candle's cumsum is a matmul by a triangular matrix: floats only, and a line
+            // of its own contiguous along the last dim.
             LineKernel::Scan {
                 prod: false,
                 reverse: false,
-            } if x.dtype().is_float() => x.cumsum(dim),
+            } if x.dtype().is_float() => (|| {
+                let last = x.rank() - 1;
+                let lines = x.transpose(dim, last)?.contiguous()?;
+                lines.cumsum(last)?.transpose(dim, last)?.contiguous()
+            })(),
             _ => return Err(not_implemented(name, x.device())),
         };
         r.op(name)
@@ -113,4 +112,41 @@ pub trait ReduceOps {
     fn block_sum(&self, _x: &Tensor, _reduced: &[usize]) -> Result<Option<Tensor>> {
         Ok(None)
     }
+}
+
+/// Whether each line of a float `x` along `dim` holds a NaN (keepdim, u8).
+fn has_nan(x: &Tensor, dim: usize) -> candle_core::Result<Tensor> {
+    x.ne(x)?.max_keepdim(dim)
+}
+
+/// max/min along `dim`, NaN where the line has one, as PyTorch's.
+fn extreme(x: &Tensor, dim: usize, max: bool) -> candle_core::Result<Tensor> {
+    let m = if max {
+        x.max_keepdim(dim)?
+    } else {
+        x.min_keepdim(dim)?
+    };
+    if !x.dtype().is_float() {
+        return Ok(m);
+    }
+    let nan = Tensor::full(f64::NAN, m.shape(), x.device())?.to_dtype(x.dtype())?;
+    has_nan(x, dim)?.where_cond(&nan, &m)
+}
+
+/// argmax/argmin along `dim` (i64): the first NaN where the line has one, as PyTorch's.
+fn arg_extreme(x: &Tensor, dim: usize, max: bool) -> candle_core::Result<Tensor> {
+    let i = if max {
+        x.argmax_keepdim(dim)?
+    } else {
+        x.argmin_keepdim(dim)?
+    };
+    let i = i.to_dtype(candle_core::DType::I64)?;
+    if !x.dtype().is_float() {
+        return Ok(i);
+    }
+    let first_nan = x
+        .ne(x)?
+        .argmax_keepdim(dim)?
+        .to_dtype(candle_core::DType::I64)?;
+    has_nan(x, dim)?.where_cond(&first_nan, &i)
 }

@@ -9,6 +9,12 @@ use super::no_fallback;
 use crate::error::{CandleContext, Result};
 
 pub trait MaskOps {
+    /// Whether `threshold` packs the mask it is asked for (the op then saves it instead of
+    /// a float tensor).
+    fn packs_masks(&self) -> bool {
+        false
+    }
+
     /// `x if x > th else value` (NaN passes) and, when asked and the device packs masks,
     /// the mask of the elements that passed.
     fn threshold(

@@ -21,12 +21,12 @@
 //! | `PoolOps`                     | max pooling with a u8 argmax, separable resampling (avg pools, interpolation) | NotImplementedError |
 //! | `NormOps`                     | batch norm's per-channel statistics, affine and gradient | candle's reductions in f64      |
 //! | `IndexOps`                    | advanced-index take/put on any strided layout, bounds | dense take/put (`index_select`, `scatter_set`), bounds |
-//! | `SortOps`                     | stable argsort of lines and rows, runs, binary search | NotImplementedError                   |
+//! | `SortOps`                     | stable argsort of lines and rows, runs, binary search | the CPU kernels on the host        |
 //! | `RenderOps`                   | fused NeRF volume renderer and its backward        | NotImplementedError                      |
 //! | `OptimOps`                    | fused in-place optimizer steps, grad norms         | NotImplementedError                      |
 //! | `AttentionOps`                | FlashAttention-2 forward and backward              | NotImplementedError                      |
 //! | `ConvOps`                     | conv2d forward, input and weight grads (im2col + GEMM, groups) | candle's conv2d / conv_transpose2d (square args, groups=1) |
-//! | `LinalgOps`                   | LU, Cholesky, QR, SVD, eigh, triangular solves (faer) | NotImplementedError                   |
+//! | `LinalgOps`                   | LU, Cholesky, QR, SVD, eigh, triangular solves (faer) | the CPU kernels on the host        |
 //! | `MatmulOps`                   | f16/f32/f64 products on any strides (`gemm`, no copies) | candle's matmul (dense operands)       |
 //!
 //! Everything else is candle's on every device: casts, `cat`,
@@ -52,6 +52,7 @@ pub mod mask;
 pub mod matmul;
 pub mod nn;
 pub mod norm;
+pub mod on_host;
 pub mod optim;
 pub mod pool;
 pub mod render;

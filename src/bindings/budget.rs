@@ -16,8 +16,11 @@ functions! { mod functions;
     ///
     /// Args:
     ///     bytes: live tensor bytes to stay within, or None.
-    fn _set_memory_budget["_set_memory_budget"](bytes: Option<u64>) -> Option<u64> {
-        let prev = memory::set_budget(bytes);
+    ///     device: the device whose tensors the budget bounds (the default device when None).
+    fn _set_memory_budget["_set_memory_budget"](bytes: Option<u64>,
+        device: Option<Device> = None) -> Option<u64> {
+        let device = device.unwrap_or_else(crate::device::default_device);
+        let prev = memory::set_budget(bytes, memory::slot(&device));
         budget::check()?;
         Ok(prev)
     }

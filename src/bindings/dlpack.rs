@@ -113,8 +113,7 @@ impl PyTensor {
         // A CPU tensor takes no stream; a CUDA export waits for the device, so any stream
         // the consumer names sees finished data.
         if here.0 == CPU {
-            if let Some(s) =
-                stream.filter(|s| !s.is_none() && s.extract::<i64>().ok() != Some(-1))
+            if let Some(s) = stream.filter(|s| !s.is_none() && s.extract::<i64>().ok() != Some(-1))
             {
                 return Err(PyValueError::new_err(format!(
                     "__dlpack__: stream must be None or -1 for a CPU tensor, got {s}"

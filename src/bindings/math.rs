@@ -313,7 +313,7 @@ tensor_ops! { mod other_fns;
     /// `threshold_(input, threshold, value)`: `threshold` in place, returning `input`.
     function fn threshold_(x: Py<PyTensor>, threshold: f64, value: f64) -> Py<PyTensor> {
         // Without masks the backward reads the input, which is about to be overwritten.
-        let saves_input = !thresh::bitmask_enabled();
+        let saves_input = thresh::saves_input(&x.get().t);
         update(x, "threshold_", &[], saves_input, |t| {
             thresh::threshold(t, threshold, value)
         })

@@ -51,7 +51,8 @@ mod imp {
         if ordinal >= n {
             return Err(super::unavailable(ordinal, n));
         }
-        let d = Device::new_cuda(ordinal).map_err(|e| driver_error(&format!("cuda:{ordinal}"), e))?;
+        let d =
+            Device::new_cuda(ordinal).map_err(|e| driver_error(&format!("cuda:{ordinal}"), e))?;
         if let Device::Cuda(c) = &d {
             // Every kernel, candle's and ours, runs on the device's one stream, in order:
             // cudarc's per-buffer events would only cost time.
@@ -105,7 +106,8 @@ mod imp {
     /// stream-ordered allocations are served.
     pub fn reserved(ordinal: usize) -> Result<usize> {
         let ctx = context(ordinal)?;
-        ctx.bind_to_thread().map_err(|e| driver_error("reserved", e))?;
+        ctx.bind_to_thread()
+            .map_err(|e| driver_error("reserved", e))?;
         let mut v: u64 = 0;
         // The default pool of a device this process holds a context on.
         unsafe {

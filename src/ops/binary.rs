@@ -114,8 +114,9 @@ impl BinaryOp {
     fn kernel(self, dtype: DType) -> Bin {
         let boolean = dtype == DType::Bool;
         match self {
-            BinaryOp::Add | BinaryOp::Maximum if boolean => Bin::Or,
-            BinaryOp::Mul | BinaryOp::Minimum if boolean => Bin::And,
+            // On 0/1 bytes, or is the maximum and and the minimum: ops every device has.
+            BinaryOp::Add | BinaryOp::Maximum | BinaryOp::BitwiseOr if boolean => Bin::Max,
+            BinaryOp::Mul | BinaryOp::Minimum | BinaryOp::BitwiseAnd if boolean => Bin::Min,
             BinaryOp::Add => Bin::Add,
             BinaryOp::Sub => Bin::Sub,
             BinaryOp::Mul => Bin::Mul,
@@ -505,8 +506,9 @@ pub fn truth(t: &Tensor) -> Result<Tensor> {
 /// `logical_and/or/xor`: any dtypes, a bool result.
 pub fn logical(op: LogicalOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
     let (name, k) = match op {
-        LogicalOp::And => ("logical_and", Bin::And),
-        LogicalOp::Or => ("logical_or", Bin::Or),
+        // On 0/1 bytes, as in `BinaryOp::kernel`.
+        LogicalOp::And => ("logical_and", Bin::Min),
+        LogicalOp::Or => ("logical_or", Bin::Max),
         LogicalOp::Xor => ("logical_xor", Bin::Xor),
     };
     let data = kernel2(name, k, &truth(a)?, &truth(b)?)?;

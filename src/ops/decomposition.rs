@@ -150,7 +150,7 @@ pub fn inv(a: &Tensor) -> Result<Tensor> {
 }
 
 fn check_info(op: &str, info: &Tensor, batched: bool, what: fn(i32) -> String) -> Result<()> {
-    let v = info_values(&info)?;
+    let v = info_values(info)?;
     raise(op, &v, batched, what)
 }
 

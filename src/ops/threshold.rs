@@ -38,6 +38,12 @@ pub fn bitmask_enabled() -> bool {
 }
 
 /// `relu(x)` for floating point `x` (integers go through the unary table).
+/// Whether `threshold` on `x` saves its input for the backward (no mask: masks are off, or
+/// `x`'s device packs none), so an in-place threshold must keep a copy of it.
+pub fn saves_input(x: &Tensor) -> bool {
+    !(bitmask_enabled() && backend::on(&x.data()).packs_masks())
+}
+
 pub fn relu(x: &Tensor) -> Result<Tensor> {
     threshold_op("relu", "ReluBackward0", x, 0.0, 0.0)
 }

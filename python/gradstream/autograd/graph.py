@@ -119,6 +119,8 @@ class save_in_bfloat16(saved_tensors_hooks):  # noqa: N801
 def _to_host(t):
     if _core._holds_parameter(t):  # alive anyway: a copy would add memory, not save it
         return t
+    if t.device.type != "cpu":  # a device's tensor moves to host memory, as in PyTorch
+        return (t.to("cpu"), t.device)
     if t.dtype == _core.bfloat16:  # NumPy has no bfloat16: float32 holds it exactly
         return (t.float().numpy(), t.dtype)
     return (t.numpy(), t.dtype)
@@ -127,20 +129,22 @@ def _to_host(t):
 def _from_host(packed):
     if isinstance(packed, _core.Tensor):
         return packed
+    if isinstance(packed[0], _core.Tensor):
+        host, device = packed
+        return host.to(device)
     arr, dtype = packed
     t = _core.from_numpy(arr)
     return t if t.dtype == dtype else t.to(dtype)
 
 
 class save_on_cpu(saved_tensors_hooks):  # noqa: N801
-    """Move saved tensors out of gradstream's tensor memory into NumPy arrays.
+    """Move saved tensors to host memory until backward needs them.
 
-    In PyTorch this moves saved CUDA tensors to (pinned) host memory. gradstream runs
-    on the CPU, so the bytes stay in the same RAM: what changes is that they are held
-    by NumPy instead of gradstream, so `gradstream.memory` no longer counts them, and
-    each one costs a copy at save and at backward. It is useful for measuring, and as
-    the hook to place where a device build would move tensors to the host; to really
-    lower the process's memory, use `save_to_disk`. `pin_memory` is accepted and ignored.
+    A CUDA tensor moves to a CPU tensor (as PyTorch's hook does), so the device holds none
+    of the saved activations. A CPU tensor's bytes stay in the same RAM: they are held by
+    NumPy instead of gradstream, so `gradstream.memory` no longer counts them, and each one
+    costs a copy at save and at backward; to really lower a CPU process's memory, use
+    `save_to_disk`. `pin_memory` is accepted and ignored.
     """
 
     def __init__(self, pin_memory: bool = False):
@@ -167,7 +171,7 @@ class _FileTensor:
 
     def __init__(self, directory: _Directory, t):
         self.directory = directory  # keeps the directory alive while the file exists
-        self.dtype = t.dtype
+        self.dtype, self.device = t.dtype, t.device
         arr = t.float().numpy() if t.dtype == _core.bfloat16 else t.numpy()
         fd, self.path = tempfile.mkstemp(suffix=".npy", dir=directory.path)
         try:
@@ -180,7 +184,7 @@ class _FileTensor:
 
     def load(self):
         t = _core.from_numpy(np.load(self.path, allow_pickle=False))
-        return t if t.dtype == self.dtype else t.to(self.dtype)
+        return t.to(device=self.device, dtype=self.dtype)
 
 
 def _to_file(directory: _Directory, t):

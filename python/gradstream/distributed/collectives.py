@@ -81,6 +81,11 @@ class _Shared:
         self.torch = torch.from_dlpack(self.src)
 
     def finish(self) -> None:
+        if self.torch.is_cuda:
+            # NCCL wrote on PyTorch's stream; gradstream's kernels read on its own.
+            import torch
+
+            torch.cuda.current_stream(self.torch.device).synchronize()
         if self.copied:
             self.dst.detach().copy_(self.src)
 
@@ -141,9 +146,13 @@ def is_available() -> bool:
 
 
 def init_process_group(backend: str | None = None, init_method: str | None = None, **kwargs):
-    """``torch.distributed.init_process_group``; the backend defaults to gloo (CPU tensors).
-    Under ``torchrun`` the rank, world size and rendezvous come from the environment."""
-    return _dist().init_process_group(backend or "gloo", init_method=init_method, **kwargs)
+    """``torch.distributed.init_process_group``; the backend defaults to gloo for CPU tensors
+    and, where gradstream sees a GPU, NCCL for CUDA tensors (PyTorch's default). Under
+    ``torchrun`` the rank, world size and rendezvous come from the environment."""
+    from .. import cuda
+
+    default = "cpu:gloo,cuda:nccl" if cuda.is_available() else "gloo"
+    return _dist().init_process_group(backend or default, init_method=init_method, **kwargs)
 
 
 def destroy_process_group(group=None) -> None:

@@ -79,12 +79,13 @@ def parse_bytes(size: int | float | str) -> int:
     return int(n)
 
 
-def set_budget(size: int | float | str | None) -> int | None:
-    """Keep live tensor bytes within `size` (bytes or ``"300MiB"``); None removes the budget.
+def set_budget(size: int | float | str | None, device=None) -> int | None:
+    """Keep live tensor bytes on `device` (the default device when None) within `size`
+    (bytes or ``"300MiB"``); None removes the budget.
 
     Returns the previous budget in bytes (or None).
     """
-    return _core._set_memory_budget(None if size is None else parse_bytes(size))
+    return _core._set_memory_budget(None if size is None else parse_bytes(size), device)
 
 
 def get_budget() -> int | None:
@@ -93,13 +94,14 @@ def get_budget() -> int | None:
 
 
 @contextlib.contextmanager
-def budget(size: int | float | str | None) -> Iterator[None]:
-    """Run the block within a memory budget (bytes or ``"300MiB"``); restores the previous one."""
-    prev = set_budget(size)
+def budget(size: int | float | str | None, device=None) -> Iterator[None]:
+    """Run the block within a memory budget (bytes or ``"300MiB"``) on `device` (the default
+    device when None); restores the previous one."""
+    prev = set_budget(size, device)
     try:
         yield
     finally:
-        _core._set_memory_budget(prev)
+        _core._set_memory_budget(prev, device)
 
 
 def budget_stats() -> dict[str, float]:

@@ -62,6 +62,8 @@ def snapshot(device=None) -> dict[str, Any]:
     """
     events, baseline = _core._memory_history(device)
     live = _core._memory_live_blocks(device)
+    dev = _core.get_default_device() if device is None else _core.device(device)
+    index = dev.index or 0
 
     trace: list[dict[str, Any]] = []
     open_allocs: dict[int, list[dict[str, Any]]] = {}  # addr -> entries to categorize
@@ -112,7 +114,7 @@ def snapshot(device=None) -> dict[str, Any]:
         }
         segments.append(
             {
-                "device": 0,
+                "device": index,
                 "address": addr,
                 "total_size": size,
                 "allocated_size": size,
@@ -132,9 +134,10 @@ def snapshot(device=None) -> dict[str, Any]:
     return {
         "segments": segments,
         "device_traces": [trace],
-        "allocator_settings": {"backend": "gradstream-cpu"},
+        "allocator_settings": {"backend": f"gradstream-{dev.type}"},
         "gradstream": {
             "version": 1,
+            "device": str(dev),
             "baseline": dict(baseline),
             "events": raw,
             "current": dict(_core._memory_by_category(device)),

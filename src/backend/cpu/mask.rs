@@ -208,6 +208,10 @@ fn select_kernel<T: WithDType>(g: &[T], bits: &[u8]) -> Vec<T> {
 }
 
 impl MaskOps for Cpu {
+    fn packs_masks(&self) -> bool {
+        true
+    }
+
     fn threshold_in_place(
         &self,
         name: &'static str,

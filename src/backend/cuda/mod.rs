@@ -8,9 +8,20 @@
 //! same kernel source on the CPU emulator, so the parity suite runs every kernel and its
 //! host code without a GPU.
 
+pub mod elementwise;
+pub mod index;
+pub mod inplace;
 pub mod launch;
+pub mod lines;
+pub mod mask;
+pub mod nn;
+pub mod norm;
 pub mod optim;
+pub mod pool;
 pub mod ptx;
+pub mod render;
+#[cfg(all(test, feature = "cuda-emulator"))]
+mod testing;
 
 #[cfg(feature = "cuda-emulator")]
 mod emulator;
@@ -23,27 +34,15 @@ pub use real::{buffer, device_ptr};
 use std::collections::HashSet;
 use std::sync::{Mutex, OnceLock};
 
-use super::{
-    AttentionOps, ConvOps, ElementwiseOps, IndexOps, InplaceOps, LinalgOps, MaskOps, MatmulOps,
-    NnOps, NormOps, PoolOps, ReduceOps, RenderOps, SortOps,
-};
+use super::{AttentionOps, ConvOps, LinalgOps, MatmulOps, SortOps};
 
 /// gradstream's CUDA backend: each family's `impl` is in its file, or here when the
 /// family runs candle's ops.
 pub struct Cuda;
 
-impl ElementwiseOps for Cuda {}
-impl InplaceOps for Cuda {}
-impl MaskOps for Cuda {}
-impl ReduceOps for Cuda {}
-impl NnOps for Cuda {}
-impl IndexOps for Cuda {}
 impl SortOps for Cuda {}
-impl RenderOps for Cuda {}
 impl AttentionOps for Cuda {}
 impl ConvOps for Cuda {}
-impl PoolOps for Cuda {}
-impl NormOps for Cuda {}
 impl LinalgOps for Cuda {}
 impl MatmulOps for Cuda {}
 

@@ -32,6 +32,24 @@ macro_rules! modules {
 }
 
 modules! {
+    /// Scans, max/argmax, prod, softmax and sums over lines (`ReduceOps`).
+    LINES = "lines";
+    /// layer_norm, nll_loss's rows, embedding (`NnOps`).
+    NN = "nn";
+    /// Batch norm's per-channel kernels (`NormOps`).
+    NORM = "norm";
     /// The fused optimizer steps (`OptimOps`).
     OPTIM = "optim";
+    /// Element-wise unary and binary functions, float predicates (`ElementwiseOps`).
+    ELEMENTWISE = "elementwise";
+    /// relu/threshold with a 1-bit mask, the backward's select by it (`MaskOps`).
+    MASK = "mask";
+    /// The fused NeRF volume renderer and its backward (`RenderOps`).
+    RENDER = "render";
+    /// Max pooling, its adjoint and reads, and the separable resampling (`PoolOps`).
+    POOL = "pool";
+    /// Strided in-place updates, fills and dense copies (`InplaceOps`).
+    INPLACE = "inplace";
+    /// Advanced-index take and put, and the bounds check of index values (`IndexOps`).
+    INDEX = "index";
 }

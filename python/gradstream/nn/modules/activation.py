@@ -287,7 +287,7 @@ class PReLU(Module):
         self.num_parameters = num_parameters
         self.init = init
         dt = dtype if dtype is not None else _core.float32
-        self.weight = Parameter(_core.full([num_parameters], float(init), dtype=dt))
+        self.weight = Parameter(_core.full([num_parameters], float(init), dtype=dt, device=device))
 
     def reset_parameters(self) -> None:
         init_.constant_(self.weight, self.init)

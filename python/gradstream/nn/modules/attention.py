@@ -67,20 +67,28 @@ class MultiheadAttention(Module):
         if self.head_dim * num_heads != embed_dim:
             raise AssertionError("embed_dim must be divisible by num_heads")
         if self._qkv_same_embed_dim:
-            self.in_proj_weight = Parameter(_core.empty(3 * embed_dim, embed_dim, dtype=dt))
+            self.in_proj_weight = Parameter(
+                _core.empty(3 * embed_dim, embed_dim, dtype=dt, device=device)
+            )
             self.register_parameter("q_proj_weight", None)
             self.register_parameter("k_proj_weight", None)
             self.register_parameter("v_proj_weight", None)
         else:
-            self.q_proj_weight = Parameter(_core.empty(embed_dim, embed_dim, dtype=dt))
-            self.k_proj_weight = Parameter(_core.empty(embed_dim, self.kdim, dtype=dt))
-            self.v_proj_weight = Parameter(_core.empty(embed_dim, self.vdim, dtype=dt))
+            self.q_proj_weight = Parameter(
+                _core.empty(embed_dim, embed_dim, dtype=dt, device=device)
+            )
+            self.k_proj_weight = Parameter(
+                _core.empty(embed_dim, self.kdim, dtype=dt, device=device)
+            )
+            self.v_proj_weight = Parameter(
+                _core.empty(embed_dim, self.vdim, dtype=dt, device=device)
+            )
             self.register_parameter("in_proj_weight", None)
         if bias:
-            self.in_proj_bias = Parameter(_core.empty(3 * embed_dim, dtype=dt))
+            self.in_proj_bias = Parameter(_core.empty(3 * embed_dim, dtype=dt, device=device))
         else:
             self.register_parameter("in_proj_bias", None)
-        self.out_proj = Linear(embed_dim, embed_dim, bias=bias, dtype=dt)
+        self.out_proj = Linear(embed_dim, embed_dim, bias=bias, device=device, dtype=dt)
         self.bias_k = self.bias_v = None
         self.add_zero_attn = False
         self._reset_parameters()

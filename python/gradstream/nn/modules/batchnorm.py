@@ -34,11 +34,13 @@ class _NormBase(Module):
         self.momentum = momentum
         self.affine = affine
         self.track_running_stats = track_running_stats
-        dt = affine_parameters(self, (num_features,), affine, bias, dtype)
+        dt = affine_parameters(self, (num_features,), affine, bias, dtype, device)
         if track_running_stats:
-            self.register_buffer("running_mean", _core.zeros(num_features, dtype=dt))
-            self.register_buffer("running_var", _core.ones(num_features, dtype=dt))
-            self.register_buffer("num_batches_tracked", _core.tensor(0, dtype=_core.int64))
+            self.register_buffer("running_mean", _core.zeros(num_features, dtype=dt, device=device))
+            self.register_buffer("running_var", _core.ones(num_features, dtype=dt, device=device))
+            self.register_buffer(
+                "num_batches_tracked", _core.tensor(0, dtype=_core.int64, device=device)
+            )
         else:
             self.register_buffer("running_mean", None)
             self.register_buffer("running_var", None)

@@ -68,9 +68,9 @@ class _ConvNd(Module):
             shape = (in_channels, out_channels // groups, *self.kernel_size)
         else:
             shape = (out_channels, in_channels // groups, *self.kernel_size)
-        self.weight = Parameter(_core.empty(*shape, dtype=dt))
+        self.weight = Parameter(_core.empty(*shape, dtype=dt, device=device))
         if bias:
-            self.bias = Parameter(_core.empty(out_channels, dtype=dt))
+            self.bias = Parameter(_core.empty(out_channels, dtype=dt, device=device))
         else:
             self.register_parameter("bias", None)
         self.reset_parameters()

@@ -27,15 +27,16 @@ class Dropout(Module):
         return f"p={self.p}, inplace={self.inplace}"
 
 
-def affine_parameters(module, shape, affine: bool, bias: bool | None, dtype):
+def affine_parameters(module, shape, affine: bool, bias: bool | None, dtype, device=None):
     """A normalisation layer's ``weight`` (ones) and ``bias`` (zeros) of ``shape``, both
     None without ``affine``; ``bias=None`` registers no bias at all (RMSNorm). In the
-    default dtype unless ``dtype=``, which is returned."""
+    default dtype unless ``dtype=``, which is returned, on ``device`` (the default device
+    when None)."""
     dt = dtype if dtype is not None else _core.get_default_dtype()
-    weight = Parameter(_core.ones(*shape, dtype=dt)) if affine else None
+    weight = Parameter(_core.ones(*shape, dtype=dt, device=device)) if affine else None
     module.register_parameter("weight", weight)
     if bias is not None:
-        b = Parameter(_core.zeros(*shape, dtype=dt)) if affine and bias else None
+        b = Parameter(_core.zeros(*shape, dtype=dt, device=device)) if affine and bias else None
         module.register_parameter("bias", b)
     return dt
 
@@ -56,7 +57,7 @@ class LayerNorm(Module):
         self.normalized_shape = tuple(normalized_shape)
         self.eps = eps
         self.elementwise_affine = elementwise_affine
-        affine_parameters(self, self.normalized_shape, elementwise_affine, bias, dtype)
+        affine_parameters(self, self.normalized_shape, elementwise_affine, bias, dtype, device)
 
     def reset_parameters(self) -> None:
         if self.elementwise_affine:
@@ -106,7 +107,8 @@ class Embedding(Module):
         dt = dtype if dtype is not None else _core.get_default_dtype()
         if _weight is None:
             self.weight = Parameter(
-                _core.empty(num_embeddings, embedding_dim, dtype=dt), requires_grad=not _freeze
+                _core.empty(num_embeddings, embedding_dim, dtype=dt, device=device),
+                requires_grad=not _freeze,
             )
             self.reset_parameters()
         else:
@@ -173,7 +175,9 @@ class EmbeddingBag(Module):
         self.include_last_offset = include_last_offset
         dt = dtype if dtype is not None else _core.float32
         if _weight is None:
-            self.weight = Parameter(_core.empty(num_embeddings, embedding_dim, dtype=dt))
+            self.weight = Parameter(
+                _core.empty(num_embeddings, embedding_dim, dtype=dt, device=device)
+            )
             self.reset_parameters()
         else:
             if tuple(_weight.shape) != (num_embeddings, embedding_dim):

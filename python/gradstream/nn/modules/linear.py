@@ -34,9 +34,11 @@ class Linear(Module):
         super().__init__()
         self.in_features = in_features
         self.out_features = out_features
-        self.weight = Parameter(_core.empty(out_features, in_features, dtype=_dtype(dtype)))
+        self.weight = Parameter(
+            _core.empty(out_features, in_features, dtype=_dtype(dtype), device=device)
+        )
         if bias:
-            self.bias = Parameter(_core.empty(out_features, dtype=_dtype(dtype)))
+            self.bias = Parameter(_core.empty(out_features, dtype=_dtype(dtype), device=device))
         else:
             self.register_parameter("bias", None)
         self.reset_parameters()
@@ -68,9 +70,11 @@ class Bilinear(Module):
         self.in2_features = in2_features
         self.out_features = out_features
         dt = _dtype(dtype)
-        self.weight = Parameter(_core.empty(out_features, in1_features, in2_features, dtype=dt))
+        self.weight = Parameter(
+            _core.empty(out_features, in1_features, in2_features, dtype=dt, device=device)
+        )
         if bias:
-            self.bias = Parameter(_core.empty(out_features, dtype=dt))
+            self.bias = Parameter(_core.empty(out_features, dtype=dt, device=device))
         else:
             self.register_parameter("bias", None)
         self.reset_parameters()

@@ -26,7 +26,7 @@ class RMSNorm(Module):
         self.normalized_shape = tuple(normalized_shape)
         self.eps = eps
         self.elementwise_affine = elementwise_affine
-        affine_parameters(self, self.normalized_shape, elementwise_affine, None, dtype)
+        affine_parameters(self, self.normalized_shape, elementwise_affine, None, dtype, device)
 
     def reset_parameters(self) -> None:
         if self.elementwise_affine:
@@ -51,7 +51,7 @@ class GroupNorm(Module):
         self.num_channels = num_channels
         self.eps = eps
         self.affine = affine
-        affine_parameters(self, (num_channels,), affine, bias, dtype)
+        affine_parameters(self, (num_channels,), affine, bias, dtype, device)
 
     def reset_parameters(self) -> None:
         if self.affine:

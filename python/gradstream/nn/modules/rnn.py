@@ -62,11 +62,15 @@ class RNNCellBase(Module):
         self.hidden_size = hidden_size
         self.bias = bias
         dt = _dtype(dtype)
-        self.weight_ih = Parameter(_core.empty(num_chunks * hidden_size, input_size, dtype=dt))
-        self.weight_hh = Parameter(_core.empty(num_chunks * hidden_size, hidden_size, dtype=dt))
+        self.weight_ih = Parameter(
+            _core.empty(num_chunks * hidden_size, input_size, dtype=dt, device=device)
+        )
+        self.weight_hh = Parameter(
+            _core.empty(num_chunks * hidden_size, hidden_size, dtype=dt, device=device)
+        )
         if bias:
-            self.bias_ih = Parameter(_core.empty(num_chunks * hidden_size, dtype=dt))
-            self.bias_hh = Parameter(_core.empty(num_chunks * hidden_size, dtype=dt))
+            self.bias_ih = Parameter(_core.empty(num_chunks * hidden_size, dtype=dt, device=device))
+            self.bias_hh = Parameter(_core.empty(num_chunks * hidden_size, dtype=dt, device=device))
         else:
             self.register_parameter("bias_ih", None)
             self.register_parameter("bias_hh", None)
@@ -102,7 +106,7 @@ class RNNCellBase(Module):
 
     def _zeros(self, input):
         shape = (input.shape[0], self.hidden_size) if input.dim() == 2 else (self.hidden_size,)
-        return _core.zeros(*shape, dtype=input.dtype)
+        return _core.zeros(*shape, dtype=input.dtype, device=input.device)
 
     def _forward(self, input, hx):
         x_proj = F.linear(input, self.weight_ih, self.bias_ih)
@@ -202,7 +206,7 @@ class RNNBase(Module):
                     shapes.update(bias_ih=(gate,), bias_hh=(gate,))
                 for kind, shape in shapes.items():
                     name = f"{kind}_l{layer}{suffix}"
-                    setattr(self, name, Parameter(_core.empty(*shape, dtype=dt)))
+                    setattr(self, name, Parameter(_core.empty(*shape, dtype=dt, device=device)))
                     self._flat_weights_names.append(name)
         self.reset_parameters()
 
@@ -294,7 +298,7 @@ class RNNBase(Module):
         shape = (layers, n, self.hidden_size)
         is_lstm = self.mode == "LSTM"
         if hx is None:
-            zeros = _core.zeros(*shape, dtype=input.dtype)
+            zeros = _core.zeros(*shape, dtype=input.dtype, device=input.device)
             hx = (zeros, zeros) if is_lstm else zeros
         else:
             if not batched:

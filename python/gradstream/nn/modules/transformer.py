@@ -35,14 +35,16 @@ class _FeedForward(Module):
     """What the encoder and decoder layers share: the feed-forward block and its norms."""
 
     def _init_ff(self, d_model, dim_feedforward, dropout, activation, layer_norm_eps, bias,
-                 norm_first, dtype, norms):  # fmt: skip
-        self.linear1 = Linear(d_model, dim_feedforward, bias=bias, dtype=dtype)
+                 norm_first, device, dtype, norms):  # fmt: skip
+        self.linear1 = Linear(d_model, dim_feedforward, bias=bias, device=device, dtype=dtype)
         self.dropout = Dropout(dropout)
-        self.linear2 = Linear(dim_feedforward, d_model, bias=bias, dtype=dtype)
+        self.linear2 = Linear(dim_feedforward, d_model, bias=bias, device=device, dtype=dtype)
         self.norm_first = norm_first
         for i in range(1, norms + 1):
             setattr(
-                self, f"norm{i}", LayerNorm(d_model, eps=layer_norm_eps, bias=bias, dtype=dtype)
+                self,
+                f"norm{i}",
+                LayerNorm(d_model, eps=layer_norm_eps, bias=bias, device=device, dtype=dtype),
             )
         for i in range(1, norms + 1):
             setattr(self, f"dropout{i}", Dropout(dropout))
@@ -65,10 +67,11 @@ class TransformerEncoderLayer(_FeedForward):
                  device=None, dtype=None):  # fmt: skip
         super().__init__()
         self.self_attn = MultiheadAttention(
-            d_model, nhead, dropout=dropout, bias=bias, batch_first=batch_first, dtype=dtype
-        )
+            d_model, nhead, dropout=dropout, bias=bias, batch_first=batch_first, device=device,
+            dtype=dtype,
+        )  # fmt: skip
         self._init_ff(d_model, dim_feedforward, dropout, activation, layer_norm_eps, bias,
-                      norm_first, dtype, 2)  # fmt: skip
+                      norm_first, device, dtype, 2)  # fmt: skip
 
     def forward(self, src, src_mask=None, src_key_padding_mask=None, is_causal: bool = False):
         x = src
@@ -88,11 +91,11 @@ class TransformerDecoderLayer(_FeedForward):
                  batch_first: bool = False, norm_first: bool = False, bias: bool = True,
                  device=None, dtype=None):  # fmt: skip
         super().__init__()
-        kw = dict(dropout=dropout, bias=bias, batch_first=batch_first, dtype=dtype)
+        kw = dict(dropout=dropout, bias=bias, batch_first=batch_first, device=device, dtype=dtype)
         self.self_attn = MultiheadAttention(d_model, nhead, **kw)
         self.multihead_attn = MultiheadAttention(d_model, nhead, **kw)
         self._init_ff(d_model, dim_feedforward, dropout, activation, layer_norm_eps, bias,
-                      norm_first, dtype, 3)  # fmt: skip
+                      norm_first, device, dtype, 3)  # fmt: skip
 
     def forward(self, tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
                 memory_key_padding_mask=None, tgt_is_causal: bool = False,

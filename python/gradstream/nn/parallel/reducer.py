@@ -146,7 +146,7 @@ class Reducer:
             return  # no_sync(): the gradient accumulates in p.grad
         b, i = self.where[id(p)]
         if b.flat is None:
-            b.flat = _core.zeros(b.numel, dtype=b.dtype)
+            b.flat = _core.zeros(b.numel, dtype=b.dtype, device=p.device)
         g = p.grad
         if self.world > 1:
             b.slot(i).copy_(g).div_(self.world)
