@@ -68,7 +68,7 @@ def cuda_unavailable_reason() -> str | None:
         return None
     build = getattr(getattr(gradstream, "_build", None), "chosen", "cpu")
     why = (
-        "this gradstream is the CPU build (the CUDA wheel is built by tools/build-cuda-wheel.sh)"
+        "this gradstream is the CPU build; tools/build-cuda-wheel.sh builds the CUDA wheel"
         if build != "cuda"
         else "the CUDA build loaded but the driver reports no device"
     )

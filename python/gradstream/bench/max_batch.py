@@ -84,6 +84,9 @@ def _search_system(cfg, system, base, cap: int, rule: str, rtol: float, until, t
     """One system's record: its probes and the largest batch that fit (`until`: the
     monotonic time its share of --time-limit ends, or None)."""
     rec: dict = {"system": system.name, "probes": []}
+    # A probe that fails for another reason than memory (an error, a timeout) ends the search:
+    # a smaller batch says nothing about the cap then.
+    broken: list[str] = []
 
     def left() -> float:
         return PROBE_TIMEOUT if until is None else until - time.monotonic()
@@ -101,13 +104,17 @@ def _search_system(cfg, system, base, cap: int, rule: str, rtol: float, until, t
         keep = ("status", "reason", "wall_seconds", "peak_bytes", "step_seconds")
         rec["probes"].append({"rays": rays, **{k: probe[k] for k in keep if k in probe}})
         ok = probe.get("status") == "ok"
+        if not ok and not _is_oom(str(probe.get("reason", ""))):
+            broken.append(str(probe.get("reason")))
         why = f"does not fit: {str(probe.get('reason'))[:160]}"
         log(f"{system.name} / {rays} rays: " + ("fits" if ok else why))
         return ok
 
-    ok, bad, cut = search(fits, base.rays, rtol, out_of_time=lambda: left() < 1.0)
+    ok, bad, cut = search(fits, base.rays, rtol, out_of_time=lambda: bool(broken) or left() < 1.0)
     rec.update(status="ok" if ok is not None else "none", max_rays=ok, first_failing=bad)
-    rec["cut_short"] = cut
+    rec["cut_short"] = cut and not broken
+    if broken:
+        rec["stopped_by"] = f"a probe failed for another reason than memory: {broken[0][:300]}"
     if ok is not None:
         rec["max_points"] = ok * base.samples
     failing = [p for p in rec["probes"] if p["status"] != "ok" and p["rays"] == bad]

@@ -363,7 +363,9 @@ def _meta(cfg: Config, wls: dict, sampler: gpu.Sampler | None = None) -> dict:
         meta["memory_method"] = gpu.MEMORY_METHOD
         meta["timing_method"] = (
             "wall time of one step between two synchronisations of the device (one before the "
-            "timer starts, one before it stops)"
+            "timer starts, one before it stops); PyTorch in float32 without TensorFloat-32 "
+            "(torch.backends.cudnn.allow_tf32 and torch.backends.cuda.matmul.allow_tf32 "
+            "False), as gradstream and candle compute"
         )
         if sampler is not None:
             meta.update(sampler.describe())

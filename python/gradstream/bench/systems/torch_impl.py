@@ -28,6 +28,12 @@ def setup(threads: int, device: str = "cpu") -> None:
         raise Unsupported("PyTorch is not installed")
     if device != "cpu" and not torch.cuda.is_available():
         raise Unsupported(f"this PyTorch ({torch.__version__}) sees no CUDA device")
+    if device != "cpu":
+        # float32 as gradstream and candle compute it: no TensorFloat-32 in cuDNN's
+        # convolutions (on by default) or cuBLAS's matmuls (off by default), so that the
+        # losses agree to LOSS_RTOL and the step times compare the same arithmetic.
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = False
     torch.set_num_threads(threads)
     # Start the runtime (thread pool, kernels, Adam) on tiny tensors before the baseline; on a
     # GPU also its context, cuBLAS and the optimizer's kernels there.
