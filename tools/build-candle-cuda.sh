@@ -58,7 +58,7 @@ mv "$OUT/candle-bench.tmp" "$OUT/candle-bench"
 # What it needs at run time: the driver, CUDA's libraries from the nvidia-* packages, and
 # the system's C runtime. Anything else would not be on the GPU machine.
 needed=$(readelf -d "$OUT/candle-bench" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | sort)
-echo "NEEDED:" $needed
+echo "NEEDED: ${needed//$'\n'/ }"
 unexpected=$(echo "$needed" | grep -vxE \
     'libcuda\.so\.1|libcublas(Lt)?\.so\.13|libcurand\.so\.10|libnvrtc\.so\.13|lib(c|m|gcc_s|dl|pthread|rt)\.so\.[0-9]+|ld-linux-x86-64\.so\.2' ||
     true)
