@@ -68,7 +68,9 @@ GENERIC: dict[str, str] = {
 CUDA_KERNELS: set[str] = {
     *(
         f"{rule} step"
-        for rule in "SGD Adam RMSprop Adagrad Adamax NAdam RAdam Adadelta Rprop ASGD".split()
+        for rule in (
+            "SGD Adam RMSprop Adagrad Adamax NAdam RAdam Adadelta Rprop ASGD Adafactor"
+        ).split()
     ),
     # elementwise.cu
     *(
@@ -80,6 +82,15 @@ CUDA_KERNELS: set[str] = {
     "prod",
     "cumprod",
     "cumsum",
+    # inplace.cu, index.cu
+    *"copy_ add_ mul_ slice_backward split_backward index_put_".split(),
+    # render.cu
+    "volume_render",
+    # pool.cu
+    *(
+        "max_pool1d max_pool2d avg_pool1d avg_pool2d adaptive_max_pool1d adaptive_max_pool2d "
+        "adaptive_avg_pool1d adaptive_avg_pool2d interpolate"
+    ).split(),
     # attention.cu
     "scaled_dot_product_attention",
 }

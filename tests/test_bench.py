@@ -395,3 +395,289 @@ def test_cli_repeat():
     assert config(parse_args(["--workload", "small"])).repeat == 1
     with pytest.raises(SystemExit, match="--repeat 0: expected at least 1"):
         config(parse_args(["--repeat", "0"]))
+
+
+# ---------------------------------------------------------------- --device cuda, without a GPU
+#
+# What can be checked on a machine without one: the fail-fast, the matrix and sizes that
+# `--device cuda` picks, the driver sampler's plumbing (a stand-in NVML and a child that prints
+# its phases), the GPU tables and charts from made-up records, and the batch search.
+
+
+def _gs_sees_cuda() -> bool:
+    import gradstream as gs
+
+    return gs.cuda.is_available()
+
+
+def test_cuda_device_fails_fast_without_a_gpu(tmp_path):
+    if _gs_sees_cuda():
+        pytest.skip("this machine has a GPU")
+    for extra in ([], ["--max-batch", "8GiB"]):
+        cmd = [sys.executable, "-m", "gradstream.bench", "--device", "cuda", "--quick"]
+        cmd += ["--out", str(tmp_path / "out"), *extra]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        assert proc.returncode != 0
+        assert "--device cuda: no CUDA device here" in proc.stderr, proc.stderr
+        assert "gradstream.cuda.is_available() is False" in proc.stderr
+        assert not (tmp_path / "out").exists()  # nothing ran, nothing written
+
+
+def test_cuda_modes_that_need_the_other_device():
+    from gradstream.bench.__main__ import check_device, parse_args
+
+    with pytest.raises(SystemExit, match="--max-batch: needs --device cuda"):
+        check_device(parse_args(["--max-batch", "8GiB"]))
+    with pytest.raises(SystemExit, match="--budget-sweep runs on the CPU only"):
+        check_device(parse_args(["--device", "cuda", "--budget-sweep"]))
+
+
+def test_cuda_quick_matrix_and_sizes():
+    from gradstream.bench.__main__ import CUDA_QUICK, config, parse_args
+
+    cfg = config(parse_args(["--device", "cuda", "--quick"]))
+    assert cfg.device == "cuda" and cfg.preset == "default" and cfg.steps == 10
+    assert cfg.workloads == ["nerf", "mlp", "cnn", "lora"] and cfg.only == CUDA_QUICK
+    pairs = [
+        (w, s)
+        for w in cfg.workloads
+        for s in cfg.systems
+        if BY_NAME[s].applies_to(w) and s in cfg.only[w]
+    ]
+    assert len(pairs) == 10
+    assert ("nerf", "candle") in pairs and ("nerf", "gradstream-in-backward") in pairs
+    # Without --quick: every system on mlp, nerf, cnn and lora; --systems picks them again.
+    cfg = config(parse_args(["--device", "cuda"]))
+    assert cfg.workloads == ["mlp", "nerf", "cnn", "lora"] and cfg.only is None
+    cfg = config(parse_args(["--device", "cuda", "--quick", "--systems", "torch"]))
+    assert cfg.only is None and cfg.systems == ["torch"]
+    # The CPU run keeps its own: the quick preset, the workloads' default steps.
+    cfg = config(parse_args(["--quick"]))
+    assert cfg.device == "cpu" and cfg.preset == "quick" and cfg.steps is None
+    assert cfg.only is None and "small" in cfg.workloads
+
+
+def test_candle_command_on_a_gpu():
+    wl = workloads.make("nerf", "tiny")
+    cpu = candle.command(Path("cb"), wl, Path("d"), 2, 2)
+    assert cpu[cpu.index("--device") + 1] == "cpu" and "--leave-free" not in cpu
+    gpu_cmd = candle.command(Path("cb"), wl, Path("d"), 1, 2, "cuda", leave_free=8 * 2**30)
+    assert gpu_cmd[gpu_cmd.index("--device") + 1] == "cuda"
+    assert gpu_cmd[gpu_cmd.index("--leave-free") + 1] == str(8 * 2**30)
+    assert gpu_cmd[-6:] == cpu[-6:]  # the workload's own arguments last
+
+
+def test_candle_child_finds_the_nvidia_libraries(tmp_path, monkeypatch):
+    from gradstream.bench import gpu
+
+    lib = tmp_path / "site" / "nvidia" / "cu13" / "lib"
+    lib.mkdir(parents=True)
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    env = gpu.candle_env({"LD_LIBRARY_PATH": "/already"})
+    assert env["LD_LIBRARY_PATH"].split(":")[0] == str(lib)
+    assert env["LD_LIBRARY_PATH"].endswith(":/already")
+
+
+class _FakeNVML:
+    """NVML's memory query, answering the GiB a file holds (the child writes it)."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def nvmlDeviceGetMemoryInfo(self, handle):  # noqa: N802 (NVML's name)
+        import types
+
+        used = int(float(self.path.read_text() or 0) * 2**30)
+        return types.SimpleNamespace(used=used, total=80 * 2**30)
+
+
+def test_driver_peak_from_the_phases_of_a_child(tmp_path):
+    """The sampler's plumbing end to end: a child that prints its phases like a GPU child,
+    and a device whose memory the child sets: 1 GiB idle, 3 GiB during the measured steps,
+    5 GiB after them (not counted)."""
+    from gradstream.bench import gpu
+
+    level = tmp_path / "level"
+    level.write_text("1")
+    sampler = gpu.Sampler(_FakeNVML(level), None, period=0.002)
+    child = "\n".join(
+        [
+            "import pathlib, time",
+            "from gradstream.bench import gpu",
+            f"level = pathlib.Path({str(level)!r})",
+            "gpu.mark('baseline')",
+            "time.sleep(0.1)",
+            "gpu.mark('measure')",
+            "level.write_text('3'); time.sleep(0.2); level.write_text('2'); time.sleep(0.1)",
+            "gpu.mark('done')",
+            "level.write_text('5'); time.sleep(0.2)",
+            'print(\'{"status": "ok", "peak_bytes": 5}\')',
+        ]
+    )
+    rec = runner.run_one([sys.executable, "-c", child], dict(os.environ), 60, sampler)
+    assert rec["status"] == "ok" and rec["peak_bytes"] == 5
+    assert rec["driver_baseline_bytes"] == 2**30
+    assert rec["driver_peak_bytes"] == 2 * 2**30
+    assert rec["driver_samples"] > 20
+
+
+def test_driver_figures_say_why_not():
+    from gradstream.bench import gpu
+
+    assert (
+        "no done mark"
+        in gpu.driver_figures([(0.0, 1)], {"baseline": 0, "measure": 1})["driver_reason"]
+    )
+    samples = [(t / 10, 100 + (50 if 2 <= t <= 4 else 0)) for t in range(10)]
+    fig = gpu.driver_figures(samples, {"baseline": 0.1, "measure": 0.2, "done": 0.45})
+    assert fig["driver_baseline_bytes"] == 100 and fig["driver_peak_bytes"] == 50
+
+
+def _gpu_result(records):
+    wls = {w: workloads.make(w) for w in ("nerf", "mlp")}
+    for r in records:
+        runner._complete(r, wls[r["workload"]].lower_bound()["total"], 2)
+    runner._compare(records)
+    return {
+        "meta": {
+            "command": "x",
+            "date": "d",
+            "threads": 2,
+            "steps": 2,
+            "preset": "default",
+            "device": "cuda",
+            "gpu": "NVIDIA H100",
+            "sizes": {w: workloads.sizes(wl) for w, wl in wls.items()},
+            "memory_method": "m",
+            "timing_method": "t",
+        },
+        "lower_bounds": {w: {**wl.lower_bound(), "how": "h"} for w, wl in wls.items()},
+        "records": records,
+    }
+
+
+def test_gpu_tables_headlines_and_charts(tmp_path):
+    def rec(w, s, peak, driver, seconds, **extra):
+        r = _rec(s, 1.0, 0.5, peak=peak, seconds=seconds)
+        r.update(workload=w, device="cuda", driver_peak_bytes=driver, **extra)
+        return r
+
+    grads = {"peak_by_category": {"gradient": 16 * MIB}}
+    grads.update(largest_param_bytes=16 * MIB, trained_param_bytes=96 * MIB)
+    records = [
+        rec("nerf", "torch", 800 * MIB, 900 * MIB, 0.010),
+        rec("nerf", "candle", None, 2400 * MIB, 0.030),
+        rec("nerf", "gradstream-in-backward", 600 * MIB, 700 * MIB, 0.012, **grads),
+        rec("mlp", "gradstream-in-backward", 330 * MIB, 400 * MIB, 0.002, **grads),
+    ]
+    result = _gpu_result(records)
+    head = [c for c, _ in report.CUDA_COLUMNS]
+    rows = {(r[0], r[1]): dict(zip(head, r, strict=True)) for r in report.rows(result)}
+    gs_row = rows[("nerf", "gradstream-in-backward")]
+    assert gs_row["peak MiB"] == "600.0" and gs_row["× torch"] == "0.75"
+    assert gs_row["driver MiB"] == "700.0" and gs_row["driver × torch"] == "0.78"
+    assert gs_row["grad MiB"] == "16.0" and gs_row["step ms"] == "12.00"
+    assert gs_row["× torch time"] == "1.20"
+    candle_row = rows[("nerf", "candle")]
+    assert candle_row["peak MiB"] == "" and candle_row["× bound"] == ""
+    assert candle_row["driver × torch"] == "2.67"
+    lines = report.headlines(result)
+    text = "\n".join(lines)
+    assert "nerf: gradstream-in-backward peak 600.0 MiB vs torch 800.0 MiB ×0.75" in text
+    assert "step 12.00 ms vs torch 10.00 ms ×1.20" in text
+    assert "nerf: candle driver peak 2400.0 MiB; gradstream-in-backward 700.0 MiB" in text
+    assert "mlp: gradients alive at once with in_backward=True: 16.0 MiB (×1.00" in text
+    assert "not run here: cnn, lora" in text
+    mlp_bound = result["lower_bounds"]["mlp"]["total"]
+    assert f"×{330 * MIB / mlp_bound:.2f} its lower bound" in text
+    assert report.headlines({"meta": {}, "records": []}) == []  # none for a CPU run
+    md = report.markdown(result)
+    assert "| driver MiB | driver × torch | grad MiB | step ms |" in md
+    assert "## Headline figures" in md and "On cuda (NVIDIA H100)." in md
+    assert "driver MiB" in report.text_table(result)
+    files = report.write(result, tmp_path)
+    assert {"results.json", "results.md"} <= set(files)
+    try:
+        import matplotlib  # noqa: F401
+
+        assert (tmp_path / "peak_memory.png").exists() and (tmp_path / "step_time.png").exists()
+    except ImportError:
+        pass
+
+
+def test_max_batch_search_doubles_then_bisects():
+    from gradstream.bench import max_batch
+
+    tried = []
+
+    def fits(n):
+        tried.append(n)
+        return n <= 5000
+
+    ok, bad, cut = max_batch.search(fits, 1024, 1 / 64)
+    assert ok <= 5000 < bad and bad - ok <= max(16, ok // 64) and not cut
+    assert tried[:4] == [1024, 2048, 4096, 8192] and all(n % 16 == 0 for n in tried)
+    tried.clear()
+    ok, bad, _ = max_batch.search(lambda n: tried.append(n) or n <= 100, 1024, 1 / 8)
+    assert tried[:5] == [1024, 512, 256, 128, 64] and ok <= 100 < bad
+    assert max_batch.search(lambda n: False, 64, 1 / 8) == (None, 16, False)
+    calls = iter(range(100))
+    assert max_batch.search(lambda n: True, 64, 1 / 8, out_of_time=lambda: next(calls) > 2)[2]
+
+
+def test_max_batch_mode_with_stand_in_probes(tmp_path, monkeypatch):
+    """The mode's search, records, ratios and outputs, with each probe answered by a stand-in
+    for the child process: "fits" up to a batch of its own per system."""
+    from gradstream.bench import max_batch
+
+    limit = {"torch": 3000, "candle": 1000, "gradstream-in-backward": 6000}
+    probes = []
+
+    def run_one(cmd, env, timeout, sampler=None):
+        if cmd[0] == str(exe):  # the candle program
+            system, rays = "candle", None
+            data = cmd[cmd.index("--data") + 1]
+            assert cmd[cmd.index("--leave-free") + 1] == str(8 * 2**30)
+        else:
+            spec = json.loads(cmd[-1])
+            assert spec["device"] == "cuda" and spec["steps"] == 1
+            assert spec["cap"] == {"rule": "ballast", "bytes": 8 * 2**30}
+            system = {"standard": "torch", "in_backward": "gradstream-in-backward"}[spec["variant"]]
+            data = spec["data"]
+        rays = tensorfile.load(data)["dists"].shape[0]
+        probes.append((system, rays))
+        if rays <= limit[system]:
+            return {"status": "ok", "peak_bytes": rays}
+        return {"status": "error", "reason": "OutOfMemoryError: CUDA out of memory"}
+
+    monkeypatch.setattr(runner, "run_one", run_one)
+    monkeypatch.setattr(runner, "unavailable_reason", lambda s, w=None: None)
+    monkeypatch.setattr(runner.gpu, "torch_cuda_reason", lambda: None)
+    from gradstream.bench.__main__ import config, parse_args
+
+    exe = tmp_path / "candle-bench"
+    exe.write_text("")
+    args = parse_args(
+        ["--device", "cuda", "--max-batch", "8GiB", "--quick", "--candle-bin", str(exe)]
+        + ["--set", "nerf.samples=4", "--set", "nerf.rays=256", "--out", str(tmp_path)]
+    )
+    cfg = config(args)
+    assert max_batch.main(cfg, args) == 0
+    result = json.loads((tmp_path / "max_batch.json").read_text())
+    found = {r["system"]: r for r in result["records"]}
+    for name, lim in limit.items():
+        r = found[name]
+        assert r["max_rays"] <= lim < r["first_failing"], r
+        assert r["first_failing"] - r["max_rays"] <= max(16, r["max_rays"] // 8)
+        assert r["limited_by"] == "out of memory" and r["max_points"] == r["max_rays"] * 4
+    ratios = {(x["system"], x["versus"]): x["ratio"] for x in result["ratios"]}
+    assert set(ratios) == {
+        ("gradstream-in-backward", "torch"),
+        ("gradstream-in-backward", "candle"),
+    }
+    assert ratios[("gradstream-in-backward", "torch")] == pytest.approx(
+        found["gradstream-in-backward"]["max_rays"] / found["torch"]["max_rays"]
+    )
+    md = (tmp_path / "max_batch.md").read_text()
+    assert "every system: after its runtime has started, a ballast" in md
+    assert "gradstream-in-backward / candle: ×" in md

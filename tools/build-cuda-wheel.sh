@@ -57,7 +57,9 @@ echo "== the CUDA build"
 (
     # shellcheck disable=SC1091
     source "$TOOLKIT/env.sh"
-    "${MATURIN[@]}" --features avx512,extension-module,cuda --out "$WORK/cuda"
+    # No auditwheel repair: it would look for the driver's libcuda.so.1 here, and the CUDA
+    # libraries are the nvidia-* packages' (gradstream/_build.py loads both at import).
+    "${MATURIN[@]}" --features avx512,extension-module,cuda --auditwheel skip --out "$WORK/cuda"
 )
 
 echo "== one wheel of both"

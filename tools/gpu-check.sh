@@ -9,8 +9,15 @@
 #   test_cuda.log   tests/test_cuda.py
 #   suite.log       the suite with CUDA as the default device (GRADSTREAM_TEST_DEVICE=cuda)
 #   bench.log, bench/results.{json,md} and the charts: python -m gradstream.bench --device cuda
-# Each step has a time limit so the whole run ends within 8 minutes on 16 cores; a step that
-# fails does not stop the next. The exit status is the number of steps that failed.
+#                   --quick (its headline figures at the end of bench.log)
+#   bench_max_batch.log, bench/max_batch.{json,md,png}: the largest NeRF batch within 8 GiB
+# The candle rows need the candle program built with CUDA by tools/build-candle-cuda.sh into
+# WHEEL_DIR (WHEEL_DIR/candle-bench); without it they are reported as skipped.
+# The whole run ends within 8 minutes on 16 cores: every step has a time limit, cut further
+# so that the steps after it keep their share of BUDGET seconds (450 by default), and the
+# benches stop starting configurations before theirs, so their results are written. A step
+# that fails, or that has too little time left to start, does not stop the next. The exit
+# status is the number of steps that failed or did not run.
 set -uo pipefail
 
 if [[ $# -ne 2 ]]; then
@@ -23,9 +30,20 @@ mkdir -p "$OUT"
 PY=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1
 failed=0
+BUDGET=${BUDGET:-450}
+START=$SECONDS
+limit_for() { # limit_for SECONDS RESERVE: SECONDS, or less so that RESERVE of BUDGET is left
+    local left=$((BUDGET - (SECONDS - START) - $2))
+    echo $((left < $1 ? left : $1))
+}
 step() { # step NAME SECONDS COMMAND...: run, log, time-limit
     local name=$1 limit=$2
     shift 2
+    if ((limit < 30)); then
+        echo "== $name: not run, ${limit}s left of the budget" | tee "$OUT/$name.log"
+        failed=$((failed + 1))
+        return
+    fi
     echo "== $name (limit ${limit}s)"
     local t0=$SECONDS
     timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
@@ -54,9 +72,21 @@ EOF
 cat "$OUT/env.txt"
 
 TIMEOUT=(-p no:cacheprovider -o addopts= -q -rfE --timeout=60)
-step test_cuda 90 "$PY" -m pytest "${TIMEOUT[@]}" tests/test_cuda.py
-step suite 300 env GRADSTREAM_TEST_DEVICE=cuda "$PY" -m pytest "${TIMEOUT[@]}" \
-    -n "${WORKERS:-12}" --maxfail=500 tests
-step bench 240 "$PY" -m gradstream.bench --device cuda --quick --out "$OUT/bench" \
-    --plain-progress
+# Reserves: the suite keeps at least 120 s after test_cuda, the two benches 200 s after the
+# suite, the max-batch search 70 s after the bench.
+step test_cuda "$(limit_for 90 320)" "$PY" -m pytest "${TIMEOUT[@]}" tests/test_cuda.py
+step suite "$(limit_for 300 200)" env GRADSTREAM_TEST_DEVICE=cuda "$PY" -m pytest \
+    "${TIMEOUT[@]}" -n "${WORKERS:-12}" --maxfail=500 tests
+# The candle program needs no Rust here: tools/build-candle-cuda.sh builds it into WHEEL_DIR.
+CANDLE=()
+[[ -x $WHEELS/candle-bench ]] && CANDLE=(--candle-bin "$WHEELS/candle-bench")
+# --time-limit: configurations (probes) stop starting 25 s (20 s) before the step's limit, for
+# the data of the one that starts last, the report and the charts.
+limit=$(limit_for 130 70)
+step bench "$limit" "$PY" -m gradstream.bench --device cuda --quick \
+    --time-limit $((limit - 25)) --out "$OUT/bench" --plain-progress ${CANDLE[@]+"${CANDLE[@]}"}
+limit=$(limit_for 110 0)
+step bench_max_batch "$limit" "$PY" -m gradstream.bench --device cuda --max-batch 8GiB \
+    --quick --time-limit $((limit - 20)) --out "$OUT/bench" --plain-progress \
+    ${CANDLE[@]+"${CANDLE[@]}"}
 exit $failed

@@ -99,6 +99,7 @@ thread_local! {
 pub struct Position {
     node: u64,
     start: u64,
+    probe: bool,
 }
 
 impl Position {
@@ -115,11 +116,22 @@ impl Position {
 }
 
 /// A backward pass began on this thread: until the guard drops, the budget scores by next
-/// use (see `evict_until_fits`).
-pub fn enter_pass() -> PassGuard {
+/// use (see `evict_until_fits`). A `probe` (the engine's dry run before a pass with
+/// effects) leaves the cells' measured costs as they were, so that the real pass scores,
+/// and evicts, as the probe did.
+pub fn enter_pass(probe: bool) -> PassGuard {
     let start = crate::autograd::node::next_sequence_nr();
-    let at = Position { node: start, start };
+    let at = Position {
+        node: start,
+        start,
+        probe,
+    };
     PassGuard(POSITION.with(|p| p.replace(Some(at))))
+}
+
+/// Whether this thread runs a probe (see `enter_pass`).
+pub fn probing() -> bool {
+    POSITION.with(|p| p.get().is_some_and(|at| at.probe))
 }
 
 /// The pass is about to run node `sequence_nr` (a leaf's sink, numbered last, leaves the
@@ -215,18 +227,21 @@ fn evict_until_fits(bytes: usize, budget: u64, mut pool: MutexGuard<'_, Vec<Weak
             groups.entry(k).or_default().push(c);
         }
     }
-    let mut scored: Vec<(f64, usize, Vec<Arc<Cell>>)> = groups
+    // Ties go to the oldest cell first: an order that the probe and the real pass share,
+    // unlike the maps' or the buffers' addresses.
+    let mut scored: Vec<(f64, u64, usize, Vec<Arc<Cell>>)> = groups
         .into_iter()
         .filter(|(k, cells)| remat::evictable(*k, cells.len()))
         .filter_map(|(_, cells)| {
             let bytes = cells.iter().map(|c| c.bytes).max().unwrap_or(0);
             let score = score(&cells, bytes, now, at, &reads)?;
-            Some((score, bytes, cells))
+            let oldest = cells.iter().map(|c| c.id).min().unwrap_or(0);
+            Some((score, oldest, bytes, cells))
         })
         .collect();
-    scored.sort_by(|a, b| a.0.total_cmp(&b.0));
+    scored.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
     let recording = memory::is_recording();
-    for (_, bytes, cells) in scored {
+    for (_, _, bytes, cells) in scored {
         if fits() {
             break;
         }
@@ -318,6 +333,7 @@ mod tests {
         let at = Position {
             node: 100,
             start: 120,
+            probe: false,
         };
         assert_eq!(at.distance(100), Some(1)); // the running node
         assert_eq!(at.distance(90), Some(11));

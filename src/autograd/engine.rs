@@ -358,7 +358,7 @@ fn run_nodes(
     let mut held = Vec::new();
     let watch = interrupt::watch();
     let _scratch = ScratchGuard;
-    let _pass = crate::autograd::budget::enter_pass();
+    let _pass = crate::autograd::budget::enter_pass(probe);
     while let Some(Ready(sequence_nr, k)) = ready.0.pop() {
         crate::autograd::budget::at_node(sequence_nr);
         if watch.pending() {

@@ -122,6 +122,9 @@ pub struct Usage {
 /// One recorded op's output under a budget: its recipe and, while saved, its data.
 pub struct Cell {
     pub name: &'static str,
+    /// Cells are numbered as they are made: the budget breaks ties between equal scores by
+    /// it.
+    pub id: u64,
     /// The bytes of the buffer its output lives in (a view's: its base's).
     pub bytes: usize,
     /// For a view: the cell whose buffer it shares.
@@ -239,8 +242,10 @@ fn attach(
             c.readers.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
     }
+    static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let cell = Arc::new(Cell {
         name,
+        id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         bytes,
         root,
         view,
@@ -353,9 +358,12 @@ impl Cell {
         drop(inputs);
         let (keep, scratch) = {
             let mut st = self.state.lock();
-            st.cost = t0.elapsed().as_secs_f64();
+            let seconds = t0.elapsed().as_secs_f64();
+            if !budget::probing() {
+                st.cost = seconds;
+            }
             if !self.view {
-                budget::count_recompute(self.bytes, st.cost);
+                budget::count_recompute(self.bytes, seconds);
             }
             let saved = st.is_saved();
             // An input that other ops read too: their recomputes may need it next.

@@ -7,16 +7,26 @@
 //! high-water mark above the idle baseline, reset after the warm-up step through
 //! `/proc/self/clear_refs`. One JSON object is printed on stdout.
 //!
+//! `--device cuda` (a build with this program's `cuda` feature: tools/build-candle-cuda.sh)
+//! trains on CUDA's device 0: each step is timed between two synchronisations of the device,
+//! and the phases are printed on stdout (`@@gradstream-bench phase NAME` lines) for the
+//! harness, which samples the device's memory from outside (candle has no counter of its own,
+//! so `peak_bytes` is null; the host's RSS figures are `host_*`). `--leave-free BYTES` first
+//! allocates a ballast straight from the driver that leaves BYTES of the device free
+//! (`--max-batch`).
+//!
 //! Usage:
 //!   candle-bench --workload mlp|nerf|cnn|lora --data FILE [--steps N] [--threads T] [--lr LR]
 //!                [--weight-decay WD] [--depth D] [--freqs L] [--skip K] [--stages S]
-//!                [--layers L] [--heads H] [--alpha A]
+//!                [--layers L] [--heads H] [--alpha A] [--device cpu|cuda]
+//!                [--leave-free BYTES]
 
 mod cnn;
 mod lora;
 
 use std::collections::HashMap;
-use std::time::Instant;
+use std::io::Write;
+use std::time::{Duration, Instant};
 
 use candle_core::{DType, Device, Module, Result, Tensor, Var};
 use candle_nn::{AdamW, Linear, Optimizer, ParamsAdamW};
@@ -73,6 +83,8 @@ struct Args {
     layers: usize,
     heads: usize,
     alpha: f64,
+    device: String,
+    leave_free: Option<usize>,
 }
 
 fn parse_args() -> std::result::Result<Args, String> {
@@ -90,6 +102,8 @@ fn parse_args() -> std::result::Result<Args, String> {
         layers: 12,
         heads: 12,
         alpha: 16.0,
+        device: "cpu".into(),
+        leave_free: None,
     };
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -116,12 +130,20 @@ fn parse_args() -> std::result::Result<Args, String> {
             "--lr" => a.lr = float(&val)?,
             "--weight-decay" => a.weight_decay = float(&val)?,
             "--alpha" => a.alpha = float(&val)?,
+            "--device" => a.device = val,
+            "--leave-free" => a.leave_free = Some(num(&val)?),
             _ => return Err(format!("unknown argument {key}")),
         }
         i += 2;
     }
     if a.workload.is_empty() || a.data.is_empty() {
         return Err("--workload and --data are required".into());
+    }
+    if a.device != "cpu" && a.device != "cuda" {
+        return Err(format!("--device {}: expected cpu or cuda", a.device));
+    }
+    if a.leave_free.is_some() && a.device != "cuda" {
+        return Err("--leave-free needs --device cuda".into());
     }
     Ok(a)
 }
@@ -250,15 +272,79 @@ fn linear_workload(a: &Args, tensors: &HashMap<String, Tensor>) -> Result<(Vec<V
     Ok((vars, loss))
 }
 
+/// The device of `--device`: the CPU, or CUDA's device 0 (a build with the `cuda` feature).
+fn device(name: &str) -> Result<Device> {
+    match name {
+        "cuda" if !cfg!(feature = "cuda") => candle_core::bail!(
+            "this candle-bench was built without its `cuda` feature \
+             (build it with tools/build-candle-cuda.sh)"
+        ),
+        "cuda" => Device::new_cuda(0),
+        _ => Ok(Device::Cpu),
+    }
+}
+
+/// Allocate, straight from the driver, all of the device's free memory but `bytes`, for the
+/// life of the process: what candle allocates from now on has `bytes` of the device.
+#[cfg(feature = "cuda")]
+fn leave_free(dev: &Device, bytes: usize) -> Result<usize> {
+    use candle_core::cuda_backend::cudarc::driver::result;
+    let fail = |what: &str, e: &dyn std::fmt::Display| {
+        candle_core::Error::Msg(format!("ballast: {what}: {e}"))
+    };
+    let stream = dev.as_cuda_device()?.cuda_stream();
+    let ctx = stream.context();
+    let (free, _total) = ctx.mem_get_info().map_err(|e| fail("mem_get_info", &e))?;
+    if free <= bytes {
+        candle_core::bail!("ballast: only {free} bytes free, under the cap of {bytes}");
+    }
+    let size = free - bytes;
+    // Never freed: the process ends with it.
+    unsafe { result::malloc_sync(size) }.map_err(|e| fail(&format!("malloc({size})"), &e))?;
+    Ok(size)
+}
+
+#[cfg(not(feature = "cuda"))]
+fn leave_free(_dev: &Device, _bytes: usize) -> Result<usize> {
+    candle_core::bail!("--leave-free needs the `cuda` feature")
+}
+
+/// A phase mark for the harness's memory sampler (`--device cuda` only); the baseline mark
+/// sits in a quiet span, so the samples around it are of the idle process.
+fn mark(phase: &str, on_gpu: bool) {
+    if !on_gpu {
+        return;
+    }
+    let quiet = Duration::from_millis(50);
+    if phase == "baseline" {
+        std::thread::sleep(quiet);
+    }
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "\n@@gradstream-bench phase {phase}");
+    let _ = out.flush();
+    drop(out);
+    if phase == "baseline" {
+        std::thread::sleep(quiet);
+    }
+}
+
 fn run(a: &Args) -> Result<String> {
-    let dev = Device::Cpu;
-    // Start the runtime (rayon pool, gemm) on tiny tensors so the baseline is the idle process.
+    let dev = device(&a.device)?;
+    let on_gpu = dev.is_cuda();
+    // Start the runtime (rayon pool, gemm; on a GPU its context, cuBLAS and the kernels the
+    // optimizer uses) on tiny tensors so the baseline is the idle process.
     {
         let w = Var::from_tensor(&Tensor::ones((16, 16), DType::F32, &dev)?)?;
         let loss = w.as_tensor().matmul(w.as_tensor())?.sum_all()?;
         let mut opt = AdamW::new(vec![w.clone()], ParamsAdamW::default())?;
         opt.backward_step(&loss)?;
     }
+    dev.synchronize()?;
+    let ballast = match a.leave_free {
+        Some(bytes) => Some(leave_free(&dev, bytes)?),
+        None => None,
+    };
+    mark("baseline", on_gpu);
     let baseline = status_bytes("VmRSS:");
 
     let tensors = candle_core::safetensors::load(&a.data, &dev)?;
@@ -288,12 +374,17 @@ fn run(a: &Args) -> Result<String> {
     let mut losses = vec![step(&mut opt)?];
     let steady = status_bytes("VmRSS:");
     let hwm_reset = reset_hwm();
+    dev.synchronize()?;
+    mark("measure", on_gpu);
     let mut times = Vec::with_capacity(a.steps);
     for _ in 0..a.steps {
+        dev.synchronize()?;
         let t0 = Instant::now();
         losses.push(step(&mut opt)?);
+        dev.synchronize()?;
         times.push(t0.elapsed().as_secs_f64());
     }
+    mark("done", on_gpu);
     let hwm = status_bytes("VmHWM:");
     times.sort_by(|p, q| p.total_cmp(q));
     let median = if times.is_empty() {
@@ -305,6 +396,22 @@ fn run(a: &Args) -> Result<String> {
     };
     let losses_json: Vec<String> = losses.iter().map(|l| format!("{l:e}")).collect();
     let times_json: Vec<String> = times.iter().map(|t| format!("{t:e}")).collect();
+    if on_gpu {
+        // No counter of candle's own: the harness's driver samples give the device's peak.
+        return Ok(format!(
+            "{{\"status\": \"ok\", \"device\": \"cuda\", \"peak_bytes\": null, \
+             \"host_peak_bytes\": {}, \"baseline_rss_bytes\": {baseline}, \
+             \"host_steady_bytes\": {}, \"hwm_reset\": {hwm_reset}, \
+             \"ballast_bytes\": {}, \"step_seconds\": {median:e}, \"step_times\": [{}], \
+             \"losses\": [{}], \"trained_params\": {trained}, \"threads\": {}}}",
+            hwm.saturating_sub(baseline),
+            steady.saturating_sub(baseline),
+            ballast.map_or("null".to_string(), |b| b.to_string()),
+            times_json.join(", "),
+            losses_json.join(", "),
+            candle_core::utils::get_num_threads(),
+        ));
+    }
     Ok(format!(
         "{{\"status\": \"ok\", \"peak_bytes\": {}, \"baseline_rss_bytes\": {baseline}, \
          \"steady_bytes\": {}, \"hwm_reset\": {hwm_reset}, \"step_seconds\": {median:e}, \

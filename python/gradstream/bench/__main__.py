@@ -1,7 +1,9 @@
 """`python -m gradstream.bench` / `gradstream-bench`: peak memory and step time, side by side.
 
 Runs workloads × systems, each configuration in its own process, prints a table and writes
-results.json, results.md and bar charts (peak memory, step time) into --out.
+results.json, results.md and bar charts (peak memory, step time) into --out. `--device cuda`
+runs the same matrix on a GPU; `--max-batch 8GiB` finds the largest NeRF batch each system
+trains within that much GPU memory (`max_batch.py`).
 """
 
 from __future__ import annotations
@@ -45,7 +47,45 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--threads", type=int, default=os.cpu_count() or 1, help="threads for every system"
     )
-    p.add_argument("--quick", action="store_true", help="small sizes: the whole matrix in minutes")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="small sizes: the whole matrix in minutes (with --device cuda: the default sizes, "
+        "10 configurations; with --max-batch: fewer systems, a coarser search)",
+    )
+    p.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default="cpu",
+        help="where every system trains (cuda: CUDA's device 0; fails at once without one)",
+    )
+    p.add_argument(
+        "--candle-bin",
+        type=Path,
+        help="a built candle program to run instead of `cargo build` (needed for --device cuda: "
+        "tools/build-candle-cuda.sh builds it); default $GRADSTREAM_CANDLE_BIN",
+    )
+    p.add_argument(
+        "--time-limit",
+        type=float,
+        help="seconds for the whole run: a configuration is cut at the limit, and those left "
+        "are reported as skipped (the results are still written)",
+    )
+    p.add_argument(
+        "--max-batch",
+        metavar="SIZE",
+        help="with --device cuda: the largest tiny-NeRF batch (rays per step) each system "
+        "trains within SIZE of GPU memory (e.g. 8GiB), by doubling then bisection, each probe "
+        "in its own process",
+    )
+    p.add_argument(
+        "--cap-rule",
+        choices=("ballast", "fraction"),
+        default="ballast",
+        help="--max-batch: how the memory is capped: a ballast allocated from the driver that "
+        "leaves SIZE free, in every system (default); or PyTorch's and gradstream's own "
+        "set_per_process_memory_fraction (candle, which has none, keeps the ballast)",
+    )
     p.add_argument("--preset", choices=sorted(workloads.PRESETS), help="size preset")
     p.add_argument(
         "--set",
@@ -83,7 +123,30 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+# `--device cuda --quick`: the configurations the GPU check's figures need, at the default
+# sizes (each is its own process; a GPU takes milliseconds a step, so the processes' start is
+# most of the time). Workloads in this order, so that a cut by --time-limit loses the last.
+CUDA_QUICK = {
+    "nerf": ["torch", "candle", "gradstream", "gradstream-in-backward"],
+    "mlp": ["torch", "gradstream-in-backward"],
+    "cnn": ["torch", "gradstream-in-backward"],
+    "lora": ["torch", "gradstream-in-backward"],
+}
+# The workloads of `--device cuda` by default: small times per-op overhead on the host.
+CUDA_WORKLOADS = ["mlp", "nerf", "cnn", "lora"]
+CUDA_STEPS = 10  # measured steps on a GPU, where a step takes milliseconds
+
+
+def _given(args: argparse.Namespace, name: str) -> bool:
+    return getattr(args, name) != parse_args([]).__dict__[name]
+
+
 def config(args: argparse.Namespace) -> runner.Config:
+    on_gpu = args.device != "cpu"
+    if on_gpu and not _given(args, "workloads"):
+        args.workloads = ",".join(
+            CUDA_QUICK if args.quick and not _given(args, "systems") else CUDA_WORKLOADS
+        )
     wls = [w for w in args.workloads.split(",") if w]
     systems = [s for s in args.systems.split(",") if s]
     if args.autocast:
@@ -103,16 +166,22 @@ def config(args: argparse.Namespace) -> runner.Config:
         if not value or not size:
             raise SystemExit(f"--set {item!r}: expected WORKLOAD.SIZE=VALUE")
         overrides.setdefault(w, {})[size] = value
-    preset = args.preset or ("quick" if args.quick else "default")
+    preset = args.preset or ("quick" if args.quick and not on_gpu else "default")
     for w in wls:  # fail on a bad size now, not in the middle of the run
         try:
             workloads.make(w, preset, overrides.get(w))
         except (ValueError, TypeError) as e:
             raise SystemExit(str(e)) from e
+    steps = args.steps
+    if on_gpu and steps is None:
+        steps = CUDA_STEPS
+    only = None
+    if on_gpu and args.quick and not _given(args, "systems"):
+        only = {w: CUDA_QUICK[w] for w in wls if w in CUDA_QUICK}
     return runner.Config(
         workloads=wls,
         systems=systems,
-        steps=args.steps,
+        steps=steps,
         threads=args.threads,
         preset=preset,
         overrides=overrides,
@@ -120,11 +189,33 @@ def config(args: argparse.Namespace) -> runner.Config:
         build_candle=not args.no_build_candle,
         plain_progress=args.plain_progress,
         repeat=args.repeat,
+        device=args.device,
+        only=only,
+        candle_bin=args.candle_bin,
+        time_limit=args.time_limit,
     )
+
+
+def check_device(args: argparse.Namespace) -> None:
+    """Fail at once where the run cannot happen: `--device cuda` without a GPU, and the modes
+    that run on the CPU only."""
+    if args.device == "cpu":
+        if args.max_batch:
+            raise SystemExit("--max-batch: needs --device cuda (it caps GPU memory)")
+        return
+    for flag, given in (("--world", args.world > 1), ("--budget-sweep", args.budget_sweep)):
+        if given:
+            raise SystemExit(f"{flag} runs on the CPU only; leave out --device {args.device}")
+    from . import gpu
+
+    reason = gpu.cuda_unavailable_reason()
+    if reason:
+        raise SystemExit(reason)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    check_device(args)
     if args.world > 1:
         from . import distributed
 
@@ -134,10 +225,16 @@ def main(argv: list[str] | None = None) -> int:
         from . import budget_sweep
 
         return budget_sweep.main(cfg, args.out)
+    if args.max_batch:
+        from . import max_batch
+
+        return max_batch.main(cfg, args)
     result = runner.run(cfg)
     files = report.write(result, args.out)
     print(report.text_table(result))
     for line in report.process_spread(result):
+        print(line)
+    for line in report.headlines(result):
         print(line)
     for note in result.get("notes", []):
         print(note)

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import progress, tensorfile, workloads
+from . import gpu, progress, tensorfile, workloads
 from .systems import BY_NAME, SYSTEMS, System, candle, unavailable_reason
 
 SEED = 0
@@ -34,6 +34,12 @@ class Config:
     build_candle: bool = True
     plain_progress: bool = False
     repeat: int = 1  # processes per configuration, run in turn with the other configurations
+    device: str = "cpu"  # where every system trains: "cpu" or "cuda"
+    # The systems each workload runs on, where not every system (`--device cuda --quick`).
+    only: dict[str, list[str]] | None = None
+    candle_bin: Path | None = None  # a built candle program, instead of `cargo build`
+    time_limit: float | None = None  # seconds for the whole run; what is left is skipped
+    candle_exe: Path | None = field(default=None, repr=False)  # set by `prepare`
 
 
 def child_env(threads: int) -> dict[str, str]:
@@ -62,40 +68,117 @@ def _last_json(stdout: str) -> dict | None:
     return None
 
 
-def run_one(cmd: list[str], env: dict[str, str], timeout: float) -> dict:
+def run_one(
+    cmd: list[str], env: dict[str, str], timeout: float, sampler: gpu.Sampler | None = None
+) -> dict:
+    """One configuration's process; its figures. With a `sampler` (`--device cuda`), the
+    device's memory is sampled while it runs and the driver's figures are added."""
     t0 = time.perf_counter()
-    try:
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"status": "error", "reason": f"timed out after {timeout:.0f} s"}
-    result = _last_json(proc.stdout)
+    driver: dict = {}
+    if sampler is None:
+        try:
+            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return {"status": "error", "reason": f"timed out after {timeout:.0f} s"}
+        returncode, stdout, stderr = proc.returncode, proc.stdout, proc.stderr
+    else:
+        returncode, stdout, stderr, driver = gpu.run_sampled(cmd, env, timeout, sampler)
+        if returncode is None:
+            return {"status": "error", "reason": f"timed out after {timeout:.0f} s"}
+    result = _last_json(stdout)
     if result is None:
-        tail = " | ".join(proc.stderr.strip().splitlines()[-3:])
-        result = {"status": "error", "reason": f"exit {proc.returncode}: {tail}"}
-    elif result.get("status") == "error" and proc.stderr.strip():
-        result["stderr_tail"] = proc.stderr.strip().splitlines()[-5:]
+        tail = " | ".join(stderr.strip().splitlines()[-3:])
+        result = {"status": "error", "reason": f"exit {returncode}: {tail}"}
+    elif result.get("status") == "error" and stderr.strip():
+        result["stderr_tail"] = stderr.strip().splitlines()[-5:]
+    if result.get("status") == "ok":
+        result.update(driver)
     result["wall_seconds"] = time.perf_counter() - t0
     return result
+
+
+def child_command(
+    cfg: Config, system: System, wl, data: Path, steps: int, cap: dict | None = None
+) -> list[str]:
+    """The command line of one configuration's process: the candle program's, or
+    `gradstream.bench.child` with the spec of the Python system. `cap` (`--max-batch`):
+    `{"rule": "ballast" or "fraction", "bytes": N}` (candle has only the ballast)."""
+    if system.kind == "candle":
+        leave = cap["bytes"] if cap else None
+        return candle.command(cfg.candle_exe, wl, data, steps, cfg.threads, cfg.device, leave)
+    spec = {
+        "impl": system.impl,
+        "variant": system.variant,
+        "workload": wl.name,
+        "sizes": workloads.sizes(wl),
+        "data": str(data),
+        "steps": steps,
+        "threads": cfg.threads,
+        "device": cfg.device,
+    }
+    if cap:
+        spec["cap"] = cap
+    return [sys.executable, "-m", "gradstream.bench.child", json.dumps(spec)]
+
+
+def prepare(cfg: Config, systems: list[System], log) -> dict[str, str | None]:
+    """Why each system cannot run on `cfg.device` here (None where it can); finds or builds
+    the candle program (`cfg.candle_exe`)."""
+    reasons = {s.name: unavailable_reason(s) for s in systems}
+    on_gpu = cfg.device != "cpu"
+    if on_gpu:
+        torch_reason = gpu.torch_cuda_reason()
+        for s in systems:
+            if s.impl == "torch_impl" and not reasons[s.name]:
+                reasons[s.name] = torch_reason
+    cfg.candle_exe = None
+    if any(s.kind == "candle" for s in systems):
+        given = cfg.candle_bin or os.environ.get("GRADSTREAM_CANDLE_BIN")
+        if given:
+            if Path(given).is_file():
+                cfg.candle_exe = Path(given)
+            else:
+                reasons["candle"] = f"--candle-bin {given}: no such file"
+        elif on_gpu:
+            reasons["candle"] = (
+                "no candle program built with CUDA: build it with tools/build-candle-cuda.sh "
+                "and pass --candle-bin (or set GRADSTREAM_CANDLE_BIN)"
+            )
+        elif cfg.build_candle:
+            cfg.candle_exe, reasons["candle"] = candle.build(log=log)
+        elif candle.binary().exists():
+            cfg.candle_exe = candle.binary()
+        else:
+            reasons["candle"] = f"not built ({candle.binary()} missing) and --no-build-candle"
+    return reasons
+
+
+def child_env_for(cfg: Config, system: System) -> dict[str, str]:
+    env = child_env(cfg.threads)
+    if system.kind == "candle" and cfg.device != "cpu":
+        env = gpu.candle_env(env)  # its cuBLAS and cuRAND from PyTorch's nvidia-* packages
+    return env
 
 
 def run(cfg: Config, log=lambda s: print(s, file=sys.stderr)) -> dict:
     wls = {w: workloads.make(w, cfg.preset, cfg.overrides.get(w)) for w in cfg.workloads}
     systems = [BY_NAME[s] for s in cfg.systems]
     matrix: list[tuple[object, System]] = [
-        (wl, s) for wl in wls.values() for s in systems if s.applies_to(wl.name)
+        (wl, s)
+        for wl in wls.values()
+        for s in systems
+        if s.applies_to(wl.name) and s.name in (cfg.only or {}).get(wl.name, [s.name])
     ]
 
-    reasons = {s.name: unavailable_reason(s) for s in systems}
-    exe = None
-    if any(s.kind == "candle" for s in systems):
-        if cfg.build_candle:
-            exe, reasons["candle"] = candle.build(log=log)
-        elif candle.binary().exists():
-            exe = candle.binary()
-        else:
-            reasons["candle"] = f"not built ({candle.binary()} missing) and --no-build-candle"
+    reasons = prepare(cfg, systems, log)
+    notes: list[str] = []
+    sampler = None
+    if cfg.device != "cpu":
+        sampler, why = gpu.Sampler.open()
+        if sampler is None:
+            notes.append(f"driver memory not measured: {why}")
+    deadline = None if cfg.time_limit is None else time.monotonic() + cfg.time_limit
 
-    env = child_env(cfg.threads)
     runs: dict[tuple[str, str], list[dict]] = {}
     with tempfile.TemporaryDirectory(prefix="gradstream-bench-") as tmp:
         data: dict[str, Path] = {}
@@ -108,26 +191,18 @@ def run(cfg: Config, log=lambda s: print(s, file=sys.stderr)) -> dict:
                     rec = {"workload": wl.name, "system": system.name}
                     reason = reasons.get(system.name) or unavailable_reason(system, wl.name)
                     steps = steps_for(cfg, wl)
+                    left = None if deadline is None else deadline - time.monotonic()
                     if reason:
                         rec.update(status="skipped", reason=reason)
+                    elif left is not None and left < 1.0:
+                        rec.update(status="skipped", reason=f"--time-limit {cfg.time_limit:g} s")
                     else:
                         if wl.name not in data:
                             data[wl.name] = Path(tmp) / f"{wl.name}.safetensors"
                             tensorfile.save(data[wl.name], wl.tensors(SEED))
-                        if system.kind == "candle":
-                            cmd = candle.command(exe, wl, data[wl.name], steps, cfg.threads)
-                        else:
-                            spec = {
-                                "impl": system.impl,
-                                "variant": system.variant,
-                                "workload": wl.name,
-                                "sizes": workloads.sizes(wl),
-                                "data": str(data[wl.name]),
-                                "steps": steps,
-                                "threads": cfg.threads,
-                            }
-                            cmd = [sys.executable, "-m", "gradstream.bench.child", json.dumps(spec)]
-                        rec.update(run_one(cmd, env, cfg.timeout))
+                        cmd = child_command(cfg, system, wl, data[wl.name], steps)
+                        timeout = cfg.timeout if left is None else min(cfg.timeout, left)
+                        rec.update(run_one(cmd, child_env_for(cfg, system), timeout, sampler))
                     runs.setdefault((wl.name, system.name), []).append(rec)
                     bar.write(_summary(rec))
                     bar.update()
@@ -139,13 +214,16 @@ def run(cfg: Config, log=lambda s: print(s, file=sys.stderr)) -> dict:
     for rec in records:
         _complete(rec, bounds[rec["workload"]]["total"], steps_for(cfg, wls[rec["workload"]]))
     _compare(records)
-    return {
-        "meta": _meta(cfg, wls),
+    result = {
+        "meta": _meta(cfg, wls, sampler),
         "lower_bounds": {
             name: {**bounds[name], "how": wl.bound_text()} for name, wl in wls.items()
         },
         "records": records,
     }
+    if notes:
+        result["notes"] = notes
+    return result
 
 
 def merge_repeats(recs: list[dict]) -> dict:
@@ -160,7 +238,10 @@ def merge_repeats(recs: list[dict]) -> dict:
     rec["process_step_seconds"] = [r["step_seconds"] for r in recs]
     rec["step_seconds"] = statistics.median(rec["process_step_seconds"])
     rec["step_times"] = [t for r in recs for t in r.get("step_times", [])]
-    rec["peak_bytes"] = max(r["peak_bytes"] for r in recs)
+    for key in ("peak_bytes", "driver_peak_bytes"):
+        values = [r[key] for r in recs if r.get(key) is not None]
+        if values:
+            rec[key] = max(values)
     return rec
 
 
@@ -168,7 +249,14 @@ def _summary(rec: dict) -> str:
     head = f"{rec['workload']} / {rec['system']}: "
     if rec.get("status") != "ok":
         return head + f"{rec.get('status')}: {rec.get('reason')}"
-    return head + f"{rec['peak_bytes'] / 2**20:.1f} MiB, {rec['step_seconds']:.3f} s/step"
+    if rec.get("device", "cpu") == "cpu":
+        return head + f"{rec['peak_bytes'] / 2**20:.1f} MiB, {rec['step_seconds']:.3f} s/step"
+    figures = []
+    if rec.get("peak_bytes") is not None:
+        figures.append(f"peak {rec['peak_bytes'] / 2**20:.1f} MiB")
+    if rec.get("driver_peak_bytes") is not None:
+        figures.append(f"driver {rec['driver_peak_bytes'] / 2**20:.1f} MiB")
+    return head + ", ".join(figures + [f"{rec['step_seconds'] * 1e3:.2f} ms/step"])
 
 
 def steps_for(cfg: Config, workload) -> int:
@@ -184,7 +272,10 @@ def _complete(rec: dict, bound: int, steps: int) -> None:
     losses = rec.get("losses") or []
     rec["loss"] = losses[0] if losses else None
     rec["final_loss"] = losses[-1] if losses else None
-    rec["peak_vs_bound"] = rec["peak_bytes"] / bound
+    if rec.get("peak_bytes") is not None:  # the candle program has no counter on a GPU
+        rec["peak_vs_bound"] = rec["peak_bytes"] / bound
+    if rec.get("driver_peak_bytes") is not None:
+        rec["driver_peak_vs_bound"] = rec["driver_peak_bytes"] / bound
     times = rec.get("step_times") or [rec["step_seconds"]]
     rec["step_min_seconds"], rec["step_max_seconds"] = min(times), max(times)
     if "exact_peak_bytes" in rec:
@@ -212,11 +303,14 @@ def _compare(records: list[dict]) -> None:
         for ref_name in ("torch", "torch-hook"):
             ref = by_key.get((w, ref_name))
             key = "ratio_to_" + ref_name.replace("-", "_")
-            if ref and ref["peak_bytes"] > 0 and ref["step_seconds"] > 0:
-                rec[key] = {
-                    "peak": rec["peak_bytes"] / ref["peak_bytes"],
-                    "time": rec["step_seconds"] / ref["step_seconds"],
-                }
+            if ref and ref["step_seconds"] > 0:
+                ratios = {"peak": _ratio(rec.get("peak_bytes"), ref.get("peak_bytes"))}
+                if "driver_peak_bytes" in rec or "driver_peak_bytes" in ref:
+                    ratios["driver_peak"] = _ratio(
+                        rec.get("driver_peak_bytes"), ref.get("driver_peak_bytes")
+                    )
+                ratios["time"] = rec["step_seconds"] / ref["step_seconds"]
+                rec[key] = ratios
         ref, rtols = loss_refs[w], LOSS_RTOL
         if BY_NAME[rec["system"]].variant == "autocast":
             # bfloat16 products: compared with PyTorch's autocast run, to about 2 digits
@@ -237,7 +331,11 @@ def _compare(records: list[dict]) -> None:
             rec["loss_mismatch"] = "; ".join(problems)
 
 
-def _meta(cfg: Config, wls: dict) -> dict:
+def _ratio(a, b) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def _meta(cfg: Config, wls: dict, sampler: gpu.Sampler | None = None) -> dict:
     import platform
 
     meta = {
@@ -260,6 +358,19 @@ def _meta(cfg: Config, wls: dict) -> dict:
             "MALLOC_MMAP_THRESHOLD_=65536 in every child"
         ),
     }
+    if cfg.device != "cpu":
+        meta["device"] = cfg.device
+        meta["memory_method"] = gpu.MEMORY_METHOD
+        meta["timing_method"] = (
+            "wall time of one step between two synchronisations of the device (one before the "
+            "timer starts, one before it stops); PyTorch in float32 without TensorFloat-32 "
+            "(torch.backends.cudnn.allow_tf32 and torch.backends.cuda.matmul.allow_tf32 "
+            "False), as gradstream and candle compute"
+        )
+        if sampler is not None:
+            meta.update(sampler.describe())
+        if cfg.only is not None:
+            meta["only"] = cfg.only
     try:
         import torch
 

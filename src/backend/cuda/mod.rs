@@ -8,6 +8,7 @@
 //! same kernel source on the CPU emulator, so the parity suite runs every kernel and its
 //! host code without a GPU.
 
+mod adafactor;
 pub mod attention;
 pub mod elementwise;
 pub mod index;

@@ -77,7 +77,7 @@ fn coefficients(rule: &StepRule) -> Option<(&'static str, [f64; 10], i32)> {
             c[..4].copy_from_slice(&[s.weight_decay, 1.0 - s.lambd * s.eta, -s.eta, s.mu]);
             flag(s.weight_decay != 0.0, 1) | flag(s.mu != 1.0, 2)
         }
-        StepRule::Adafactor(_) => return None,
+        StepRule::Adafactor(_) => return None, // its own kernels: adafactor.rs
     };
     let name = match rule {
         StepRule::RmsProp(_) => "rmsprop",
@@ -143,6 +143,11 @@ impl OptimOps for Cuda {
                 rule.buffers(),
                 state.len()
             )));
+        }
+        if let StepRule::Adafactor(s) = rule {
+            float_suffix(op, param)?;
+            check(op, "gradient", grad, param)?;
+            return super::adafactor::step(param, grad, state, s, prep);
         }
         let Some((name, c, flags)) = coefficients(rule) else {
             return Err(not_implemented(&format!("{op} step"), param.device()));

@@ -38,6 +38,8 @@ modules! {
     NN = "nn";
     /// Batch norm's per-channel kernels (`NormOps`).
     NORM = "norm";
+    /// Adafactor's factored step (`OptimOps`).
+    ADAFACTOR = "adafactor";
     /// The fused optimizer steps (`OptimOps`).
     OPTIM = "optim";
     /// Element-wise unary and binary functions, float predicates (`ElementwiseOps`).

@@ -2,7 +2,9 @@
 
 The program is upstream candle's own training path (candle-nn `Linear` over `Var`s,
 `loss.backward()`, candle-nn `AdamW` with weight_decay 0); it reads the same safetensors file
-as every other system and prints the same JSON figures.
+as every other system and prints the same JSON figures. On a GPU (`--device cuda`) it runs
+a build with the program's `cuda` feature (tools/build-candle-cuda.sh), passed with
+`--candle-bin`.
 """
 
 from __future__ import annotations
@@ -61,13 +63,27 @@ def build(manifest: Path | None = None, log=print) -> tuple[Path | None, str | N
     return binary(), None
 
 
-def command(exe: Path, workload, data: Path, steps: int, threads: int) -> list[str]:
+def command(
+    exe: Path,
+    workload,
+    data: Path,
+    steps: int,
+    threads: int,
+    device: str = "cpu",
+    leave_free: int | None = None,
+) -> list[str]:
+    """The program's command line. `device` "cuda" needs a build with its `cuda` feature
+    (tools/build-candle-cuda.sh); `leave_free` (`--max-batch`) makes it allocate a ballast
+    that leaves that many bytes of the GPU free."""
+    cap = ["--leave-free", str(leave_free)] if leave_free is not None else []
     return [
         str(exe),
         "--workload", workload.model,
         "--data", str(data),
         "--steps", str(steps),
         "--threads", str(threads),
+        "--device", device,
+        *cap,
         "--lr", repr(workload.lr),
         "--weight-decay", repr(workload.weight_decay),
         *workload.candle_args(),

@@ -1,7 +1,8 @@
 """The `cnn` workload's model and loss, written once against PyTorch's API.
 
 `build(torch, workload, tensors, tensor)` takes the module to build with (PyTorch, or
-gradstream, which mirrors it), so the torch and gradstream systems run the same code.
+gradstream, which mirrors it), so the torch and gradstream systems run the same code;
+`tensor` makes a tensor on the run's device from an array, and the model is moved there.
 """
 
 from __future__ import annotations
@@ -10,10 +11,16 @@ from collections.abc import Callable
 
 
 def build(
-    torch, workload, tensors: dict, tensor: Callable, segments: int | None = None
+    torch,
+    workload,
+    tensors: dict,
+    tensor: Callable,
+    segments: int | None = None,
+    device: str = "cpu",
 ) -> tuple[Callable, list]:
-    """The FCN as an `nn.Sequential` with the shared weights; (loss function, parameters).
-    `segments`: run it with `checkpoint_sequential` in that many segments (`--budget-sweep`)."""
+    """The FCN as an `nn.Sequential` with the shared weights, on `device`; (loss function,
+    parameters). `segments`: run it with `checkpoint_sequential` in that many segments
+    (`--budget-sweep`)."""
     nn, F = torch.nn, torch.nn.functional
 
     def load(module, name: str):
@@ -37,7 +44,7 @@ def build(
             layers.append(load(nn.ConvTranspose2d(c_in, c_out, 2, stride=2), name))
         elif kind == "head":
             layers.append(load(nn.Conv2d(c_in, c_out, 1), name))
-    model = nn.Sequential(*layers)
+    model = nn.Sequential(*layers).to(device)
     x = tensor(tensors["x"])
     target = tensor(tensors["target"])
 

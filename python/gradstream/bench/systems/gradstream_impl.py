@@ -7,7 +7,8 @@
   chunk of points (`gradstream.utils.checkpoint.checkpoint_chunks`).
 
 The mlp and nerf code mirrors `torch_impl` line for line with `import gradstream as torch`;
-the cnn and lora models are the same code as torch's (`convnet`, `lora_gpt`).
+the cnn and lora models are the same code as torch's (`convnet`, `lora_gpt`). `device` ("cpu",
+"cuda") is where the model, its inputs and its optimizer state live.
 """
 
 from __future__ import annotations
@@ -84,29 +85,66 @@ def missing(variant: str, workload: str | None = None) -> str | None:
     return None
 
 
-def setup(threads: int) -> None:
+def setup(threads: int, device: str = "cpu") -> None:
     reason = missing("standard")
     if reason:
         raise Unsupported(reason)
+    if device != "cpu" and not torch.cuda.is_available():
+        raise Unsupported("gradstream sees no CUDA device (the CPU build, or no driver)")
     if hasattr(torch, "set_num_threads"):
         torch.set_num_threads(threads)
-    w = torch.ones(16, 16, requires_grad=True)
-    opt = torch.optim.Adam([w])
-    torch.matmul(w, w).sum().backward()
-    opt.step()
+    # On a GPU also its context, cuBLAS and the optimizer's kernels there.
+    for dev in dict.fromkeys(("cpu", device)):
+        w = torch.ones(16, 16, requires_grad=True, device=dev)
+        opt = torch.optim.Adam([w])
+        torch.matmul(w, w).sum().backward()
+        opt.step()
+        del w, opt
+    synchronize(device)
 
 
-def _tensor(array):
-    return torch.from_numpy(array) if hasattr(torch, "from_numpy") else torch.tensor(array)
+def synchronize(device: str) -> None:
+    if device != "cpu":
+        torch.cuda.synchronize()
 
 
-def _linear(tensors: dict, name: str):
+class Counter:
+    """gradstream's exact count of the bytes its tensors hold on a GPU."""
+
+    def __init__(self, device: str):
+        self.device = device
+
+    def allocated(self) -> int:
+        return torch.cuda.memory_allocated(self.device)
+
+    def reset_peak(self) -> None:
+        torch.cuda.reset_peak_memory_stats(self.device)
+
+    def peak(self) -> int:
+        return torch.cuda.max_memory_allocated(self.device)
+
+    def extra(self) -> dict:
+        return {}
+
+
+def cap_fraction(device: str, cap: int) -> None:
+    """`--max-batch --cap-rule fraction`: gradstream's own cap on its tensors' bytes, at
+    `cap` bytes (the fraction `cap` is of the device's memory)."""
+    torch.cuda.set_per_process_memory_fraction(cap / torch.cuda.mem_get_info(device)[1], device)
+
+
+def _tensor(array, device: str = "cpu"):
+    t = torch.from_numpy(array) if hasattr(torch, "from_numpy") else torch.tensor(array)
+    return t.to(device)
+
+
+def _linear(tensors: dict, name: str, device: str = "cpu"):
     w = tensors[f"{name}.weight"]
     layer = torch.nn.Linear(w.shape[1], w.shape[0])
     with torch.no_grad():
         layer.weight.copy_(_tensor(w))
         layer.bias.copy_(_tensor(tensors[f"{name}.bias"]))
-    return layer
+    return layer.to(device)
 
 
 def _mse(a, b):
@@ -125,7 +163,7 @@ def render(sigma, rgb, dists):
     sigma = sigma.reshape(rays, samples)
     rgb = rgb.reshape(rays, samples, 3)
     alpha = 1.0 - torch.exp(-sigma * dists)
-    ones = torch.ones(rays, 1)
+    ones = torch.ones(rays, 1, device=alpha.device)
     trans = torch.cumprod(torch.cat([ones, 1.0 - alpha + 1e-10], dim=-1), dim=-1)[:, :-1]
     weights = alpha * trans
     return torch.sum(weights[..., None] * rgb, dim=-2)
@@ -144,23 +182,30 @@ def optimizer(workload, params, in_backward: bool = False):
     return torch.optim.Adam(params, lr=workload.lr, **kwargs)
 
 
-def build(workload, tensors: dict, variant: str) -> RunState:
+def build(workload, tensors: dict, variant: str, device: str = "cpu") -> RunState:
     reason = missing(variant, workload.name)
     if reason:
         raise Unsupported(reason)
     try:
-        return _build(workload, tensors, variant)
+        return _build(workload, tensors, variant, device)
     except (AttributeError, NotImplementedError) as e:
         raise Unsupported(f"gradstream lacks an op this step uses: {e}") from e
 
 
-def loss_and_params(workload, tensors: dict, variant: str = "standard") -> tuple:
-    """`(loss_fn, params)`: the workload's model on the shared weights; `loss_fn()` runs the
-    forward pass and the loss (also what benches/profile_step.py times phase by phase)."""
+def loss_and_params(
+    workload, tensors: dict, variant: str = "standard", device: str = "cpu"
+) -> tuple:
+    """`(loss_fn, params)`: the workload's model on the shared weights, on `device`;
+    `loss_fn()` runs the forward pass and the loss (also what benches/profile_step.py times
+    phase by phase)."""
+
+    def tensor(array):
+        return _tensor(array, device)
+
     if workload.model == "mlp":
-        layers = [_linear(tensors, n) for n, _, _ in workload.layer_shapes()]
-        x = _tensor(tensors["x"])
-        target = _tensor(tensors["target"])
+        layers = [_linear(tensors, n, device) for n, _, _ in workload.layer_shapes()]
+        x = tensor(tensors["x"])
+        target = tensor(tensors["target"])
 
         def loss_fn():
             h = x
@@ -170,11 +215,11 @@ def loss_and_params(workload, tensors: dict, variant: str = "standard") -> tuple
 
     elif workload.model == "nerf":
         shapes = workload.layer_shapes()
-        layers = [_linear(tensors, n) for n, _, _ in shapes[:-2]]
-        layers += [_linear(tensors, "sigma"), _linear(tensors, "rgb")]
-        enc = encode(_tensor(tensors["pts"]), workload.freqs)
-        dists = _tensor(tensors["dists"])
-        target = _tensor(tensors["target"])
+        layers = [_linear(tensors, n, device) for n, _, _ in shapes[:-2]]
+        layers += [_linear(tensors, "sigma", device), _linear(tensors, "rgb", device)]
+        enc = encode(tensor(tensors["pts"]), workload.freqs)
+        dists = tensor(tensors["dists"])
+        target = tensor(tensors["target"])
         skip = workload.skip
 
         def mlp(e):
@@ -194,7 +239,9 @@ def loss_and_params(workload, tensors: dict, variant: str = "standard") -> tuple
             return _mse(render(sigma, rgb, dists), target)
 
     elif workload.name in MODELS:
-        loss_fn, params = MODELS[workload.name].build(torch, workload, tensors, _tensor)
+        loss_fn, params = MODELS[workload.name].build(
+            torch, workload, tensors, tensor, device=device
+        )
 
     else:
         raise Unsupported(f"gradstream has no {workload.name} model")
@@ -204,14 +251,15 @@ def loss_and_params(workload, tensors: dict, variant: str = "standard") -> tuple
     return loss_fn, params
 
 
-def _build(workload, tensors: dict, variant: str) -> RunState:
-    loss_fn, params = loss_and_params(workload, tensors, variant)
+def _build(workload, tensors: dict, variant: str, device: str = "cpu") -> RunState:
+    loss_fn, params = loss_and_params(workload, tensors, variant, device)
 
     if variant == "autocast":
         full_precision_loss = loss_fn
+        device_type = torch.device(device).type
 
         def loss_fn():
-            with torch.autocast("cpu", dtype=torch.bfloat16):
+            with torch.autocast(device_type, dtype=torch.bfloat16):
                 return full_precision_loss()
 
     if variant in ("in_backward", "checkpoint", "autocast"):
@@ -244,13 +292,23 @@ def _build(workload, tensors: dict, variant: str) -> RunState:
             opt.zero_grad(set_to_none=True)
             return loss.item()
 
+    on_host = device == "cpu"
+
     def after_warmup():
-        torch.memory.reset_peak_memory_stats()
+        torch.memory.reset_peak_memory_stats(None if on_host else device)
         if hasattr(torch.memory, "reset_budget_stats"):
             torch.memory.reset_budget_stats()
 
     def extra():
-        out = {"exact_peak_bytes": torch.memory.max_memory_allocated()}
+        if on_host:
+            out = {"exact_peak_bytes": torch.memory.max_memory_allocated()}
+        else:
+            # The peak of each category on the device: "gradient" is the most bytes of
+            # `.grad`s alive at once (with the optimizer in backward, those not yet stepped).
+            out = {"peak_by_category": torch.memory.max_memory_by_category(device)}
+            sizes = [p.numel() * p.element_size() for p in params]
+            out["trained_param_bytes"] = sum(sizes)
+            out["largest_param_bytes"] = max(sizes, default=0)
         if hasattr(torch.memory, "budget_stats"):
             out["budget_stats"] = torch.memory.budget_stats()
         return out

@@ -1,8 +1,9 @@
 """The `lora` workload's model and loss, written once against PyTorch's API.
 
 `build(torch, workload, tensors, tensor)` takes the module to build with (PyTorch, or
-gradstream, which mirrors it). The base GPT's weights are frozen tensors
-(`requires_grad_(False)`); only the LoRA adapters are returned as parameters.
+gradstream, which mirrors it); `tensor` makes a tensor on the run's device from an array. The
+base GPT's weights are frozen tensors (`requires_grad_(False)`); only the LoRA adapters are
+returned as parameters.
 """
 
 from __future__ import annotations
@@ -11,10 +12,16 @@ from collections.abc import Callable
 
 
 def build(
-    torch, workload, tensors: dict, tensor: Callable, segments: int | None = None
+    torch,
+    workload,
+    tensors: dict,
+    tensor: Callable,
+    segments: int | None = None,
+    device: str = "cpu",
 ) -> tuple[Callable, list]:
-    """(loss function, adapter parameters) of the LoRA GPT on the shared weights and tokens.
-    `segments`: run the blocks with `checkpoint_sequential` in that many segments."""
+    """(loss function, adapter parameters) of the LoRA GPT on the shared weights and tokens
+    (`tensor` puts them on the run's device: `device` is there for the signature `convnet`
+    shares). `segments`: run the blocks with `checkpoint_sequential` in that many segments."""
     F = torch.nn.functional
     base = {n: tensor(tensors[n]).requires_grad_(False) for n in workload.base_shapes()}
     adapters = {

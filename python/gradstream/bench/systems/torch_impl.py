@@ -7,7 +7,8 @@
 - `checkpoint` (`torch-checkpoint`, nerf): the MLP recomputed per chunk of points in backward
   (`torch.utils.checkpoint`, non-reentrant).
 
-The cnn and lora models are shared with gradstream (`convnet`, `lora_gpt`).
+The cnn and lora models are shared with gradstream (`convnet`, `lora_gpt`). `device` ("cpu",
+"cuda") is where the model, its inputs and its optimizer state live.
 """
 
 from __future__ import annotations
@@ -22,30 +23,75 @@ except ImportError:  # pragma: no cover - the harness lists the system as skippe
     torch = None
 
 
-def setup(threads: int) -> None:
+def setup(threads: int, device: str = "cpu") -> None:
     if torch is None:
         raise Unsupported("PyTorch is not installed")
+    if device != "cpu" and not torch.cuda.is_available():
+        raise Unsupported(f"this PyTorch ({torch.__version__}) sees no CUDA device")
+    if device != "cpu":
+        # float32 as gradstream and candle compute it: no TensorFloat-32 in cuDNN's
+        # convolutions (on by default) or cuBLAS's matmuls (off by default), so that the
+        # losses agree to LOSS_RTOL and the step times compare the same arithmetic.
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = False
     torch.set_num_threads(threads)
-    # Start the runtime (thread pool, kernels, Adam) on tiny tensors before the baseline.
-    w = torch.ones(16, 16, requires_grad=True)
-    opt = torch.optim.Adam([w])
-    (w @ w).sum().backward()
-    opt.step()
+    # Start the runtime (thread pool, kernels, Adam) on tiny tensors before the baseline; on a
+    # GPU also its context, cuBLAS and the optimizer's kernels there.
+    for dev in dict.fromkeys(("cpu", device)):
+        w = torch.ones(16, 16, requires_grad=True, device=dev)
+        opt = torch.optim.Adam([w])
+        (w @ w).sum().backward()
+        opt.step()
+        del w, opt
+    synchronize(device)
 
 
-def _linear(tensors: dict, name: str) -> nn.Linear:
+def synchronize(device: str) -> None:
+    if device != "cpu":
+        torch.cuda.synchronize()
+
+
+class Counter:
+    """PyTorch's own count of the bytes its tensors hold on a GPU (the caching allocator's)."""
+
+    def __init__(self, device: str):
+        self.device = torch.device(device)
+
+    def allocated(self) -> int:
+        return torch.cuda.memory_allocated(self.device)
+
+    def reset_peak(self) -> None:
+        torch.cuda.reset_peak_memory_stats(self.device)
+
+    def peak(self) -> int:
+        return torch.cuda.max_memory_allocated(self.device)
+
+    def extra(self) -> dict:
+        return {"max_memory_reserved_bytes": torch.cuda.max_memory_reserved(self.device)}
+
+
+def cap_fraction(device: str, cap: int) -> None:
+    """`--max-batch --cap-rule fraction`: PyTorch's own cap on its caching allocator, at
+    `cap` bytes (the fraction `cap` is of the device's memory)."""
+    dev = torch.device(device)
+    torch.cuda.set_per_process_memory_fraction(cap / torch.cuda.mem_get_info(dev)[1], dev)
+
+
+def _linear(tensors: dict, name: str, device: str = "cpu") -> nn.Linear:
     w = torch.from_numpy(tensors[f"{name}.weight"])
     layer = nn.Linear(w.shape[1], w.shape[0])
     with torch.no_grad():
         layer.weight.copy_(w)
         layer.bias.copy_(torch.from_numpy(tensors[f"{name}.bias"]))
-    return layer
+    return layer.to(device)
 
 
 class MLP(nn.Module if torch else object):
-    def __init__(self, workload, tensors):
+    def __init__(self, workload, tensors, device: str = "cpu"):
         super().__init__()
-        self.layers = nn.ModuleList(_linear(tensors, n) for n, _, _ in workload.layer_shapes())
+        self.layers = nn.ModuleList(
+            _linear(tensors, n, device) for n, _, _ in workload.layer_shapes()
+        )
 
     def forward(self, x):
         for layer in self.layers:
@@ -64,13 +110,13 @@ def encode(pts, freqs: int):
 class NeRFMLP(nn.Module if torch else object):
     """Encoded points -> (sigma, rgb); the encoding re-enters at layer skip + 1."""
 
-    def __init__(self, workload, tensors):
+    def __init__(self, workload, tensors, device: str = "cpu"):
         super().__init__()
         shapes = workload.layer_shapes()
         self.skip = workload.skip
-        self.layers = nn.ModuleList(_linear(tensors, n) for n, _, _ in shapes[:-2])
-        self.sigma = _linear(tensors, "sigma")
-        self.rgb = _linear(tensors, "rgb")
+        self.layers = nn.ModuleList(_linear(tensors, n, device) for n, _, _ in shapes[:-2])
+        self.sigma = _linear(tensors, "sigma", device)
+        self.rgb = _linear(tensors, "rgb", device)
 
     def forward(self, enc):
         h = enc
@@ -87,7 +133,7 @@ def render(sigma, rgb, dists):
     sigma = sigma.reshape(rays, samples)
     rgb = rgb.reshape(rays, samples, 3)
     alpha = 1.0 - torch.exp(-sigma * dists)
-    ones = torch.ones(rays, 1, dtype=alpha.dtype)
+    ones = torch.ones(rays, 1, dtype=alpha.dtype, device=alpha.device)
     trans = torch.cumprod(torch.cat([ones, 1.0 - alpha + 1e-10], dim=-1), dim=-1)[:, :-1]
     weights = alpha * trans
     return torch.sum(weights[..., None] * rgb, dim=-2)
@@ -128,14 +174,21 @@ def optimizer(workload, params):
     return torch.optim.Adam(params, lr=workload.lr)
 
 
-def loss_and_params(workload, tensors: dict, variant: str = "standard") -> tuple:
-    """`(loss_fn, params)`: the workload's model on the shared weights; `loss_fn()` runs the
-    forward pass and the loss (also what benches/profile_step.py times phase by phase)."""
+def loss_and_params(
+    workload, tensors: dict, variant: str = "standard", device: str = "cpu"
+) -> tuple:
+    """`(loss_fn, params)`: the workload's model on the shared weights, on `device`;
+    `loss_fn()` runs the forward pass and the loss (also what benches/profile_step.py times
+    phase by phase)."""
+
+    def tensor(array):
+        return torch.from_numpy(array).to(device)
+
     if workload.model == "mlp":
-        model = MLP(workload, tensors)
+        model = MLP(workload, tensors, device)
         params = list(model.parameters())
-        x = torch.from_numpy(tensors["x"])
-        target = torch.from_numpy(tensors["target"])
+        x = tensor(tensors["x"])
+        target = tensor(tensors["target"])
 
         def loss_fn():
             if variant.startswith("sequential:"):
@@ -144,11 +197,11 @@ def loss_and_params(workload, tensors: dict, variant: str = "standard") -> tuple
             return torch.nn.functional.mse_loss(model(x), target)
 
     elif workload.model == "nerf":
-        model = NeRFMLP(workload, tensors)
+        model = NeRFMLP(workload, tensors, device)
         params = list(model.parameters())
-        enc = encode(torch.from_numpy(tensors["pts"]), workload.freqs)
-        dists = torch.from_numpy(tensors["dists"])
-        target = torch.from_numpy(tensors["target"])
+        enc = encode(tensor(tensors["pts"]), workload.freqs)
+        dists = tensor(tensors["dists"])
+        target = tensor(tensors["target"])
         chunks = workload.chunks
 
         def loss_fn():
@@ -169,7 +222,7 @@ def loss_and_params(workload, tensors: dict, variant: str = "standard") -> tuple
     elif workload.name in MODELS:
         segments = int(variant.partition(":")[2]) if variant.startswith("sequential:") else None
         loss_fn, params = MODELS[workload.name].build(
-            torch, workload, tensors, torch.from_numpy, segments=segments
+            torch, workload, tensors, tensor, segments=segments, device=device
         )
 
     else:
@@ -177,13 +230,14 @@ def loss_and_params(workload, tensors: dict, variant: str = "standard") -> tuple
     return loss_fn, params
 
 
-def build(workload, tensors: dict, variant: str) -> RunState:
-    loss_fn, params = loss_and_params(workload, tensors, variant)
+def build(workload, tensors: dict, variant: str, device: str = "cpu") -> RunState:
+    loss_fn, params = loss_and_params(workload, tensors, variant, device)
     if variant == "autocast":
         full_precision_loss = loss_fn
+        device_type = torch.device(device).type
 
         def loss_fn():
-            with torch.autocast("cpu", dtype=torch.bfloat16):
+            with torch.autocast(device_type, dtype=torch.bfloat16):
                 return full_precision_loss()
 
     if variant == "hook":

@@ -13,24 +13,12 @@
 // that type first, as the CPU kernels do.
 
 #include "gs_cuda.cuh"
+#include "optim.cuh"
 
 namespace {
 
-template <class C>
-struct Prep {
-  C scale, lo, hi, sign;
-  __device__ __forceinline__ C apply(C g) const {
-    g = g * scale;
-    g = g < lo ? lo : (g > hi ? hi : g);
-    return g * sign;
-  }
-};
-
-// PyTorch's lerp: two formulas, chosen by the weight, for accuracy at both ends.
-template <class C>
-__device__ __forceinline__ C lerp(C a, C b, C w) {
-  return (w < C(0.5) && w > C(-0.5)) ? a + w * (b - a) : b - (b - a) * (C(1) - w);
-}
+using gs::lerp;
+using gs::Prep;
 
 // torch.maximum: NaN wins.
 template <class C>
