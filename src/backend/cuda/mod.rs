@@ -9,6 +9,7 @@
 //! host code without a GPU.
 
 mod adafactor;
+pub mod conv;
 pub mod elementwise;
 pub mod index;
 pub mod inplace;
@@ -35,7 +36,7 @@ pub use real::{buffer, device_ptr};
 use std::collections::HashSet;
 use std::sync::{Mutex, OnceLock};
 
-use super::{AttentionOps, ConvOps, LinalgOps, MatmulOps, SortOps};
+use super::{AttentionOps, LinalgOps, MatmulOps, SortOps};
 
 /// gradstream's CUDA backend: each family's `impl` is in its file, or here when the
 /// family runs candle's ops.
@@ -43,7 +44,6 @@ pub struct Cuda;
 
 impl SortOps for Cuda {}
 impl AttentionOps for Cuda {}
-impl ConvOps for Cuda {}
 impl LinalgOps for Cuda {}
 impl MatmulOps for Cuda {}
 

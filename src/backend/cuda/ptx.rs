@@ -54,4 +54,6 @@ modules! {
     INPLACE = "inplace";
     /// Advanced-index take and put, and the bounds check of index values (`IndexOps`).
     INDEX = "index";
+    /// im2col, col2im and the image/channel swap around the convolutions' GEMMs (`ConvOps`).
+    CONV = "conv";
 }
