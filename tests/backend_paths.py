@@ -91,6 +91,10 @@ CUDA_KERNELS: set[str] = {
         "max_pool1d max_pool2d avg_pool1d avg_pool2d adaptive_max_pool1d adaptive_max_pool2d "
         "adaptive_avg_pool1d adaptive_avg_pool2d interpolate"
     ).split(),
+    # conv.cu
+    "conv2d",
+    "conv2d_weight_grad",
+    "conv_transpose2d",
 }
 
 # `cuda-emulated`: the CUDA backend on CPU tensors, its kernels run by the CPU emulator;
