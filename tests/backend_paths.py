@@ -93,6 +93,10 @@ CUDA_KERNELS: set[str] = {
     ).split(),
     # attention.cu
     "scaled_dot_product_attention",
+    # conv.cu
+    "conv2d",
+    "conv2d_weight_grad",
+    "conv_transpose2d",
 }
 
 # `cuda-emulated`: the CUDA backend on CPU tensors, its kernels run by the CPU emulator;

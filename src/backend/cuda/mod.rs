@@ -10,6 +10,7 @@
 
 mod adafactor;
 pub mod attention;
+pub mod conv;
 pub mod elementwise;
 pub mod index;
 pub mod inplace;
@@ -36,14 +37,13 @@ pub use real::{buffer, device_ptr};
 use std::collections::HashSet;
 use std::sync::{Mutex, OnceLock};
 
-use super::{ConvOps, LinalgOps, MatmulOps, SortOps};
+use super::{LinalgOps, MatmulOps, SortOps};
 
 /// gradstream's CUDA backend: each family's `impl` is in its file, or here when the
 /// family runs candle's ops.
 pub struct Cuda;
 
 impl SortOps for Cuda {}
-impl ConvOps for Cuda {}
 impl LinalgOps for Cuda {}
 impl MatmulOps for Cuda {}
 

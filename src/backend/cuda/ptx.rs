@@ -56,4 +56,6 @@ modules! {
     INDEX = "index";
     /// FlashAttention-2 forward and backward (`AttentionOps`).
     ATTENTION = "attention";
+    /// im2col, col2im and the image/channel swap around the convolutions' GEMMs (`ConvOps`).
+    CONV = "conv";
 }
