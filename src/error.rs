@@ -118,11 +118,26 @@ impl From<Error> for PyErr {
             Error::Interrupted => PyKeyboardInterrupt::new_err(()),
             Error::Python(e) => e,
             // A device that ran out of memory is PyTorch's OutOfMemoryError, as the cap is.
-            Error::Candle { op, source } if source.to_string().contains("OUT_OF_MEMORY") => {
-                OutOfMemoryError::new_err(format!("{op}: CUDA out of memory: {source}"))
+            Error::Candle { op, source } => {
+                let msg = candle_message(&source);
+                match msg.contains("OUT_OF_MEMORY") {
+                    true => OutOfMemoryError::new_err(format!("{op}: CUDA out of memory: {msg}")),
+                    false => PyRuntimeError::new_err(format!("{op}: {msg}")),
+                }
             }
-            Error::Candle { op, source } => PyRuntimeError::new_err(format!("{op}: {source}")),
         }
+    }
+}
+
+/// candle's message without the stack trace candle appends when `RUST_BACKTRACE` is set
+/// (forty lines of `<unknown>` frames under the one line that says what went wrong).
+fn candle_message(e: &candle_core::Error) -> String {
+    match e {
+        candle_core::Error::WithBacktrace { inner, .. } => candle_message(inner),
+        candle_core::Error::Context { inner, context } => {
+            format!("{context}: {}", candle_message(inner))
+        }
+        e => e.to_string(),
     }
 }
 
