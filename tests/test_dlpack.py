@@ -42,6 +42,7 @@ def test_torch_sees_gradstream_memory_both_ways(dtype):
     assert as_list(t) == as_list(torch.full((3, 4), 2).to(t.dtype))
 
 
+@pytest.mark.cpu_only("NumPy reads host memory only (a CUDA tensor is refused, as torch's is)")
 @pytest.mark.parametrize("dtype", [d for d in DTYPES if d != "bfloat16"])
 def test_numpy_sees_gradstream_memory_both_ways(dtype):
     g = make(dtype)
@@ -86,7 +87,8 @@ def test_strided_views_export_without_a_copy(view):
     if g.numel():
         base.mul_(-1)
         assert shared.tolist() == (-t).tolist()
-        assert np.from_dlpack(g).tolist() == (-t).tolist()
+        if g.device.type == "cpu":  # NumPy reads host memory only
+            assert np.from_dlpack(g).tolist() == (-t).tolist()
 
 
 def test_export_keeps_the_buffer_alive():

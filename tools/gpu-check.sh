@@ -75,7 +75,7 @@ TIMEOUT=(-p no:cacheprovider -o addopts= -q -rfE --timeout=60)
 # Reserves: the suite keeps at least 120 s after test_cuda, the two benches 200 s after the
 # suite, the max-batch search 70 s after the bench.
 step test_cuda "$(limit_for 90 320)" "$PY" -m pytest "${TIMEOUT[@]}" tests/test_cuda.py
-step suite "$(limit_for 300 200)" env GRADSTREAM_TEST_DEVICE=cuda "$PY" -m pytest \
+step suite "$(limit_for 300 200)" env GRADSTREAM_TEST_DEVICE=cuda CUDA_LAUNCH_BLOCKING=1 "$PY" -m pytest \
     "${TIMEOUT[@]}" -n "${WORKERS:-12}" --maxfail=500 tests
 # The candle program needs no Rust here: tools/build-candle-cuda.sh builds it into WHEEL_DIR.
 CANDLE=()
