@@ -432,8 +432,7 @@ unsafe fn copy_in_cuda(dl: &DLTensor) -> Result<Tensor> {
     let device = crate::device::cuda::device(ordinal)?;
     // The producer's queued writes finish before the copy reads.
     crate::device::cuda::synchronize(ordinal)?;
-    let out =
-        candle_core::Tensor::zeros(dims.as_slice(), dtype.candle(), &device).op("from_dlpack")?;
+    let out = crate::device::zeros(dims.as_slice(), dtype.candle(), &device).op("from_dlpack")?;
     let bytes = out.elem_count() * dtype.size_in_bytes();
     if bytes > 0 {
         let dst = crate::backend::cuda::launch::addr(&out)?;

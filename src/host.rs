@@ -6,6 +6,7 @@
 //! which names the reason and counts it. `_core._host_reads()` lists the counts, and the
 //! tests check that a training step of the bench's workloads makes none.
 
+use crate::backend::cast::Convert;
 use candle_core::WithDType;
 use parking_lot::Mutex;
 
@@ -28,7 +29,7 @@ fn count(why: &'static str, bytes: usize) {
 /// The elements of `t` (any layout), cast to `T`, row-major, on the host.
 pub fn read<T: WithDType>(why: &'static str, t: &candle_core::Tensor) -> Result<Vec<T>> {
     count(why, t.elem_count() * std::mem::size_of::<T>());
-    t.to_dtype(T::DTYPE)
+    t.cast(T::DTYPE)
         .and_then(|d| d.flatten_all())
         .and_then(|d| d.to_vec1::<T>())
         .op(why)
@@ -37,7 +38,7 @@ pub fn read<T: WithDType>(why: &'static str, t: &candle_core::Tensor) -> Result<
 /// The one element of `t`, cast to `T`.
 pub fn read_scalar<T: WithDType>(why: &'static str, t: &candle_core::Tensor) -> Result<T> {
     count(why, std::mem::size_of::<T>());
-    t.to_dtype(T::DTYPE)
+    t.cast(T::DTYPE)
         .and_then(|d| d.flatten_all())
         .and_then(|d| d.get(0))
         .and_then(|d| d.to_scalar::<T>())
@@ -50,7 +51,7 @@ pub fn to_host(why: &'static str, t: &candle_core::Tensor) -> Result<candle_core
         return Ok(t.clone());
     }
     count(why, t.elem_count() * t.dtype().size_in_bytes());
-    t.to_device(&candle_core::Device::Cpu).op(why)
+    crate::device::to_device(t, &candle_core::Device::Cpu).op(why)
 }
 
 /// Every reason a read was made for, with its calls and bytes.

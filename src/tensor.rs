@@ -3,6 +3,7 @@
 //! `Tensor` is a cheap handle (`Arc`); the Python `Tensor` class wraps one. Every candle
 //! buffer a `Tensor` holds is registered with `memory` for exact accounting.
 
+use crate::backend::cast::Convert;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
@@ -36,7 +37,7 @@ pub(crate) struct Data {
 /// zero-size buffer of its own: it shares no element, so nothing is lost.
 fn own_if_empty(t: candle_core::Tensor) -> candle_core::Tensor {
     if t.elem_count() == 0 && t.layout().start_offset() > 0 {
-        if let Ok(z) = candle_core::Tensor::zeros(t.shape(), t.dtype(), t.device()) {
+        if let Ok(z) = crate::device::zeros(t.shape(), t.dtype(), t.device()) {
             return z;
         }
     }
@@ -481,7 +482,7 @@ impl Tensor {
     }
 
     pub fn contiguous_data(&self) -> Result<candle_core::Tensor> {
-        self.data().contiguous().op("contiguous")
+        self.data().dense().op("contiguous")
     }
 
     /// The elements, cast to `T`, as a host vector in row-major order: a counted

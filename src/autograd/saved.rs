@@ -347,7 +347,7 @@ pub fn crossed_grads(
 /// check of a packed tensor working without keeping its data.
 fn empty_view(t: &Tensor) -> Result<Tensor> {
     let d = t.data();
-    let empty = candle_core::Tensor::zeros(0, d.dtype(), d.device()).op("save")?;
+    let empty = crate::device::zeros(0, d.dtype(), d.device()).op("save")?;
     Ok(t.view_of(empty))
 }
 

@@ -34,10 +34,13 @@ pub fn buffer_of(t: &candle_core::Tensor) -> Option<Buffer> {
 
 /// Whether two candle tensors share one buffer (on any device; empty ones too).
 pub fn same_buffer(a: &candle_core::Tensor, b: &candle_core::Tensor) -> bool {
-    // One guard at a time: two read guards on one lock can deadlock behind a writer.
-    let id = |t: &candle_core::Tensor| {
-        let (s, _) = t.storage_and_layout();
-        &*s as *const Storage as usize
-    };
-    id(a) == id(b)
+    buffer_id(a) == buffer_id(b)
+}
+
+/// An identity of the buffer under `t`, equal for tensors sharing one. It takes and drops a
+/// read guard: never call it while holding one on the same buffer (two read guards on one
+/// lock can deadlock behind a writer).
+pub fn buffer_id(t: &candle_core::Tensor) -> usize {
+    let (s, _) = t.storage_and_layout();
+    &*s as *const Storage as usize
 }

@@ -3,13 +3,14 @@
 //! NotImplementedError naming the op and the device.
 
 use super::{
-    AttentionOps, ConvOps, ElementwiseOps, IndexOps, InplaceOps, LinalgOps, MaskOps, MatmulOps,
-    NnOps, NormOps, OptimOps, PoolOps, ReduceOps, RenderOps, SortOps,
+    AttentionOps, CastOps, ConvOps, ElementwiseOps, IndexOps, InplaceOps, LinalgOps, MaskOps,
+    MatmulOps, NnOps, NormOps, OptimOps, PoolOps, ReduceOps, RenderOps, SortOps,
 };
 
 /// candle's ops on any device.
 pub struct Candle;
 
+impl CastOps for Candle {}
 impl ElementwiseOps for Candle {}
 impl InplaceOps for Candle {}
 impl MaskOps for Candle {}

@@ -1,8 +1,10 @@
 //! Element-wise kernels: unary functions, binary functions of two same-shape operands
 //! (broadcast views allowed), float predicates. The defaults are candle's ops.
 
+use crate::backend::cast::Convert;
 use std::f64::consts::{FRAC_1_SQRT_2, LN_10, LN_2, PI};
 
+use candle_core::op::CmpOp;
 use candle_core::{DType, Tensor};
 
 use super::not_implemented;
@@ -109,6 +111,16 @@ pub trait ElementwiseOps {
         candle_binary(name, op, a, b)
     }
 
+    /// `a op b` for `a` and `b` of one dtype and one shape, as 0/1 bytes (u8).
+    fn compare(&self, name: &'static str, op: CmpOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+        a.cmp(b, op).op(name)
+    }
+
+    /// `cond ? a : b` per element, all of one shape; `cond` holds 0/1 bytes (u8).
+    fn select(&self, name: &'static str, cond: &Tensor, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+        cond.where_cond(a, b).op(name)
+    }
+
     /// `p(x)` as 0/1 bytes (u8).
     fn predicate(&self, name: &'static str, p: Pred, x: &Tensor) -> Result<Tensor> {
         let r = match p {
@@ -131,13 +143,13 @@ fn candle_unary_int(name: &'static str, op: UnaryOp, x: &Tensor) -> Result<Tenso
     let r = match op {
         // PyTorch's uint8 negation wraps around: -x mod 256, by an i64 and a truncating cast.
         UnaryOp::Neg if x.dtype() == DType::U8 => x
-            .to_dtype(DType::I64)
-            .and_then(|v| v.affine(-1.0, 0.0)?.to_dtype(DType::U8)),
+            .cast(DType::I64)
+            .and_then(|v| v.affine(-1.0, 0.0)?.cast(DType::U8)),
         UnaryOp::Neg => x.affine(-1.0, 0.0),
         UnaryOp::Abs => x.abs(),
         UnaryOp::Sign => (|| {
-            let up = x.gt(0f64)?.to_dtype(x.dtype())?;
-            up.sub(&x.lt(0f64)?.to_dtype(x.dtype())?)
+            let up = x.gt(0f64)?.cast(x.dtype())?;
+            up.sub(&x.lt(0f64)?.cast(x.dtype())?)
         })(),
         UnaryOp::Square => x.mul(x),
         UnaryOp::Relu => x.relu(),

@@ -5,6 +5,7 @@
 //! plan's coordinates, then `index_select` reads and `scatter_set`/`scatter_add_set` write
 //! a dense destination (a strided one has no default: candle writes only dense tensors).
 
+use crate::backend::cast::Convert;
 use std::sync::Arc;
 
 use candle_core::{DType, Layout, Shape, Tensor};
@@ -35,7 +36,7 @@ fn element_offsets(plan: &IndexPlan, l: &Layout) -> candle_core::Result<Tensor> 
     };
     let (outer_dims, inner_dims) = rest.split_at(plan.bpos.min(rest.len()));
     let n = plan.count();
-    let mut adv = Tensor::zeros(n, DType::I64, device)?;
+    let mut adv = crate::device::zeros(n, DType::I64, device)?;
     for (j, &d) in plan.adv_dims.iter().enumerate() {
         adv = (adv + plan.coords.get(j)?.affine(strides[d] as f64, 0.0)?)?;
     }
@@ -64,9 +65,9 @@ pub trait IndexOps {
             return Ok(None);
         }
         let bad = (|| {
-            let out = (v.lt(lo)?.to_dtype(DType::U8)? + v.ge(hi)?.to_dtype(DType::U8)?)?;
+            let out = (v.lt(lo)?.cast(DType::U8)? + v.ge(hi)?.cast(DType::U8)?)?;
             let out = match except {
-                Some(e) => (out * v.ne(e)?.to_dtype(DType::U8)?)?,
+                Some(e) => (out * v.ne(e)?.cast(DType::U8)?)?,
                 None => out,
             };
             out.flatten_all()?.max(0)
@@ -86,7 +87,7 @@ pub trait IndexOps {
         (|| {
             // Offsets into the dense elements, whatever x's own layout.
             let dense = Layout::contiguous(x.shape());
-            let flat = x.contiguous()?.flatten_all()?;
+            let flat = x.dense()?.flatten_all()?;
             flat.index_select(&element_offsets(plan, &dense)?, 0)?
                 .reshape(plan.out_dims())
         })()
@@ -110,7 +111,7 @@ pub trait IndexOps {
             let dense = Layout::contiguous(dst.shape());
             let at = element_offsets(plan, &dense)?;
             let flat = dst.flatten_all()?;
-            let values = src.flatten_all()?.contiguous()?;
+            let values = src.flatten_all()?.dense()?;
             match accumulate {
                 true => flat.scatter_add_set(&at, &values, 0),
                 false => flat.scatter_set(&at, &values, 0),

@@ -2,6 +2,7 @@
 //! and a dense copy. The defaults write through candle's `slice_set`, which needs a
 //! contiguous destination.
 
+use crate::backend::cast::Convert;
 use candle_core::Tensor;
 
 use super::not_implemented;
@@ -25,7 +26,7 @@ pub trait InplaceOps {
         }
         let src = src.broadcast_as(dst.shape()).op(name)?;
         let new = match u {
-            Update::Assign => src.contiguous(),
+            Update::Assign => src.dense(),
             Update::Add => dst.add(&src),
             Update::Sub => dst.sub(&src),
             Update::Mul => dst.mul(&src),
@@ -41,12 +42,13 @@ pub trait InplaceOps {
             return Err(not_implemented(name, dst.device()));
         }
         let new = Tensor::full(v, dst.shape(), dst.device())
-            .and_then(|t| t.to_dtype(dst.dtype()))
+            .and_then(|t| t.cast(dst.dtype()))
             .op(name)?;
         write_all(name, dst, &new)
     }
 
     /// A new dense tensor holding `x`'s elements (never sharing its buffer).
+    #[allow(clippy::disallowed_methods)] // candle's copy is this fallback
     fn dense_copy(&self, name: &'static str, x: &Tensor) -> Result<Tensor> {
         if x.is_contiguous() {
             x.copy().op(name)
@@ -62,7 +64,7 @@ pub(crate) fn write_all(name: &'static str, dst: &Tensor, src: &Tensor) -> Resul
     // candle writes no buffer from itself: a source sharing it is copied first.
     let s = match super::same_buffer(&d, &s) {
         true => s.copy(),
-        false => s.contiguous(),
+        false => s.dense(),
     }
     .op(name)?;
     d.slice_set(&s, 0, 0).op(name)

@@ -2,6 +2,7 @@
 //! prod, softmax), and the sum over a block of dims. The defaults are candle's
 //! reductions; candle's cumsum builds an n×n matrix, so it is for small lines only.
 
+use crate::backend::cast::Convert;
 use candle_core::Tensor;
 
 use super::{no_fallback, not_implemented};
@@ -93,8 +94,8 @@ pub trait ReduceOps {
                 reverse: false,
             } if x.dtype().is_float() => (|| {
                 let last = x.rank() - 1;
-                let lines = x.transpose(dim, last)?.contiguous()?;
-                lines.cumsum(last)?.transpose(dim, last)?.contiguous()
+                let lines = x.transpose(dim, last)?.dense()?;
+                lines.cumsum(last)?.transpose(dim, last)?.dense()
             })(),
             _ => return Err(not_implemented(name, x.device())),
         };
@@ -129,7 +130,7 @@ fn extreme(x: &Tensor, dim: usize, max: bool) -> candle_core::Result<Tensor> {
     if !x.dtype().is_float() {
         return Ok(m);
     }
-    let nan = Tensor::full(f64::NAN, m.shape(), x.device())?.to_dtype(x.dtype())?;
+    let nan = Tensor::full(f64::NAN, m.shape(), x.device())?.cast(x.dtype())?;
     has_nan(x, dim)?.where_cond(&nan, &m)
 }
 
@@ -140,13 +141,13 @@ fn arg_extreme(x: &Tensor, dim: usize, max: bool) -> candle_core::Result<Tensor>
     } else {
         x.argmin_keepdim(dim)?
     };
-    let i = i.to_dtype(candle_core::DType::I64)?;
+    let i = i.cast(candle_core::DType::I64)?;
     if !x.dtype().is_float() {
         return Ok(i);
     }
     let first_nan = x
         .ne(x)?
         .argmax_keepdim(dim)?
-        .to_dtype(candle_core::DType::I64)?;
+        .cast(candle_core::DType::I64)?;
     has_nan(x, dim)?.where_cond(&first_nan, &i)
 }

@@ -2,6 +2,7 @@
 //! `i / 8`, a uint8 tensor of `ceil(n / 8)` bytes. The default computes the output with
 //! candle's compare and select and packs no mask (the op then saves a float tensor).
 
+use crate::backend::cast::Convert;
 use candle_core::Tensor;
 
 use super::inplace::write_all;
@@ -26,7 +27,7 @@ pub trait MaskOps {
         _want_mask: bool,
     ) -> Result<(Tensor, Option<Tensor>)> {
         let out = (|| {
-            let value = Tensor::full(value, x.shape(), x.device())?.to_dtype(x.dtype())?;
+            let value = Tensor::full(value, x.shape(), x.device())?.cast(x.dtype())?;
             x.le(th)?.where_cond(&value, x)
         })()
         .op(name)?;

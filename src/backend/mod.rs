@@ -10,6 +10,7 @@
 //!
 //! | family (trait)                | CPU (`cpu::Cpu`): ours                             | fallback (`Candle`)                      |
 //! |-------------------------------|----------------------------------------------------|------------------------------------------|
+//! | `CastOps`                     | candle's, with PyTorch's float-to-int and bool casts | candle's casts                          |
 //! | `ElementwiseOps::unary`       | all of `UnaryOp` (rayon, strided, fused gelu/silu/...)  | candle's unary ops; not log1p/expm1/round/trunc/frac/bitwise |
 //! | `ElementwiseOps::binary`      | all of `Bin` (Python `//` and `%`, int pow, fused backward) | add/sub/mul/div/max/min               |
 //! | `ElementwiseOps::predicate`   | isnan/isinf/isfinite                               | candle comparisons                       |
@@ -29,7 +30,7 @@
 //! | `LinalgOps`                   | LU, Cholesky, QR, SVD, eigh, triangular solves (faer) | the CPU kernels on the host        |
 //! | `MatmulOps`                   | f16/f32/f64 products on any strides (`gemm`, no copies) | candle's matmul (dense operands)       |
 //!
-//! Everything else is candle's on every device: casts, `cat`,
+//! Everything else is candle's on every device: `cat`,
 //! `where_cond`, comparisons, `sum_keepdim`, `index_select`, views.
 //!
 //! Adding a device: a unit struct, an empty `impl XOps for It {}` per family (the
@@ -39,6 +40,7 @@
 pub mod attention;
 pub mod buffer;
 pub mod candle;
+pub mod cast;
 pub mod conv;
 pub mod cpu;
 #[cfg(any(feature = "cuda", feature = "cuda-emulator"))]
@@ -65,6 +67,7 @@ use crate::error::Error;
 
 pub use attention::AttentionOps;
 pub use buffer::{buffer_of, same_buffer, Buffer};
+pub use cast::CastOps;
 pub use conv::{ConvGeometry, ConvOps};
 pub use elementwise::{Bin, ElementwiseOps, Pred, UnaryOp};
 pub use index::IndexOps;
@@ -92,6 +95,7 @@ macro_rules! backend {
 }
 
 backend!(
+    CastOps,
     ElementwiseOps,
     InplaceOps,
     MaskOps,

@@ -3,6 +3,7 @@
 //! compute dtype (f32 or f64); indices are dense int64 tensors on the same device, already
 //! checked (`IndexOps::find_out_of_bounds`).
 
+use crate::backend::cast::Convert;
 use candle_core::{DType, Tensor};
 
 use crate::error::{CandleContext, Result};
@@ -23,7 +24,7 @@ impl Targets<'_> {
         let ignored = t.eq(self.ignore as f64)?;
         let safe = ignored.where_cond(&t.zeros_like()?, &t)?;
         let keep = ignored.where_cond(&t.zeros_like()?, &t.ones_like()?)?;
-        Ok((safe, keep.to_dtype(dtype)?))
+        Ok((safe, keep.cast(dtype)?))
     }
 }
 
@@ -32,7 +33,7 @@ impl Targets<'_> {
 fn row_keep(ids: &Tensor, skip: Option<i64>, dtype: DType) -> candle_core::Result<Option<Tensor>> {
     let Some(s) = skip else { return Ok(None) };
     let ids = ids.reshape(((), 1))?;
-    Ok(Some(ids.ne(s as f64)?.to_dtype(dtype)?))
+    Ok(Some(ids.ne(s as f64)?.cast(dtype)?))
 }
 
 /// layer_norm's elementwise affine parameters, where given: n elements each, dense, in the
@@ -123,7 +124,7 @@ pub trait NnOps {
     fn gather_rows(&self, name: &'static str, x: &Tensor, t: Targets<'_>) -> Result<Tensor> {
         (|| {
             let (safe, keep) = t.safe(x.dtype())?;
-            (x.contiguous()?.gather(&safe.contiguous()?, 1)? * keep)?.flatten_all()
+            (x.dense()?.gather(&safe.dense()?, 1)? * keep)?.flatten_all()
         })()
         .op(name)
     }
@@ -139,8 +140,8 @@ pub trait NnOps {
         (|| {
             let (safe, keep) = t.safe(g.dtype())?;
             let src = (g.reshape(((), 1))? * keep)?;
-            let zeros = Tensor::zeros((src.dim(0)?, c), g.dtype(), g.device())?;
-            zeros.scatter_add(&safe.contiguous()?, &src.contiguous()?, 1)
+            let zeros = crate::device::zeros((src.dim(0)?, c), g.dtype(), g.device())?;
+            zeros.scatter_add(&safe.dense()?, &src.dense()?, 1)
         })()
         .op(name)
     }
@@ -179,7 +180,7 @@ pub trait NnOps {
                 Some(k) => g.broadcast_mul(&k)?,
                 None => g.clone(),
             };
-            let zeros = Tensor::zeros((v, g.dim(1)?), g.dtype(), g.device())?;
+            let zeros = crate::device::zeros((v, g.dim(1)?), g.dtype(), g.device())?;
             zeros.index_add(ids, &g, 0)
         })()
         .op(name)

@@ -4,6 +4,7 @@
 //!
 //! The defaults are candle's ops, in f64: a reduction over N and S, broadcast arithmetic.
 
+use crate::backend::cast::Convert;
 use candle_core::{DType, Tensor};
 
 use crate::error::{CandleContext, Result};
@@ -22,7 +23,7 @@ pub trait NormOps {
     /// Per channel of `x` (N, C, S): the mean and the biased variance.
     fn channel_stats(&self, name: &'static str, x: &Tensor) -> Result<(Tensor, Tensor)> {
         (|| {
-            let x = x.to_dtype(DType::F64)?;
+            let x = x.cast(DType::F64)?;
             let m = (x.dim(0)? * x.dim(2)?) as f64;
             let mean = (channel_sum(&x)? / m)?;
             let centred = x.broadcast_sub(&per_channel(&mean)?)?;
@@ -42,11 +43,11 @@ pub trait NormOps {
         shift: &Tensor,
     ) -> Result<Tensor> {
         (|| {
-            let x64 = x.to_dtype(DType::F64)?;
+            let x64 = x.cast(DType::F64)?;
             x64.broadcast_sub(&per_channel(centre)?)?
                 .broadcast_mul(&per_channel(scale)?)?
                 .broadcast_add(&per_channel(shift)?)?
-                .to_dtype(x.dtype())
+                .cast(x.dtype())
         })()
         .op(name)
     }
@@ -60,10 +61,8 @@ pub trait NormOps {
         centre: &Tensor,
     ) -> Result<(Tensor, Tensor)> {
         (|| {
-            let g = g.to_dtype(DType::F64)?;
-            let centred = x
-                .to_dtype(DType::F64)?
-                .broadcast_sub(&per_channel(centre)?)?;
+            let g = g.cast(DType::F64)?;
+            let centred = x.cast(DType::F64)?.broadcast_sub(&per_channel(centre)?)?;
             Ok((channel_sum(&g)?, channel_sum(&(&g * &centred)?)?))
         })()
         .op(name)
@@ -80,13 +79,13 @@ pub trait NormOps {
     ) -> Result<Tensor> {
         (|| {
             let centred = x
-                .to_dtype(DType::F64)?
+                .cast(DType::F64)?
                 .broadcast_sub(&per_channel(coef.centre)?)?;
-            g.to_dtype(DType::F64)?
+            g.cast(DType::F64)?
                 .broadcast_mul(&per_channel(coef.a)?)?
                 .add(&centred.broadcast_mul(&per_channel(coef.b)?)?)?
                 .broadcast_add(&per_channel(coef.d)?)?
-                .to_dtype(g.dtype())
+                .cast(g.dtype())
         })()
         .op(name)
     }

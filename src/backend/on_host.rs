@@ -16,7 +16,7 @@ pub trait Outputs: Sized {
 
 impl Outputs for Tensor {
     fn to(self, device: &Device) -> Result<Self> {
-        self.to_device(device).op("to device")
+        crate::device::to_device(&self, device).op("to device")
     }
 }
 

@@ -2,6 +2,7 @@
 //! buffers, in place, with PyTorch's single-tensor formulas; and the gradient norms of
 //! `clip_grad_norm_`. Buffers are contiguous and share the parameter's dtype.
 
+use crate::backend::cast::Convert;
 use candle_core::Tensor;
 
 use super::inplace::write_all;
@@ -222,7 +223,7 @@ pub trait OptimOps {
     fn norm_pow(&self, grad: &Tensor, norm_type: f64) -> Result<f64> {
         let name = "grad norm";
         let a = grad
-            .to_dtype(candle_core::DType::F64)
+            .cast(candle_core::DType::F64)
             .and_then(|g| g.abs())
             .op(name)?;
         let r = if norm_type.is_infinite() {

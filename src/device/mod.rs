@@ -66,6 +66,35 @@ pub fn set_default_device(device: Device) {
     *DEFAULT.write() = Some(device);
 }
 
+/// Zeros of `shape` on `device`. candle allocates a CUDA buffer with cuMemAlloc, which
+/// refuses zero bytes, so a CUDA tensor with no elements is a zero-length view of a
+/// one-element buffer (PyTorch's hold no buffer at all; two bytes to eight are the cost).
+pub fn zeros<S: Into<candle_core::Shape>>(
+    shape: S,
+    dtype: candle_core::DType,
+    device: &Device,
+) -> candle_core::Result<candle_core::Tensor> {
+    let shape = shape.into();
+    if shape.elem_count() > 0 || device.is_cpu() {
+        return candle_core::Tensor::zeros(shape, dtype, device);
+    }
+    candle_core::Tensor::zeros(1, dtype, device)?
+        .narrow(0, 0, 0)?
+        .reshape(shape)
+}
+
+/// `t` copied to `device` (`t` itself when it is there), an empty tensor as [`zeros`] makes
+/// one.
+pub fn to_device(
+    t: &candle_core::Tensor,
+    device: &Device,
+) -> candle_core::Result<candle_core::Tensor> {
+    if t.elem_count() == 0 && !same(t.device(), device) {
+        return zeros(t.shape(), t.dtype(), device);
+    }
+    t.to_device(device)
+}
+
 /// The error of an op whose tensors are on two devices, worded as PyTorch's.
 pub fn mismatch(op: &str, a: &Device, b: &Device) -> Error {
     Error::runtime(format!(

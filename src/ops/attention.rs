@@ -10,6 +10,7 @@
 mod math;
 mod plan;
 
+use crate::backend::cast::Convert;
 use std::sync::Arc;
 
 use crate::autograd::function::record;
@@ -123,7 +124,7 @@ impl Operand {
         let mut d = to_dtype(t, dt)?.data();
         let r = d.rank();
         if d.dims()[r - 1] > 1 && d.stride()[r - 1] != 1 {
-            d = d.contiguous().op(OP)?;
+            d = d.dense().op(OP)?;
         }
         // A batch item is a "row" of the dims before the last: its first row's offset.
         let (dims, stride) = (&d.dims()[..r - 1], &d.stride()[..r - 1]);
@@ -148,13 +149,13 @@ impl Operand {
 fn additive_mask(m: &Tensor, dt: DType) -> Result<candle_core::Tensor> {
     let data = m.data();
     let out = if m.dtype() == DType::Bool {
-        let zeros = data.zeros_like().op(OP)?.to_dtype(dt.candle()).op(OP)?;
+        let zeros = data.zeros_like().op(OP)?.cast(dt.candle()).op(OP)?;
         let ninf = zeros.affine(1.0, f64::NEG_INFINITY).op(OP)?;
         data.where_cond(&zeros, &ninf).op(OP)?
     } else {
-        data.to_dtype(dt.candle()).op(OP)?
+        data.cast(dt.candle()).op(OP)?
     };
-    out.contiguous().op(OP)
+    out.dense().op(OP)
 }
 
 /// A gradient shaped `batch + [x, y]` summed down to an input of shape `dims`, whose heads

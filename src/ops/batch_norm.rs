@@ -9,6 +9,7 @@ use crate::autograd::grad_mode;
 use crate::autograd::remat;
 use crate::autograd::saved::SavedTensor;
 use crate::backend;
+use crate::backend::cast::Convert;
 use crate::backend::norm::ChannelCoef;
 use crate::dtype::DType;
 use crate::error::{CandleContext, Error, Result};
@@ -34,7 +35,7 @@ fn channel_data(what: &str, t: &Tensor, c: usize) -> Result<candle_core::Tensor>
         )));
     }
     t.data()
-        .to_dtype(candle_core::DType::F64)
+        .cast(candle_core::DType::F64)
         .and_then(|d| d.reshape(c))
         .op(OP)
 }
@@ -81,7 +82,7 @@ pub fn batch_norm(
         .var
         .map(|t| channel_data("running_var", t, c))
         .transpose()?;
-    let xd = xd.contiguous().and_then(|d| d.reshape((n, c, s))).op(OP)?;
+    let xd = xd.dense().and_then(|d| d.reshape((n, c, s))).op(OP)?;
     let (mu, var) = if training {
         if m == 0 {
             return mul_scalar(x, 1.0);
@@ -140,7 +141,7 @@ pub fn batch_norm(
     let (mu_r, scale_r, shift_r, dims_r) = (mu.clone(), scale.clone(), shift.clone(), dims.clone());
     remat::note(OP, &out, &inputs, move |ins| {
         let xd = compute_data(OP, &ins[0])?.0;
-        let xd = xd.contiguous().and_then(|d| d.reshape((n, c, s))).op(OP)?;
+        let xd = xd.dense().and_then(|d| d.reshape((n, c, s))).op(OP)?;
         let y = backend::on(&xd).channel_affine(OP, &xd, &mu_r, &scale_r, &shift_r)?;
         finish(y.reshape(dims_r.as_slice()).op(OP)?, ins[0].dtype())
     });
@@ -217,7 +218,7 @@ fn backward_fused(g: &Tensor, saved: Saved<'_>, needs: Needs) -> Result<Grads> {
     let (n, c) = (dims[0], dims[1]);
     let s: usize = dims[2..].iter().product();
     let m = (n * s) as f64;
-    let shape = |t: candle_core::Tensor| t.contiguous().and_then(|d| d.reshape((n, c, s)));
+    let shape = |t: candle_core::Tensor| t.dense().and_then(|d| d.reshape((n, c, s)));
     let (gd, _) = compute_data(OP, g)?;
     let (xd, _) = compute_data(OP, x)?;
     let (gd, xd) = (shape(gd).op(OP)?, shape(xd).op(OP)?);

@@ -2,6 +2,7 @@
 //! `clamp`, comparisons, logical ops and the in-place arithmetic (`add_`...).
 //! One table: each op's forward, what it saves, and its backward.
 
+use candle_core::op::CmpOp;
 use candle_core::Device;
 
 use crate::autograd::function::{record, should_record};
@@ -332,7 +333,12 @@ pub fn has_zero(t: &candle_core::Tensor) -> Result<bool> {
     if t.elem_count() == 0 {
         return Ok(false);
     }
-    let z = (|| t.eq(0f64)?.flatten_all()?.max(0))().op("integer division")?;
+    let name = "integer division";
+    let zero = crate::device::zeros((), t.dtype(), t.device())
+        .and_then(|z| z.broadcast_as(t.shape()))
+        .op(name)?;
+    let eq = backend::on(t).compare(name, CmpOp::Eq, t, &zero)?;
+    let z = eq.flatten_all().and_then(|e| e.max(0)).op(name)?;
     Ok(crate::host::read_scalar::<u8>("integer division by zero check", &z)? > 0)
 }
 
@@ -475,16 +481,18 @@ pub fn compare(op: CompareOp, a: &Operand, b: &Operand) -> Result<Tensor> {
     let operands = [a.clone(), b.clone()];
     let ts = promote_wrapping(&operands, dtype, &common_device(op.name(), &operands)?)?;
     let (x, y) = (ts[0].data(), ts[1].data());
-    broadcast_shape(op.name(), x.dims(), y.dims())?;
-    let r = match op {
-        CompareOp::Eq => x.broadcast_eq(&y),
-        CompareOp::Ne => x.broadcast_ne(&y),
-        CompareOp::Lt => x.broadcast_lt(&y),
-        CompareOp::Le => x.broadcast_le(&y),
-        CompareOp::Gt => x.broadcast_gt(&y),
-        CompareOp::Ge => x.broadcast_ge(&y),
-    }
-    .op(op.name())?;
+    let shape = broadcast_shape(op.name(), x.dims(), y.dims())?;
+    let x = x.broadcast_as(shape.clone()).op(op.name())?;
+    let y = y.broadcast_as(shape).op(op.name())?;
+    let cmp = match op {
+        CompareOp::Eq => CmpOp::Eq,
+        CompareOp::Ne => CmpOp::Ne,
+        CompareOp::Lt => CmpOp::Lt,
+        CompareOp::Le => CmpOp::Le,
+        CompareOp::Gt => CmpOp::Gt,
+        CompareOp::Ge => CmpOp::Ge,
+    };
+    let r = backend::on(&x).compare(op.name(), cmp, &x, &y)?;
     Ok(Tensor::new(r, DType::Bool))
 }
 
@@ -536,7 +544,7 @@ pub fn where_(cond: &Tensor, a: &Operand, b: &Operand) -> Result<Tensor> {
     let c = cond.data().broadcast_as(shape.clone()).op("where")?;
     let x = ta.data().broadcast_as(shape.clone()).op("where")?;
     let y = tb.data().broadcast_as(shape).op("where")?;
-    let out = Tensor::new(c.where_cond(&x, &y).op("where")?, dtype);
+    let out = Tensor::new(backend::on(&x).select("where", &c, &x, &y)?, dtype);
     record(
         "WhereBackward0",
         &out,

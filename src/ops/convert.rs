@@ -7,35 +7,13 @@ use crate::dtype::DType;
 use crate::error::{CandleContext, Result};
 use crate::tensor::Tensor;
 
-/// Cast raw data between gradstream dtypes (bool is `x != 0` stored as u8).
+/// Cast raw data between gradstream dtypes (bool is `x != 0` stored as u8), with
+/// PyTorch's rules (`backend/cast.rs`); dense unless nothing changes.
 pub fn cast_data(t: &candle_core::Tensor, from: DType, to: DType) -> Result<candle_core::Tensor> {
     if from == to {
         return Ok(t.clone());
     }
-    if to == DType::Bool {
-        return t.ne(0f64).op("to(bool)");
-    }
-    if from.is_floating_point() && !to.is_floating_point() {
-        // Truncate toward zero like PyTorch's float -> int conversion.
-        let f = t.to_dtype(candle_core::DType::F64).op("to")?;
-        let trunc = (f.floor().op("to")?
-            * f.ge(0f64)
-                .op("to")?
-                .to_dtype(candle_core::DType::F64)
-                .op("to")?)
-        .op("to")?
-        .add(
-            &(f.ceil().op("to")?
-                * f.lt(0f64)
-                    .op("to")?
-                    .to_dtype(candle_core::DType::F64)
-                    .op("to")?)
-            .op("to")?,
-        )
-        .op("to")?;
-        return trunc.to_dtype(to.candle()).op("to");
-    }
-    t.to_dtype(to.candle()).op("to")
+    backend::on(t).cast(t, from, to)
 }
 
 /// `t.to(dtype)`: the same tensor when the dtype already matches.
@@ -60,7 +38,10 @@ pub fn to_device(t: &Tensor, device: &candle_core::Device) -> Result<Tensor> {
     if crate::device::same(&from, device) {
         return Ok(t.clone());
     }
-    let out = Tensor::new(t.data().to_device(device).op("to")?, t.dtype());
+    let out = Tensor::new(
+        crate::device::to_device(&t.data(), device).op("to")?,
+        t.dtype(),
+    );
     if t.dtype().is_floating_point() {
         record("ToCopyBackward0", &out, &[t], Vec::new, move |_, g| {
             Ok(vec![Some(to_device(g, &from)?)])

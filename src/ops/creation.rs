@@ -18,13 +18,13 @@ pub fn full(dims: &[usize], value: f64, dtype: DType, device: &Device) -> Result
 }
 
 pub fn zeros(dims: &[usize], dtype: DType, device: &Device) -> Result<Tensor> {
-    let t = candle_core::Tensor::zeros(dims, dtype.candle(), device).op("zeros")?;
+    let t = crate::device::zeros(dims, dtype.candle(), device).op("zeros")?;
     Ok(Tensor::new(t, dtype))
 }
 
 pub fn ones(dims: &[usize], dtype: DType, device: &Device) -> Result<Tensor> {
-    let t = candle_core::Tensor::ones(dims, dtype.candle(), device).op("ones")?;
-    Ok(Tensor::new(t, dtype))
+    // zeros and a fill: candle's `ones` has no int32 kernel on CUDA
+    full(dims, 1.0, dtype, device)
 }
 
 /// Zeros of `t`'s shape and dtype, on its device.
@@ -49,7 +49,11 @@ pub fn from_vec<T: candle_core::WithDType>(
     dtype: DType,
     device: &Device,
 ) -> Result<Tensor> {
-    let t = candle_core::Tensor::from_vec(v, dims, device).op("tensor")?;
+    let t = match v.is_empty() {
+        true => crate::device::zeros(dims, T::DTYPE, device),
+        false => candle_core::Tensor::from_vec(v, dims, device),
+    }
+    .op("tensor")?;
     let src = DType::from_candle(t.dtype())?;
     crate::ops::convert::to_dtype(&Tensor::new(t, src), dtype)
 }

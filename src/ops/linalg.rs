@@ -58,7 +58,7 @@ fn product_data(
         // An empty sum: zeros (gemm would leave the output uninitialised).
         let mut dims = a.dims().to_vec();
         dims[r - 1] = b.dims()[r - 1];
-        return candle_core::Tensor::zeros(dims, dtype.candle(), a.device()).op("matmul");
+        return crate::device::zeros(dims, dtype.candle(), a.device()).op("matmul");
     }
     let gemm = backend::on(a);
     if dtype == DType::BFloat16 && a.device().is_cpu() {

@@ -12,6 +12,7 @@ use crate::autograd::grad_mode;
 use crate::autograd::remat;
 use crate::autograd::saved::SavedTensor;
 use crate::backend;
+use crate::backend::cast::Convert;
 use crate::backend::nn::{Affine, Targets};
 use crate::dtype::DType;
 use crate::error::{CandleContext, Error, Result};
@@ -39,21 +40,21 @@ pub(crate) fn compute_data(op: &str, x: &Tensor) -> Result<(candle_core::Tensor,
     let dt = compute_dtype(op, x)?;
     let data = match dt == x.dtype() {
         true => x.data(),
-        false => x.data().to_dtype(dt.candle()).op("nn")?,
+        false => x.data().cast(dt.candle()).op("nn")?,
     };
     Ok((data, dt))
 }
 
 /// layer_norm's weight or bias as dense data in the input's compute dtype `cdt`.
 fn param_data(p: &Tensor, cdt: DType) -> Result<candle_core::Tensor> {
-    let d = p.data().to_dtype(cdt.candle()).op("layer_norm")?;
-    d.contiguous().op("layer_norm")
+    let d = p.data().cast(cdt.candle()).op("layer_norm")?;
+    d.dense().op("layer_norm")
 }
 
 /// Wrap a computed result back in the input's dtype.
 pub(crate) fn finish(data: candle_core::Tensor, dtype: DType) -> Result<Tensor> {
     let data = if data.dtype() != dtype.candle() {
-        data.to_dtype(dtype.candle()).op("nn")?
+        data.cast(dtype.candle()).op("nn")?
     } else {
         data
     };
@@ -115,7 +116,7 @@ pub fn layer_norm(
             weight: wd.as_ref(),
             bias: bd.as_ref(),
         };
-        let xd = xd.contiguous().op("layer_norm")?;
+        let xd = xd.dense().op("layer_norm")?;
         backend::on(&xd).layer_norm("layer_norm", &xd, affine, n, eps)
     };
     let (y, mean_data, rstd_data) = run(x, weight, bias)?;
@@ -163,8 +164,8 @@ pub fn layer_norm(
                 let wd = w.map(|w| param_data(w, cdt)).transpose()?;
                 let (gx, sums) = backend::on(&xd).layer_norm_backward(
                     "layer_norm",
-                    &gd.contiguous().op("layer_norm")?,
-                    &xd.contiguous().op("layer_norm")?,
+                    &gd.dense().op("layer_norm")?,
+                    &xd.dense().op("layer_norm")?,
                     (&mu.data(), &rstd.data()),
                     wd.as_ref(),
                     n,
@@ -248,12 +249,10 @@ fn index_data(
             )))
         }
     }
-    let ids = idx
-        .data()
-        .to_dtype(candle_core::DType::I64)
-        .and_then(|d| d.to_device(device))
+    let ids = crate::ops::convert::cast_data(&idx.data(), idx.dtype(), DType::Int64)?;
+    let ids = crate::device::to_device(&ids, device)
         .and_then(|d| d.flatten_all())
-        .and_then(|d| d.contiguous())
+        .and_then(|d| d.dense())
         .op(op)?;
     match backend::on(&ids).find_out_of_bounds(op, &ids, 0, size as i64, except)? {
         Some(bad) => Err(oob(bad)),

@@ -4,6 +4,7 @@
 //! nothing but shapes). The kernels work on planes `(P, H, W)`; a 1-d op is a 2-d one
 //! with `H = 1`.
 
+use crate::backend::cast::Convert;
 use std::sync::Arc;
 
 use crate::autograd::function::record;
@@ -87,7 +88,7 @@ impl Planes {
     /// `x`'s data in its compute dtype, as contiguous planes (P, H, W).
     pub(crate) fn data(&self, op: &'static str, x: &Tensor) -> Result<candle_core::Tensor> {
         let (d, _) = compute_data(op, x)?;
-        d.contiguous()
+        d.dense()
             .and_then(|d| d.reshape((self.count(), self.hw[0], self.hw[1])))
             .op(op)
     }
@@ -268,7 +269,7 @@ fn max_pool_over(
 fn max_pool_scatter(g: &Tensor, argmax: &Tensor, w: Window, in_dims: &[usize]) -> Result<Tensor> {
     let op = "max_pool_backward";
     let (gd, _) = compute_data(op, g)?;
-    let gd = gd.contiguous().op(op)?;
+    let gd = gd.dense().op(op)?;
     let data = backend::on(&gd).max_pool_scatter(op, &gd, &argmax.data(), w)?;
     let out = planes_tensor(data, in_dims, g.dtype())?;
     let out_dims = g.dims();
@@ -280,7 +281,7 @@ fn max_pool_scatter(g: &Tensor, argmax: &Tensor, w: Window, in_dims: &[usize]) -
         move |ctx, gg| {
             let op = "max_pool_double_backward";
             let (d, _) = compute_data(op, gg)?;
-            let d = d.contiguous().op(op)?;
+            let d = d.dense().op(op)?;
             let data = backend::on(&d).max_pool_gather(op, &d, &ctx.saved[0].data(), w)?;
             Ok(vec![Some(planes_tensor(data, &out_dims, gg.dtype())?)])
         },
@@ -306,11 +307,11 @@ pub(crate) fn resample(
     };
     let planes = x.numel().checked_div(pi.0 * pi.1).unwrap_or(0);
     let xd = xd
-        .contiguous()
+        .dense()
         .and_then(|d| d.reshape((planes, pi.0, pi.1)))
         .op(op)?;
     let data = if planes == 0 || po.0 * po.1 == 0 || pi.0 * pi.1 == 0 {
-        candle_core::Tensor::zeros((planes, po.0, po.1), xd.dtype(), xd.device()).op(op)?
+        crate::device::zeros((planes, po.0, po.1), xd.dtype(), xd.device()).op(op)?
     } else if adjoint {
         backend::on(&xd).resample_adjoint(op, &xd, &rows, &cols)?
     } else {

@@ -10,6 +10,7 @@ pub mod softmax;
 use crate::autograd::function::{record, record_with_input_and_output};
 use crate::autograd::saved::SavedTensor;
 use crate::backend;
+use crate::backend::cast::Convert;
 use crate::dtype::{default_float, DType};
 use crate::error::{CandleContext, Error, Result};
 use crate::ops::binary::{add, compare, div, mul, mul_scalar, sub, CompareOp};
@@ -86,7 +87,7 @@ fn require_float(op: &str, x: &Tensor, what: &str) -> Result<()> {
 fn sum_data(x: &candle_core::Tensor, reduced: &[usize]) -> Result<candle_core::Tensor> {
     let kd = keepdim_shape(x.dims(), reduced);
     if x.elem_count() == 0 {
-        return candle_core::Tensor::zeros(kd, x.dtype(), x.device()).op("sum");
+        return crate::device::zeros(kd, x.dtype(), x.device()).op("sum");
     }
     if reduced.is_empty() {
         return Ok(x.clone());
@@ -97,11 +98,11 @@ fn sum_data(x: &candle_core::Tensor, reduced: &[usize]) -> Result<candle_core::T
     let dt = x.dtype();
     if matches!(dt, candle_core::DType::F16 | candle_core::DType::BF16) {
         // Half precision accumulates in f32, as in PyTorch.
-        let wide = x.to_dtype(candle_core::DType::F32).op("sum")?;
+        let wide = x.cast(candle_core::DType::F32).op("sum")?;
         return wide
             .sum_keepdim(reduced.to_vec())
             .op("sum")?
-            .to_dtype(dt)
+            .cast(dt)
             .op("sum");
     }
     x.sum_keepdim(reduced.to_vec()).op("sum")
@@ -242,7 +243,7 @@ pub fn any_all(x: &Tensor, dims: Option<&[usize]>, keepdim: bool, all: bool) -> 
     // any: count of non-zeros > 0; all: count of zeros == 0 (true for an empty reduction).
     let hits = if all { d.eq(0f64) } else { d.ne(0f64) }
         .op("any")?
-        .to_dtype(candle_core::DType::I64)
+        .cast(candle_core::DType::I64)
         .op("any")?;
     let count = sum_data(&hits, &reduced)?;
     let r = if all { count.eq(0f64) } else { count.gt(0f64) }
@@ -265,7 +266,7 @@ pub fn count_nonzero(x: &Tensor, dims: Option<&[usize]>) -> Result<Tensor> {
         .data()
         .ne(0f64)
         .op("count_nonzero")?
-        .to_dtype(candle_core::DType::I64)
+        .cast(candle_core::DType::I64)
         .op("count_nonzero")?;
     let r = sum_data(&hits, &reduced)?
         .reshape(reduced_shape(&in_dims, &reduced, false))
@@ -299,7 +300,7 @@ pub fn logsumexp(x: &Tensor, dims: Option<&[usize]>, keepdim: bool) -> Result<Te
     let d = x.data();
     let op = "logsumexp";
     let m = if d.elem_count() == 0 || reduced.is_empty() {
-        candle_core::Tensor::zeros(kd.clone(), d.dtype(), d.device()).op(op)?
+        crate::device::zeros(kd.clone(), d.dtype(), d.device()).op(op)?
     } else {
         // An infinite max (all -inf, or a +inf) shifts by 0 instead of making NaN.
         let m = extreme_data(&d, &reduced, true)?;
@@ -380,7 +381,7 @@ pub fn norm(x: &Tensor, p: f64, dims: Option<&[usize]>, keepdim: bool) -> Result
         }
         extreme_data(&a, &reduced, p > 0.0)?
     } else if p == 0.0 {
-        sum_data(&a.ne(0f64).op(op)?.to_dtype(d.dtype()).op(op)?, &reduced)?
+        sum_data(&a.ne(0f64).op(op)?.cast(d.dtype()).op(op)?, &reduced)?
     } else if p == 1.0 {
         sum_data(&a, &reduced)?
     } else if p == 2.0 {

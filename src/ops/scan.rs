@@ -131,7 +131,7 @@ pub fn shift(x: &Tensor, dim: usize, step: i64, fill_one: bool) -> Result<Tensor
         let end = if fill_one {
             candle_core::Tensor::ones(end, d.dtype(), d.device())
         } else {
-            candle_core::Tensor::zeros(end, d.dtype(), d.device())
+            crate::device::zeros(end, d.dtype(), d.device())
         }
         .op("shift")?;
         if n == 1 {

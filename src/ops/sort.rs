@@ -6,6 +6,7 @@
 //! The values of `sort`/`topk`/`kthvalue`/`msort` are read through the indices with the
 //! indexing `take`, whose backward accumulates the gradient back at the source positions.
 
+use crate::backend::cast::Convert;
 use candle_core::DType as CDType;
 
 use crate::autograd::function::record;
@@ -31,15 +32,15 @@ fn argsort_data(x: &Tensor, dim: usize, descending: bool) -> Result<candle_core:
     let d = x.data();
     let dims = x.dims();
     if x.numel() == 0 {
-        return candle_core::Tensor::zeros(dims, CDType::I64, d.device()).op(op);
+        return crate::device::zeros(dims, CDType::I64, d.device()).op(op);
     }
     let last = dims.len() - 1;
     let moved = d
-        .to_dtype(compute_dtype(d.dtype()))
+        .cast(compute_dtype(d.dtype()))
         .op(op)?
         .transpose(dim, last)
         .op(op)?
-        .contiguous()
+        .dense()
         .op(op)?;
     let moved_dims = moved.dims().to_vec();
     let n = dims[dim];
@@ -50,7 +51,7 @@ fn argsort_data(x: &Tensor, dim: usize, descending: bool) -> Result<candle_core:
         .op(op)?
         .transpose(dim, last)
         .op(op)?
-        .contiguous()
+        .dense()
         .op(op)
 }
 
@@ -61,9 +62,9 @@ fn narrow_idx(all: &candle_core::Tensor, dim: usize, start: usize, len: usize) -
     let idx = if all.elem_count() == 0 {
         let mut dims = all.dims().to_vec();
         dims[dim] = len;
-        candle_core::Tensor::zeros(dims, CDType::I64, all.device()).op(op)?
+        crate::device::zeros(dims, CDType::I64, all.device()).op(op)?
     } else {
-        all.narrow(dim, start, len).op(op)?.contiguous().op(op)?
+        all.narrow(dim, start, len).op(op)?.dense().op(op)?
     };
     Ok(Tensor::new(idx, DType::Int64))
 }
@@ -153,7 +154,7 @@ pub fn topk(x: &Tensor, k: i64, dim: usize, largest: bool) -> Result<(Tensor, Te
     let idx = all
         .narrow(dim, 0, k as usize)
         .op("topk")?
-        .contiguous()
+        .dense()
         .op("topk")?;
     let idx = Tensor::new(idx, DType::Int64);
     Ok((read(x, dim, &idx, "TopkBackward0", true)?, idx))
@@ -252,7 +253,7 @@ pub fn searchsorted(
                     shape_str(&s.dims())
                 )));
             }
-            let sv = s.data().to_dtype(CDType::I64).op(op)?;
+            let sv = s.data().cast(CDType::I64).op(op)?;
             if let Some(bad) = backend::on(&sv).find_out_of_bounds(op, &sv, 0, m as i64, None)? {
                 return Err(searchsorted_error(format!(
                     "sorter index out of range (index {bad}, boundaries of size {m} along the \
@@ -266,7 +267,7 @@ pub fn searchsorted(
     let device = seq.data().device().clone();
     if values.numel() == 0 {
         return Ok(Tensor::new(
-            candle_core::Tensor::zeros(vd, out_dt, &device).op(op)?,
+            crate::device::zeros(vd, out_dt, &device).op(op)?,
             if out_int32 {
                 DType::Int32
             } else {
@@ -290,9 +291,9 @@ pub fn searchsorted(
     };
     let flat = |t: &Tensor, rows: usize, n: usize| -> Result<candle_core::Tensor> {
         t.data()
-            .to_dtype(cdt)
+            .cast(cdt)
             .op(op)?
-            .contiguous()
+            .dense()
             .op(op)?
             .reshape((rows, n))
             .op(op)
@@ -309,7 +310,7 @@ pub fn searchsorted(
         .search(&s2, &v2, right)?
         .reshape(vd)
         .op(op)?
-        .to_dtype(out_dt)
+        .cast(out_dt)
         .op(op)?;
     Ok(Tensor::new(
         out,
@@ -382,7 +383,7 @@ pub fn unique(x: &Tensor, dim: Option<usize>, consecutive: bool) -> Result<Uniqu
             }
             let mut perm: Vec<usize> = vec![k];
             perm.extend((0..dims.len()).filter(|&i| i != k));
-            let moved = d.permute(perm.clone()).op(op)?.contiguous().op(op)?;
+            let moved = d.permute(perm.clone()).op(op)?.dense().op(op)?;
             let n = dims[k];
             (moved.reshape((n, x.numel() / n)).op(op)?, Some(perm))
         }
@@ -397,9 +398,9 @@ pub fn unique(x: &Tensor, dim: Option<usize>, consecutive: bool) -> Result<Uniqu
         });
     }
     let keys = rows
-        .to_dtype(compute_dtype(rows.dtype()))
+        .cast(compute_dtype(rows.dtype()))
         .op(op)?
-        .contiguous()
+        .dense()
         .op(op)?;
     let be = backend::on(&keys);
     let (keys, rows, perm) = if consecutive {
@@ -453,7 +454,7 @@ pub fn unique(x: &Tensor, dim: Option<usize>, consecutive: bool) -> Result<Uniqu
                 .op(op)?
                 .permute(inv_perm)
                 .op(op)?
-                .contiguous()
+                .dense()
                 .op(op)?
         }
     };

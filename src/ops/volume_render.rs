@@ -17,6 +17,7 @@
 use crate::autograd::function::record;
 use crate::autograd::grad_mode;
 use crate::autograd::saved::SavedTensor;
+use crate::backend::cast::Convert;
 use crate::backend::{self, RenderInputs, RenderShape};
 use crate::dtype::DType;
 use crate::error::{CandleContext, Error, Result};
@@ -133,18 +134,18 @@ fn check(
 fn dense(t: &Tensor, cdt: DType) -> Result<candle_core::Tensor> {
     let d = t.data();
     let d = if d.dtype() != cdt.candle() {
-        d.to_dtype(cdt.candle()).op(OP)?
+        d.cast(cdt.candle()).op(OP)?
     } else {
         d
     };
-    d.contiguous().op(OP)
+    d.dense().op(OP)
 }
 
 /// Kernel output in the compute dtype as a tensor of `dims` in `dtype`.
 fn to_tensor(d: candle_core::Tensor, dims: &[usize], dtype: DType) -> Result<Tensor> {
     let d = d.reshape(dims).op(OP)?;
     let d = if d.dtype() != dtype.candle() {
-        d.to_dtype(dtype.candle()).op(OP)?
+        d.cast(dtype.candle()).op(OP)?
     } else {
         d
     };
@@ -278,7 +279,7 @@ fn density_channel(graw: &Tensor) -> Result<Tensor> {
     let d = graw.data();
     let last = d.rank() - 1;
     let ch = d.narrow(last, 3, 1).op(OP)?.squeeze(last).op(OP)?;
-    Ok(Tensor::new(ch.contiguous().op(OP)?, graw.dtype()))
+    Ok(Tensor::new(ch.dense().op(OP)?, graw.dtype()))
 }
 
 /// Give `t` a node whose backward raises: the fused backward cannot be differentiated.

@@ -84,7 +84,7 @@ fn typed<T: WithDType>(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     let count: usize = ad[..r - 2].iter().product();
     let size = m * n;
     if size * count == 0 || k == 0 {
-        return Tensor::zeros(dims, T::DTYPE, a.device()).op("matmul");
+        return crate::device::zeros(dims, T::DTYPE, a.device()).op("matmul");
     }
     let threads = rayon::current_num_threads().max(1);
     let out = with_operand::<T, _>(a, |lhs| {

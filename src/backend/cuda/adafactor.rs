@@ -74,8 +74,8 @@ pub(super) fn step(
     let candle = |e| Error::Candle { op, source: e };
     // norms[0]: |p|^2 before decay; norms[1]: |update|^2. Then each matrix's mean row
     // variance.
-    let norms = Tensor::zeros(2, DType::F64, device).map_err(candle)?;
-    let row_mean = Tensor::zeros(batch, DType::F64, device).map_err(candle)?;
+    let norms = crate::device::zeros(2, DType::F64, device).map_err(candle)?;
+    let row_mean = crate::device::zeros(batch, DType::F64, device).map_err(candle)?;
     let (p, g, nm, rm) = (addr(param)?, addr(grad)?, addr(&norms)?, addr(&row_mean)?);
     let (norm_p, norm_u) = (nm.addr, nm.addr + 8);
     let v0 = addr(state[0])?;

@@ -7,6 +7,7 @@
 //! The operands are read in place: each kernel gets one int64 table of where every batch
 //! item's rows start in each operand's storage, and the row strides.
 
+use crate::backend::cast::Convert;
 use candle_core::{DType, Device, Tensor};
 
 use super::launch::{addr, launch, Addr, Arg, Grid, Kernel};
@@ -176,11 +177,11 @@ fn mask_of(name: &'static str, a: &AttnArgs<'_>, dt: DType) -> Result<Option<Ten
             m.data.dtype()
         )));
     }
-    m.data.contiguous().op(name).map(Some)
+    m.data.dense().op(name).map(Some)
 }
 
 fn zeros(dims: &[usize], dt: DType, dev: &Device, name: &'static str) -> Result<Tensor> {
-    Tensor::zeros(dims, dt, dev).op(name)
+    crate::device::zeros(dims, dt, dev).op(name)
 }
 
 impl AttentionOps for Cuda {
@@ -252,7 +253,7 @@ impl AttentionOps for Cuda {
             return Ok((dq, dk, dv));
         }
         check_rows(name, s.n, &[&a.q, &a.k, &a.v, &a.out, &a.dout])?;
-        let lse = lse.contiguous().op(name)?;
+        let lse = lse.dense().op(name)?;
         let mask = mask_of(name, a, dt)?;
         let starts = [start(q), start(k), start(v), start(out), start(dout)];
         let table = base_table(a, starts, dev)?;

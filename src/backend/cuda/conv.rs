@@ -19,6 +19,7 @@
 //! chunk is one image (as the CPU kernels do); with several images the columns must be
 //! rearranged anyway, which is what im2col then does.
 
+use crate::backend::cast::Convert;
 use candle_core::{DType, Tensor};
 
 use super::launch::{addr, launch, Arg, Grid, Kernel};
@@ -61,7 +62,7 @@ fn operand(name: &'static str, what: &str, t: &Tensor, len: usize, dtype: DType)
             t.dtype()
         )));
     }
-    t.contiguous().op(name)
+    t.dense().op(name)
 }
 
 fn product(d: [usize; 4]) -> usize {
@@ -119,7 +120,7 @@ fn columns(
     if pointwise(geo) && nc == 1 {
         return x.narrow(0, n0, 1).op(name)?.reshape((g, k, l)).op(name);
     }
-    let cols = Tensor::zeros((g, k, nc * l), x.dtype(), x.device()).op(name)?;
+    let cols = crate::device::zeros((g, k, nc * l), x.dtype(), x.device()).op(name)?;
     let xs = x.narrow(0, n0, nc).op(name)?;
     let (xa, ca) = (addr(&xs)?, addr(&cols)?);
     let mut args = vec![Arg::Ptr(xa.addr), Arg::Ptr(ca.addr)];
@@ -197,7 +198,7 @@ fn grad_rows(
     if nc == 1 {
         return gs.reshape((groups, og, l)).op(name);
     }
-    let rows = Tensor::zeros((groups, og, nc * l), g.dtype(), g.device()).op(name)?;
+    let rows = crate::device::zeros((groups, og, nc * l), g.dtype(), g.device()).op(name)?;
     swap_outer(name, &gs, &rows, (nc, geo.c_out, l), None)?;
     Ok(rows)
 }
@@ -218,7 +219,7 @@ fn forward(
         .map(|b| operand(name, "bias", b, geo.c_out, dtype))
         .transpose()?;
     let dims = geo.output_dims();
-    let y = Tensor::zeros(&dims[..], dtype, x.device()).op(name)?;
+    let y = crate::device::zeros(&dims[..], dtype, x.device()).op(name)?;
     if y.elem_count() == 0 {
         return Ok(y);
     }
@@ -253,7 +254,7 @@ fn input_grad(
     float_suffix(name, g)?;
     let g = operand(name, "grad_output", g, product(geo.output_dims()), dtype)?;
     let w = operand(name, "weight", w, product(geo.weight_dims()), dtype)?;
-    let dx = Tensor::zeros(&geo.input_dims()[..], dtype, g.device()).op(name)?;
+    let dx = crate::device::zeros(&geo.input_dims()[..], dtype, g.device()).op(name)?;
     let (groups, og, k, l) = (geo.groups, geo.cout_g(), geo.k(), geo.l());
     if dx.elem_count() == 0 || og * k * l == 0 {
         return Ok(dx);
@@ -282,7 +283,7 @@ fn weight_grad(
     let x = operand(name, "input", x, product(geo.input_dims()), dtype)?;
     let dims = geo.weight_dims();
     if product(dims) == 0 || geo.n * geo.l() == 0 {
-        return Tensor::zeros(&dims[..], dtype, g.device()).op(name);
+        return crate::device::zeros(&dims[..], dtype, g.device()).op(name);
     }
     let mut dw: Option<Tensor> = None;
     for part in chunks(geo.n, chunk(geo, dtype, budget)) {
@@ -296,7 +297,7 @@ fn weight_grad(
     }
     match dw {
         Some(dw) => dw.reshape(&dims[..]).op(name),
-        None => Tensor::zeros(&dims[..], dtype, g.device()).op(name),
+        None => crate::device::zeros(&dims[..], dtype, g.device()).op(name),
     }
 }
 

@@ -2,13 +2,15 @@
 //! each operand through its strides (transposed, sliced, broadcast views are not copied)
 //! and writing a dense output, with the CPU kernels' semantics (`backend/cpu/elementwise.rs`).
 //! A kernel per dtype takes the function as an op code and two scalar parameters; the codes
-//! are given here, in [`unary_code`] and [`binary_code`], and nowhere else.
+//! are given here, in [`unary_code`], [`binary_code`] and [`compare_code`], and nowhere
+//! else. Comparisons and `where` are here too: candle's CUDA ones have no int32 kernels.
 
+use candle_core::op::CmpOp;
 use candle_core::{DType, Tensor};
 
-use super::launch::{addr, launch, layout_table, Addr, Arg, Grid, Kernel};
+use super::launch::{addr, addrs, launch, layout_table, Addr, Arg, Grid, Kernel};
 use super::{dtype_suffix, intern, ptx, Cuda};
-use crate::backend::{same_buffer, Bin, ElementwiseOps, Pred, UnaryOp};
+use crate::backend::{Bin, ElementwiseOps, Pred, UnaryOp};
 use crate::error::{CandleContext, Error, Result};
 
 const THREADS: u32 = 256;
@@ -97,6 +99,18 @@ fn binary_code(op: Bin) -> Option<(i32, f64, f64)> {
     Some((code, 0.0, 0.0))
 }
 
+/// The kernel's comparison code (elementwise.cu's `Compare`).
+fn compare_code(op: CmpOp) -> i32 {
+    match op {
+        CmpOp::Eq => 0,
+        CmpOp::Ne => 1,
+        CmpOp::Lt => 2,
+        CmpOp::Le => 3,
+        CmpOp::Gt => 4,
+        CmpOp::Ge => 5,
+    }
+}
+
 fn pred_code(p: Pred) -> i32 {
     match p {
         Pred::IsNan => 0,
@@ -159,7 +173,7 @@ pub(super) fn table_addr(t: &Option<Tensor>) -> Result<(Option<Addr<'_>>, u64)> 
 
 /// A dense output of `x`'s shape.
 pub(super) fn dense_like(name: &'static str, x: &Tensor, dtype: DType) -> Result<Tensor> {
-    Tensor::zeros(x.shape(), dtype, x.device()).op(name)
+    crate::device::zeros(x.shape(), dtype, x.device()).op(name)
 }
 
 /// `gs_<kind>_<suffix>` of the element-wise module, interned.
@@ -261,29 +275,17 @@ impl ElementwiseOps for Cuda {
         }
         let (table_a, table_b) = (table_of(a)?, table_of(b)?);
         {
-            let aa = addr(a)?;
-            // One guard per buffer: a second read guard on one lock can deadlock behind a
-            // writer. Operands of one buffer (x * x, x * x.t()) differ only in their start.
-            let (_bg, b_addr) = if same_buffer(a, b) {
-                let elem = dtype.size_in_bytes() as u64;
-                let base = aa.addr - a.layout().start_offset() as u64 * elem;
-                (None, base + b.layout().start_offset() as u64 * elem)
-            } else {
-                let g = addr(b)?;
-                let p = g.addr;
-                (Some(g), p)
-            };
-            let oa = addr(&out)?;
+            let (_g, p) = addrs(&[a, b, &out])?;
             let (_ta, ta) = table_addr(&table_a)?;
             let (_tb, tb) = table_addr(&table_b)?;
             let args = [
                 Arg::I64(n as i64),
-                Arg::Ptr(aa.addr),
+                Arg::Ptr(p[0]),
                 Arg::Ptr(ta),
-                Arg::Ptr(b_addr),
+                Arg::Ptr(p[1]),
                 Arg::Ptr(tb),
                 Arg::I32(a.rank() as i32),
-                Arg::Ptr(oa.addr),
+                Arg::Ptr(p[2]),
                 Arg::I32(code),
                 Arg::F64(p0),
                 Arg::F64(p1),
@@ -321,13 +323,99 @@ impl ElementwiseOps for Cuda {
         }
         Ok(out)
     }
+
+    fn compare(&self, name: &'static str, op: CmpOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+        let dtype = a.dtype();
+        if a.dims() != b.dims() || b.dtype() != dtype || !takes(dtype) {
+            return Err(refuse(
+                name,
+                format!(
+                    "compare {}: operands {:?} {dtype:?} and {:?} {:?}",
+                    compare_code(op),
+                    a.dims(),
+                    b.dims(),
+                    b.dtype()
+                ),
+            ));
+        }
+        let out = dense_like(name, a, DType::U8)?;
+        let n = a.elem_count();
+        if n == 0 {
+            return Ok(out);
+        }
+        let (table_a, table_b) = (table_of(a)?, table_of(b)?);
+        {
+            let (_g, p) = addrs(&[a, b, &out])?;
+            let (_ta, ta) = table_addr(&table_a)?;
+            let (_tb, tb) = table_addr(&table_b)?;
+            let args = [
+                Arg::I64(n as i64),
+                Arg::Ptr(p[0]),
+                Arg::Ptr(ta),
+                Arg::Ptr(p[1]),
+                Arg::Ptr(tb),
+                Arg::I32(a.rank() as i32),
+                Arg::Ptr(p[2]),
+                Arg::I32(compare_code(op)),
+            ];
+            let grid = Grid::elementwise(n, THREADS);
+            launch(a.device(), kernel("compare", dtype), grid, &args)?;
+        }
+        Ok(out)
+    }
+
+    fn select(&self, name: &'static str, cond: &Tensor, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+        let dtype = a.dtype();
+        if a.dims() != b.dims() || cond.dims() != a.dims() || b.dtype() != dtype {
+            return Err(refuse(
+                name,
+                format!(
+                    "where: operands {:?} {dtype:?} and {:?} {:?}, condition {:?}",
+                    a.dims(),
+                    b.dims(),
+                    b.dtype(),
+                    cond.dims()
+                ),
+            ));
+        }
+        let out = dense_like(name, a, dtype)?;
+        let n = a.elem_count();
+        if n == 0 {
+            return Ok(out);
+        }
+        let size = super::inplace::size_suffix(name, dtype)?;
+        let tables = [table_of(cond)?, table_of(a)?, table_of(b)?];
+        {
+            let (_g, p) = addrs(&[cond, a, b, &out])?;
+            let (_tc, tc) = table_addr(&tables[0])?;
+            let (_ta, ta) = table_addr(&tables[1])?;
+            let (_tb, tb) = table_addr(&tables[2])?;
+            let args = [
+                Arg::I64(n as i64),
+                Arg::Ptr(p[0]),
+                Arg::Ptr(tc),
+                Arg::Ptr(p[1]),
+                Arg::Ptr(ta),
+                Arg::Ptr(p[2]),
+                Arg::Ptr(tb),
+                Arg::I32(a.rank() as i32),
+                Arg::Ptr(p[3]),
+            ];
+            let kernel = Kernel {
+                module: &ptx::ELEMENTWISE,
+                name: intern(format!("gs_where_{size}")),
+            };
+            launch(a.device(), kernel, Grid::elementwise(n, THREADS), &args)?;
+        }
+        Ok(out)
+    }
 }
 
 #[cfg(all(test, feature = "cuda-emulator"))]
 mod tests {
     use candle_core::{DType, Device, IndexOp, Tensor};
 
-    use super::Cuda;
+    use super::{compare_code, Cuda};
     use crate::backend::cpu::Cpu;
     use crate::backend::{Bin, ElementwiseOps, Pred, UnaryOp};
     use crate::error::{CandleContext, Result};
@@ -751,6 +839,52 @@ mod tests {
             }
         }
         report(failed);
+    }
+
+    #[test]
+    fn compare_and_where_match_candle() {
+        use candle_core::op::CmpOp;
+        let ops = [
+            CmpOp::Eq,
+            CmpOp::Ne,
+            CmpOp::Lt,
+            CmpOp::Le,
+            CmpOp::Gt,
+            CmpOp::Ge,
+        ];
+        let mut failed = Vec::new();
+        for dtype in FLOATS.into_iter().chain(INTS) {
+            for (s, &n) in SIZES.iter().enumerate() {
+                for (layout, a, b) in pairs(n, 30 + s as u64, dtype) {
+                    for op in ops {
+                        let what = format!("compare {} {dtype:?} {layout}", compare_code(op));
+                        let want = Cpu.compare("test", op, &a, &b).unwrap();
+                        let got = Cuda.compare("test", op, &a, &b).unwrap();
+                        if let Some(m) = mismatch(&got, &want, (0.0, 0.0)) {
+                            failed.push(format!("{what}: {m}"));
+                        }
+                    }
+                    // a condition of a third layout: a's own comparison with 0
+                    let zero = Tensor::zeros((), dtype, &Device::Cpu)
+                        .and_then(|z| z.broadcast_as(a.shape()))
+                        .unwrap();
+                    let c = Cpu.compare("test", CmpOp::Gt, &a, &zero).unwrap();
+                    let want = Cpu.select("test", &c, &a, &b).unwrap();
+                    let got = Cuda.select("test", &c, &a, &b).unwrap();
+                    if let Some(m) = mismatch(&got, &want, (0.0, 0.0)) {
+                        failed.push(format!("where {dtype:?} {layout}: {m}"));
+                    }
+                }
+            }
+        }
+        report(failed);
+        // operands of one buffer take one guard
+        let x = tensor(12, 3, DType::F32).reshape((3, 4)).unwrap();
+        let c = Cpu
+            .compare("test", CmpOp::Gt, &x, &x.t().unwrap().t().unwrap())
+            .unwrap();
+        let got = Cuda.select("test", &c, &x, &x).unwrap();
+        same("where(c, x, x)", &got, &x, (0.0, 0.0));
     }
 
     /// A transposed operand against one whose rows are a broadcast scalar column: the two

@@ -9,6 +9,7 @@
 //! positions depend on the order the atomics land in (as PyTorch's non-deterministic
 //! `index_put_`), exact where the partial sums are representable.
 
+use crate::backend::cast::Convert;
 use std::sync::Arc;
 
 use candle_core::{DType, Tensor};
@@ -68,7 +69,7 @@ impl Laid {
         }
         let n = v.len();
         let count = plan.count();
-        let coords = plan.coords.contiguous().op(name)?;
+        let coords = plan.coords.dense().op(name)?;
         if coords.dtype() != DType::I64 || coords.elem_count() != plan.adv_dims.len() * count {
             return Err(Error::index(format!(
                 "{name}: expected int64 coordinates ({}, {count}), got {:?} {:?}",
@@ -154,7 +155,7 @@ impl IndexOps for Cuda {
     fn take(&self, name: &'static str, x: &Tensor, plan: &Arc<IndexPlan>) -> Result<Tensor> {
         let suffix = size_suffix(name, x.dtype())?;
         let laid = Laid::new(name, plan, x)?;
-        let out = Tensor::zeros(plan.out_dims(), x.dtype(), x.device()).op(name)?;
+        let out = crate::device::zeros(plan.out_dims(), x.dtype(), x.device()).op(name)?;
         let n = laid.total();
         if n == 0 {
             return Ok(out);

@@ -147,7 +147,7 @@ impl InplaceOps for Cuda {
 
     fn dense_copy(&self, name: &'static str, x: &Tensor) -> Result<Tensor> {
         let suffix = size_suffix(name, x.dtype())?;
-        let out = Tensor::zeros(x.shape(), x.dtype(), x.device()).op(name)?;
+        let out = crate::device::zeros(x.shape(), x.dtype(), x.device()).op(name)?;
         let n = x.elem_count();
         if n == 0 {
             return Ok(out);

@@ -92,6 +92,31 @@ pub fn addr(t: &candle_core::Tensor) -> Result<Addr<'_>> {
     })
 }
 
+/// The addresses of several operands' first elements, with one read guard per buffer: a
+/// second read guard on one lock can deadlock behind a writer, and operands of one buffer
+/// (`x * x`, `where(c, x, x.t())`) differ only in their start.
+pub fn addrs<'a>(ts: &[&'a candle_core::Tensor]) -> Result<(Vec<Addr<'a>>, Vec<u64>)> {
+    let ids: Vec<usize> = ts
+        .iter()
+        .map(|t| crate::backend::buffer::buffer_id(t))
+        .collect();
+    let mut guards: Vec<(usize, Addr<'a>)> = Vec::new();
+    let mut out = Vec::with_capacity(ts.len());
+    for (i, t) in ts.iter().enumerate() {
+        let elem = t.dtype().size_in_bytes() as u64;
+        let start = t.layout().start_offset() as u64 * elem;
+        match guards.iter().find(|(j, _)| ids[*j] == ids[i]) {
+            Some((j, g)) => out.push(g.addr - ts[*j].layout().start_offset() as u64 * elem + start),
+            None => {
+                let g = addr(t)?;
+                out.push(g.addr);
+                guards.push((i, g));
+            }
+        }
+    }
+    Ok((guards.into_iter().map(|(_, g)| g).collect(), out))
+}
+
 /// The layout of `t` as a kernel walks it: an int64 table `[dims..., strides...]` (in
 /// elements) on `t`'s device, and the rank. A kernel finds element `i` (row-major) at
 /// `gs::strided_offset(i, rank, table)` from `addr(t)`. A dense tensor needs none: pass

@@ -7,6 +7,7 @@
 //! lines take a second launch over the chunks' results (a reduction) or three (a scan: each
 //! chunk's total, the scan of the totals, each chunk's scan from its predecessors' total).
 
+use crate::backend::cast::Convert;
 use candle_core::{DType, Device, Tensor};
 
 use super::launch::{addr, launch, Arg, Grid, Kernel};
@@ -128,7 +129,7 @@ fn zeros(
     dev: &Device,
     op: &'static str,
 ) -> Result<Tensor> {
-    Tensor::zeros(shape, dtype, dev).op(op)
+    crate::device::zeros(shape, dtype, dev).op(op)
 }
 
 /// What sums and products of a dtype accumulate in (`LineAcc` in lines.cu).
@@ -364,7 +365,7 @@ fn check_dtype(name: &str, dtype: DType, allowed: &[DType]) -> Result<()> {
 impl ReduceOps for Cuda {
     fn lines(&self, x: &Tensor, dim: usize, k: LineKernel) -> Result<Tensor> {
         let name = k.name();
-        let x = x.contiguous().op(name)?;
+        let x = x.dense().op(name)?;
         let lines = Lines::new(x.dims(), dim);
         let mut dims = x.dims().to_vec();
         dims[dim] = k.out_len(lines.n);
@@ -423,7 +424,7 @@ impl ReduceOps for Cuda {
             )));
         }
         check_dtype(name, a.dtype(), &[DType::F32, DType::F64])?;
-        let (a, b) = (a.contiguous().op(name)?, b.contiguous().op(name)?);
+        let (a, b) = (a.dense().op(name)?, b.dense().op(name)?);
         let out = zeros(a.dims(), a.dtype(), a.device(), name)?;
         let lines = Lines::new(a.dims(), dim);
         if out.elem_count() > 0 {

@@ -4,6 +4,7 @@
 //! mask unpacked to bytes. Semantics of the CPU kernels (`backend/cpu/mask.rs`): NaN passes,
 //! the threshold and the value rounded to the input's dtype first.
 
+use crate::backend::cast::Convert;
 use candle_core::{DType, Tensor, WithDType};
 
 use super::elementwise::{dense_like, table_addr, table_of};
@@ -62,7 +63,7 @@ fn mask_bytes(name: &'static str, mask: &Tensor, n: usize) -> Result<Tensor> {
             mask.dtype()
         )));
     }
-    mask.contiguous().op(name)
+    mask.dense().op(name)
 }
 
 fn float_gradient(node: &'static str, g: &Tensor) -> Result<()> {
@@ -152,7 +153,7 @@ impl MaskOps for Cuda {
     ) -> Result<(Tensor, Option<Tensor>)> {
         let out = dense_like(name, x, x.dtype())?;
         let mask = want_mask
-            .then(|| Tensor::zeros(x.elem_count().div_ceil(8), DType::U8, x.device()))
+            .then(|| crate::device::zeros(x.elem_count().div_ceil(8), DType::U8, x.device()))
             .transpose()
             .op(name)?;
         run_threshold(name, x, Some(&out), mask.as_ref(), th, value)?;
@@ -190,7 +191,7 @@ impl MaskOps for Cuda {
 
     fn unpack_mask(&self, name: &'static str, mask: &Tensor, dims: &[usize]) -> Result<Tensor> {
         let n: usize = dims.iter().product();
-        let out = Tensor::zeros(dims, DType::U8, mask.device()).op(name)?;
+        let out = crate::device::zeros(dims, DType::U8, mask.device()).op(name)?;
         let mask = mask_bytes(name, mask, n)?;
         if n == 0 {
             return Ok(out);
@@ -209,6 +210,7 @@ impl MaskOps for Cuda {
 mod tests {
     use candle_core::{DType, Device, IndexOp, Tensor};
 
+    use super::super::testing::assert_same_bits;
     use super::Cuda;
     use crate::backend::cpu::Cpu;
     use crate::backend::MaskOps;
@@ -269,84 +271,8 @@ mod tests {
         }
     }
 
-    fn bits(t: &Tensor) -> Vec<u64> {
-        // Bit patterns, so NaN compares equal to NaN and -0 differs from +0.
-        let t = t.flatten_all().unwrap();
-        match t.dtype() {
-            DType::F32 => t
-                .to_vec1::<f32>()
-                .unwrap()
-                .iter()
-                .map(|v| v.to_bits() as u64)
-                .collect(),
-            DType::F64 => t
-                .to_vec1::<f64>()
-                .unwrap()
-                .iter()
-                .map(|v| v.to_bits())
-                .collect(),
-            DType::F16 => t
-                .to_vec1::<half::f16>()
-                .unwrap()
-                .iter()
-                .map(|v| v.to_bits() as u64)
-                .collect(),
-            DType::BF16 => t
-                .to_vec1::<half::bf16>()
-                .unwrap()
-                .iter()
-                .map(|v| v.to_bits() as u64)
-                .collect(),
-            DType::U8 => t
-                .to_vec1::<u8>()
-                .unwrap()
-                .iter()
-                .map(|&v| v as u64)
-                .collect(),
-            DType::U32 => t
-                .to_vec1::<u32>()
-                .unwrap()
-                .iter()
-                .map(|&v| v as u64)
-                .collect(),
-            DType::I32 => t
-                .to_vec1::<i32>()
-                .unwrap()
-                .iter()
-                .map(|&v| v as u64)
-                .collect(),
-            _ => t
-                .to_vec1::<i64>()
-                .unwrap()
-                .iter()
-                .map(|&v| v as u64)
-                .collect(),
-        }
-    }
-
     fn same(what: &str, a: &Tensor, b: &Tensor) {
-        assert_eq!(a.dims(), b.dims(), "{what}: shape");
-        assert_eq!(a.dtype(), b.dtype(), "{what}: dtype");
-        // Canonical NaN bits differ between converters (the emulator's 0x7fff, half's 0x7e00).
-        let nan = |t: &Tensor| {
-            t.dtype().is_float().then(|| {
-                t.to_dtype(DType::F64)
-                    .unwrap()
-                    .flatten_all()
-                    .unwrap()
-                    .to_vec1::<f64>()
-                    .unwrap()
-                    .iter()
-                    .map(|v| v.is_nan())
-                    .collect::<Vec<_>>()
-            })
-        };
-        let (na, nb) = (nan(a), nan(b));
-        assert_eq!(na, nb, "{what}: NaN positions");
-        for (i, (x, y)) in bits(a).iter().zip(bits(b)).enumerate() {
-            let is_nan = na.as_ref().is_some_and(|v| v[i]);
-            assert!(is_nan || *x == y, "{what}: element {i}: {x:#x} vs {y:#x}");
-        }
+        assert_same_bits(what, a, b);
     }
 
     /// (threshold, value) pairs: relu's, ties, NaN, values that round in a 16-bit dtype or

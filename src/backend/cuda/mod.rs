@@ -10,6 +10,7 @@
 
 mod adafactor;
 pub mod attention;
+mod cast;
 pub mod conv;
 pub mod elementwise;
 pub mod index;

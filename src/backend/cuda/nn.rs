@@ -10,6 +10,7 @@
 //! bits of a sum, vary from run to run; a deterministic order needs the ids sorted first,
 //! which costs more than the backward itself.
 
+use crate::backend::cast::Convert;
 use candle_core::{DType, Device, Tensor};
 
 use super::launch::{addr, launch, Addr, Arg, Grid, Kernel};
@@ -38,7 +39,7 @@ fn zeros(
     dev: &Device,
     op: &'static str,
 ) -> Result<Tensor> {
-    Tensor::zeros(shape, dtype, dev).op(op)
+    crate::device::zeros(shape, dtype, dev).op(op)
 }
 
 fn p(a: &Addr<'_>) -> Arg {
@@ -89,7 +90,7 @@ fn dense(op: &'static str, t: &Tensor, dtype: DType) -> Result<Tensor> {
             t.dtype()
         )));
     }
-    t.contiguous().op(op)
+    t.dense().op(op)
 }
 
 /// layer_norm's weight and bias gradients from the rows: Σ g·x̂ and Σ g per column, in two
@@ -167,7 +168,7 @@ impl NnOps for Cuda {
         eps: f64,
     ) -> Result<(Tensor, Tensor, Tensor)> {
         let dtype = check(name, x, &FLOATS)?;
-        let x = x.contiguous().op(name)?;
+        let x = x.dense().op(name)?;
         let dev = x.device();
         let rows = x.elem_count().checked_div(n).unwrap_or(0);
         let y = zeros(x.shape(), dtype, dev, name)?;
@@ -211,7 +212,7 @@ impl NnOps for Cuda {
     ) -> Result<(Tensor, Option<(Tensor, Tensor)>)> {
         let dtype = check(name, x, &FLOATS)?;
         let dev = x.device();
-        let (g, x) = (dense(name, g, dtype)?, x.contiguous().op(name)?);
+        let (g, x) = (dense(name, g, dtype)?, x.dense().op(name)?);
         let (mu, rs) = (dense(name, stats.0, dtype)?, dense(name, stats.1, dtype)?);
         let w = w.map(|w| dense(name, w, dtype)).transpose()?;
         let rows = x.elem_count().checked_div(n).unwrap_or(0);
@@ -253,7 +254,7 @@ impl NnOps for Cuda {
 
     fn gather_rows(&self, name: &'static str, x: &Tensor, t: Targets<'_>) -> Result<Tensor> {
         let dtype = check(name, x, &ALL_FLOATS)?;
-        let x = x.contiguous().op(name)?;
+        let x = x.dense().op(name)?;
         let classes = dense(name, t.classes, DType::I64)?;
         let (rows, c) = (classes.elem_count(), x.dims().last().copied().unwrap_or(1));
         let y = zeros(rows, dtype, x.device(), name)?;
@@ -285,7 +286,7 @@ impl NnOps for Cuda {
         c: usize,
     ) -> Result<Tensor> {
         let dtype = check(name, g, &ALL_FLOATS)?;
-        let g = g.contiguous().op(name)?;
+        let g = g.dense().op(name)?;
         let classes = dense(name, t.classes, DType::I64)?;
         let rows = classes.elem_count();
         let y = zeros((rows, c), dtype, g.device(), name)?;
@@ -317,7 +318,7 @@ impl NnOps for Cuda {
         zero_index: Option<i64>,
     ) -> Result<Tensor> {
         let dtype = check(name, w, &ALL_FLOATS)?;
-        let w = w.contiguous().op(name)?;
+        let w = w.dense().op(name)?;
         let ids = dense(name, ids, DType::I64)?;
         let (len, d) = (ids.elem_count(), w.dims().last().copied().unwrap_or(1));
         let y = zeros((len, d), dtype, w.device(), name)?;
@@ -351,7 +352,7 @@ impl NnOps for Cuda {
         padding: Option<i64>,
     ) -> Result<Tensor> {
         let dtype = check(name, g, &ALL_FLOATS)?;
-        let g = g.contiguous().op(name)?;
+        let g = g.dense().op(name)?;
         let ids = dense(name, ids, DType::I64)?;
         let (len, d) = (ids.elem_count(), g.dims().last().copied().unwrap_or(1));
         let acc_dtype = if dtype == DType::F64 {
@@ -378,7 +379,7 @@ impl NnOps for Cuda {
                 &args,
             )?;
         }
-        acc.to_dtype(dtype).op(name)
+        acc.cast(dtype).op(name)
     }
 }
 

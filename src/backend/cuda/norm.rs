@@ -4,6 +4,7 @@
 //! atomics, the same result on every run), the statistics two-pass (the mean, then the
 //! squares about it); the affine map and the input gradient one pass over the elements.
 
+use crate::backend::cast::Convert;
 use candle_core::{DType, Device, Tensor};
 
 use super::launch::{addr, launch, Addr, Arg, Grid, Kernel};
@@ -57,7 +58,7 @@ fn ncs(op: &str, x: &Tensor) -> Result<(usize, usize, usize)> {
 
 /// An f64 (C,) vector, dense.
 fn channels(op: &'static str, v: &Tensor) -> Result<Tensor> {
-    v.to_dtype(DType::F64).and_then(|v| v.contiguous()).op(op)
+    v.cast(DType::F64).and_then(|v| v.dense()).op(op)
 }
 
 /// Per-channel sums of `x` (and `g`) of (N, C, S), each divided by `divisor`, as f64 (C,)
@@ -74,7 +75,7 @@ fn channel_sums(
     let dev: &Device = x.device();
     let outs = if matches!(what, Sums::Grad) { 2 } else { 1 };
     let out: Vec<Tensor> = (0..outs)
-        .map(|_| Tensor::zeros(c, DType::F64, dev).op(op))
+        .map(|_| crate::device::zeros(c, DType::F64, dev).op(op))
         .collect::<Result<_>>()?;
     if c == 0 {
         return Ok(out);
@@ -96,7 +97,7 @@ fn channel_sums(
         n.div_ceil(per_chunk)
     };
     let parts: Vec<Tensor> = (0..outs)
-        .map(|_| Tensor::zeros((c, chunks.max(1)), DType::F64, dev).op(op))
+        .map(|_| crate::device::zeros((c, chunks.max(1)), DType::F64, dev).op(op))
         .collect::<Result<_>>()?;
     let pa: Vec<Addr<'_>> = parts.iter().map(addr).collect::<Result<_>>()?;
     if chunks > 0 {
@@ -158,14 +159,14 @@ fn per_element(
                     "{op}: operands differ in dtype or shape"
                 )));
             }
-            t.contiguous().op(op)
+            t.dense().op(op)
         })
         .collect::<Result<_>>()?;
     let coefs: Vec<Tensor> = coefs
         .iter()
         .map(|t| channels(op, t))
         .collect::<Result<_>>()?;
-    let y = Tensor::zeros((n, c, s), x.dtype(), x.device()).op(op)?;
+    let y = crate::device::zeros((n, c, s), x.dtype(), x.device()).op(op)?;
     let total = n * c * s;
     if total > 0 {
         let ia: Vec<Addr<'_>> = inputs.iter().map(addr).collect::<Result<_>>()?;
@@ -188,7 +189,7 @@ fn per_element(
 impl NormOps for Cuda {
     fn channel_stats(&self, name: &'static str, x: &Tensor) -> Result<(Tensor, Tensor)> {
         let (n, _, s) = ncs(name, x)?;
-        let x = x.contiguous().op(name)?;
+        let x = x.dense().op(name)?;
         let m = (n * s) as f64;
         let mean = channel_sums(name, Sums::X, &x, None, None, m)?.remove(0);
         let var = channel_sums(name, Sums::Squares, &x, None, Some(&mean), m)?.remove(0);
@@ -218,7 +219,7 @@ impl NormOps for Cuda {
                 "{name}: g and x differ in dtype or shape"
             )));
         }
-        let (g, x) = (g.contiguous().op(name)?, x.contiguous().op(name)?);
+        let (g, x) = (g.dense().op(name)?, x.dense().op(name)?);
         let centre = channels(name, centre)?;
         let mut sums = channel_sums(name, Sums::Grad, &x, Some(&g), Some(&centre), 1.0)?;
         let sgx = sums.remove(1);

@@ -3,6 +3,7 @@
 //! coefficients are the CPU kernels' (`backend/cpu/optim.rs`), in the order the kernel's
 //! rule reads them.
 
+use crate::backend::cast::Convert;
 use candle_core::{DType, Tensor};
 
 use super::launch::{addr, launch, Arg, Grid, Kernel};
@@ -189,10 +190,8 @@ impl OptimOps for Cuda {
     fn norm_pow(&self, grad: &Tensor, norm_type: f64) -> Result<f64> {
         let op = "grad norm";
         let suffix = float_suffix(op, grad)?;
-        let g = grad
-            .contiguous()
-            .map_err(|e| Error::Candle { op, source: e })?;
-        let out = Tensor::zeros(1, DType::F64, g.device())
+        let g = grad.dense().map_err(|e| Error::Candle { op, source: e })?;
+        let out = crate::device::zeros(1, DType::F64, g.device())
             .map_err(|e| Error::Candle { op, source: e })?;
         {
             let (ga, oa) = (addr(&g)?, addr(&out)?);

@@ -3,6 +3,7 @@
 //! as gathers (each input element sums the outputs that read it, in the CPU kernels'
 //! order), so every result is deterministic and needs no atomics.
 
+use crate::backend::cast::Convert;
 use candle_core::{DType, Tensor};
 
 use super::launch::{addr, launch, Arg, Grid, Kernel};
@@ -62,7 +63,7 @@ fn dense(name: &'static str, t: &Tensor, n: usize) -> Result<Tensor> {
             t.dims()
         )));
     }
-    t.contiguous().op(name)
+    t.dense().op(name)
 }
 
 /// Planes of output positions, from the argmax tensor (P, OH, OW).
@@ -137,7 +138,7 @@ fn resample(
         true => ((rows.output(), cols.output()), (rows.input, cols.input)),
     };
     let planes = x.elem_count().checked_div(inp.0 * inp.1).unwrap_or(0);
-    let out = Tensor::zeros((planes, outp.0, outp.1), x.dtype(), x.device()).op(name)?;
+    let out = crate::device::zeros((planes, outp.0, outp.1), x.dtype(), x.device()).op(name)?;
     let n = planes * outp.0 * outp.1;
     if n == 0 {
         return Ok(out);
@@ -195,8 +196,8 @@ impl PoolOps for Cuda {
             DType::I32
         };
         let dims = (planes, w.h.output, w.w.output);
-        let vals = Tensor::zeros(dims, x.dtype(), x.device()).op(name)?;
-        let args = Tensor::zeros(dims, arg_dtype, x.device()).op(name)?;
+        let vals = crate::device::zeros(dims, x.dtype(), x.device()).op(name)?;
+        let args = crate::device::zeros(dims, arg_dtype, x.device()).op(name)?;
         let n = planes * op;
         if n > 0 {
             let x = dense(name, x, planes * ip)?;
@@ -225,7 +226,8 @@ impl PoolOps for Cuda {
         let suffix = float_suffix(name, g)?;
         let arg = arg_suffix(name, argmax)?;
         let planes = planes_of(argmax, &w);
-        let out = Tensor::zeros((planes, w.h.input, w.w.input), g.dtype(), g.device()).op(name)?;
+        let out =
+            crate::device::zeros((planes, w.h.input, w.w.input), g.dtype(), g.device()).op(name)?;
         let n = planes * w.h.input * w.w.input;
         if n > 0 && w.h.output * w.w.output > 0 {
             let op = planes * w.h.output * w.w.output;
@@ -255,8 +257,8 @@ impl PoolOps for Cuda {
         let suffix = float_suffix(name, x)?;
         let arg = arg_suffix(name, argmax)?;
         let planes = planes_of(argmax, &w);
-        let out =
-            Tensor::zeros((planes, w.h.output, w.w.output), x.dtype(), x.device()).op(name)?;
+        let out = crate::device::zeros((planes, w.h.output, w.w.output), x.dtype(), x.device())
+            .op(name)?;
         let n = planes * w.h.output * w.w.output;
         if n > 0 {
             let x = dense(name, x, planes * w.h.input * w.w.input)?;
@@ -280,7 +282,7 @@ impl PoolOps for Cuda {
         let arg = arg_suffix(name, argmax)?;
         let planes = planes_of(argmax, &w);
         let dims = (planes, w.h.output, w.w.output);
-        let out = Tensor::zeros(dims, DType::I64, argmax.device()).op(name)?;
+        let out = crate::device::zeros(dims, DType::I64, argmax.device()).op(name)?;
         let n = planes * w.h.output * w.w.output;
         if n > 0 {
             let argmax = dense(name, argmax, n)?;

@@ -42,6 +42,8 @@ modules! {
     ADAFACTOR = "adafactor";
     /// The fused optimizer steps (`OptimOps`).
     OPTIM = "optim";
+    /// Casts between every pair of dtypes (`CastOps`).
+    CAST = "cast";
     /// Element-wise unary and binary functions, float predicates (`ElementwiseOps`).
     ELEMENTWISE = "elementwise";
     /// relu/threshold with a 1-bit mask, the backward's select by it (`MaskOps`).

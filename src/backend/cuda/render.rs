@@ -2,6 +2,7 @@
 //! and its O(S) backward, the same outputs as the CPU kernel (`backend/cpu/render.rs`),
 //! for the compute dtypes it takes (f32, f64).
 
+use crate::backend::cast::Convert;
 use candle_core::{DType, Tensor};
 
 use super::launch::{addr, launch, Arg, Grid, Kernel};
@@ -29,7 +30,7 @@ fn dense(name: &'static str, what: &str, t: &Tensor, dtype: DType, n: usize) -> 
             t.dtype()
         )));
     }
-    t.contiguous().op(name)
+    t.dense().op(name)
 }
 
 fn inputs(name: &'static str, ins: RenderInputs<'_>, s: RenderShape) -> Result<Inputs> {
@@ -76,8 +77,8 @@ impl RenderOps for Cuda {
         s: RenderShape,
     ) -> Result<Tensor> {
         let i = inputs(name, ins, s)?;
-        let out =
-            Tensor::zeros((s.rays, HEAD + s.samples), i.raw.dtype(), i.raw.device()).op(name)?;
+        let out = crate::device::zeros((s.rays, HEAD + s.samples), i.raw.dtype(), i.raw.device())
+            .op(name)?;
         if s.rays == 0 {
             return Ok(out);
         }
@@ -116,7 +117,7 @@ impl RenderOps for Cuda {
         let i = inputs(name, ins, s)?;
         let (dtype, device) = (i.raw.dtype(), i.raw.device().clone());
         let g = dense(name, "the gradient", g, dtype, s.rays * (HEAD + s.samples))?;
-        let zeros = |dims: &[usize]| Tensor::zeros(dims, dtype, &device).op(name);
+        let zeros = |dims: &[usize]| crate::device::zeros(dims, dtype, &device).op(name);
         let graw = zeros(&[s.rays, s.samples, 4])?;
         let gz = want_z.then(|| zeros(&[s.rays, s.samples])).transpose()?;
         let gdir = (want_dir && i.dir.is_some())

@@ -71,34 +71,38 @@ pub fn assert_close(what: &str, a: &Tensor, b: &Tensor, rtol: f64, atol: f64) {
     }
 }
 
-/// `a` and `b` with the same bits (NaN payloads and zero signs included).
+/// The bit patterns of `t`'s elements, row-major: NaN equals NaN, -0 differs from +0.
+pub fn bits(t: &Tensor) -> Vec<u64> {
+    let t = t.flatten_all().unwrap();
+    fn each<T: candle_core::WithDType>(t: &Tensor, f: impl Fn(T) -> u64) -> Vec<u64> {
+        t.to_vec1::<T>().unwrap().into_iter().map(f).collect()
+    }
+    match t.dtype() {
+        DType::F32 => each(&t, |v: f32| v.to_bits() as u64),
+        DType::F64 => each(&t, |v: f64| v.to_bits()),
+        DType::F16 => each(&t, |v: half::f16| v.to_bits() as u64),
+        DType::BF16 => each(&t, |v: half::bf16| v.to_bits() as u64),
+        DType::U8 => each(&t, |v: u8| v as u64),
+        DType::U32 => each(&t, |v: u32| v as u64),
+        DType::I32 => each(&t, |v: i32| v as u64),
+        _ => each(&t, |v: i64| v as u64),
+    }
+}
+
+/// `a` and `b` with the same bits (zero signs included; NaNs of any payload agree:
+/// converters disagree on the canonical NaN, the emulator's 0x7fff and half's 0x7e00).
 pub fn assert_same_bits(what: &str, a: &Tensor, b: &Tensor) {
     assert_eq!(a.dims(), b.dims(), "{what}: shapes");
-    let bits = |t: &Tensor| -> Vec<u64> {
-        let t = t.flatten_all().unwrap();
-        match t.dtype() {
-            DType::F32 => t
-                .to_vec1::<f32>()
-                .unwrap()
-                .iter()
-                .map(|v| v.to_bits() as u64)
-                .collect(),
-            DType::F64 => t
-                .to_vec1::<f64>()
-                .unwrap()
-                .iter()
-                .map(|v| v.to_bits())
-                .collect(),
-            _ => t
-                .to_vec1::<i64>()
-                .unwrap()
-                .iter()
-                .map(|&v| v as u64)
-                .collect(),
+    assert_eq!(a.dtype(), b.dtype(), "{what}: dtypes");
+    let nans = |t: &Tensor| -> Vec<bool> {
+        match t.dtype().is_float() {
+            true => flat(t).iter().map(|v| v.is_nan()).collect(),
+            false => vec![false; t.elem_count()],
         }
     };
+    let (na, nb) = (nans(a), nans(b));
     let (x, y) = (bits(a), bits(b));
-    if let Some(i) = (0..x.len()).find(|&i| x[i] != y[i]) {
+    if let Some(i) = (0..x.len()).find(|&i| na[i] != nb[i] || (!na[i] && x[i] != y[i])) {
         panic!(
             "{what}: element {i}: cuda bits {:x} vs cpu {:x}",
             x[i], y[i]

@@ -6,6 +6,7 @@
 //! which is what makes each the other's backward. The coordinates live on the source's
 //! device: building a plan from index tensors reads nothing back.
 
+use crate::backend::cast::Convert;
 use candle_core::{DType as CDType, Device};
 
 use crate::backend;
@@ -44,11 +45,8 @@ impl IndexArray {
                 t.dtype().name()
             )));
         }
-        let values = t
-            .data()
-            .to_dtype(CDType::I64)
-            .and_then(|v| v.to_device(device))
-            .op("index")?;
+        let values = crate::ops::convert::cast_data(&t.data(), t.dtype(), DType::Int64)?;
+        let values = crate::device::to_device(&values, device).op("index")?;
         Ok(IndexArray {
             dims: t.dims(),
             values,
@@ -70,7 +68,7 @@ impl IndexArray {
         self.values
             .broadcast_as(bshape)
             .and_then(|v| v.flatten_all())
-            .and_then(|v| v.contiguous())
+            .and_then(|v| v.dense())
             .op("index")
     }
 }
@@ -101,7 +99,7 @@ fn stack_rows(
     device: &Device,
 ) -> Result<candle_core::Tensor> {
     if rows.is_empty() {
-        return candle_core::Tensor::zeros((0, count), CDType::I64, device).op("index");
+        return crate::device::zeros((0, count), CDType::I64, device).op("index");
     }
     candle_core::Tensor::stack(&rows, 0).op("index")
 }
@@ -211,7 +209,7 @@ impl IndexPlan {
                     .and_then(|a| a.reshape(shape))
                     .and_then(|a| a.broadcast_as(idims.as_slice()))
                     .and_then(|a| a.flatten_all())
-                    .and_then(|a| a.contiguous())
+                    .and_then(|a| a.dense())
                     .op("gather")
             })
             .collect::<Result<Vec<_>>>()?;

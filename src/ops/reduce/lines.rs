@@ -1,6 +1,7 @@
 //! Ops that run a line kernel (`backend::LineKernel`) along one dim: the dtype each
 //! computes in, empty inputs, and the call into the device's backend.
 
+use crate::backend::cast::Convert;
 use candle_core::DType as CDType;
 
 use crate::backend;
@@ -34,11 +35,11 @@ pub fn line_op(x: &candle_core::Tensor, dim: usize, k: LineKernel) -> Result<can
         return empty_result(x, dim, k);
     }
     let cdt = compute_dtype(k, dt);
-    let x = x.to_dtype(cdt).op(name)?.contiguous().op(name)?;
+    let x = x.cast(cdt).op(name)?.dense().op(name)?;
     let out = backend::on(&x).lines(&x, dim, k)?;
     match k {
         LineKernel::ArgExtreme { .. } => Ok(out),
-        _ => out.to_dtype(dt).op(name),
+        _ => out.cast(dt).op(name),
     }
 }
 
@@ -65,7 +66,7 @@ fn empty_result(x: &candle_core::Tensor, dim: usize, k: LineKernel) -> Result<ca
     if k == LineKernel::Prod {
         candle_core::Tensor::ones(dims, dt, x.device()).op(name)
     } else {
-        candle_core::Tensor::zeros(dims, dt, x.device()).op(name)
+        crate::device::zeros(dims, dt, x.device()).op(name)
     }
 }
 
@@ -82,8 +83,8 @@ pub fn line_op2(
         return Ok(b.clone());
     }
     let cdt = compute_dtype(k, dt);
-    let a = a.to_dtype(cdt).op(name)?.contiguous().op(name)?;
-    let b = b.to_dtype(cdt).op(name)?.contiguous().op(name)?;
+    let a = a.cast(cdt).op(name)?.dense().op(name)?;
+    let b = b.cast(cdt).op(name)?.dense().op(name)?;
     let out = backend::on(&a).lines2(&a, &b, dim, k)?;
-    out.to_dtype(dt).op(name)
+    out.cast(dt).op(name)
 }

@@ -176,7 +176,7 @@ pub fn argmax(x: &Tensor, dim: Option<usize>, keepdim: bool, max: bool) -> Resul
             i.reshape(out).op(op)?
         }
         Some(_) if in_dims.is_empty() => {
-            candle_core::Tensor::zeros((), candle_core::DType::I64, d.device()).op(op)?
+            crate::device::zeros((), candle_core::DType::I64, d.device()).op(op)?
         }
         Some(dim) => {
             if in_dims[dim] == 0 {

@@ -56,17 +56,20 @@ pub fn cat(ts: &[Tensor], dim: i64) -> Result<Tensor> {
         }
     }
     let operands: Vec<Operand> = ts.iter().map(Operand::from).collect();
+    let device = ts[0].device();
+    if let Some(t) = ts
+        .iter()
+        .find(|t| !crate::device::same(&t.device(), &device))
+    {
+        return Err(crate::device::mismatch("cat", &device, &t.device()));
+    }
     let dtype = result_dtype(&operands);
     let promoted = ts
         .iter()
         .map(|t| convert::to_dtype(t, dtype))
         .collect::<Result<Vec<_>>>()?;
     let datas: Vec<candle_core::Tensor> = kept.iter().map(|&i| promoted[i].data()).collect();
-    let mut data = candle_core::Tensor::cat(&datas, d).op("cat")?;
-    if kept.len() == 1 || !data.is_contiguous() {
-        data = convert::dense_copy(&data)?;
-    }
-    let out = Tensor::new(data, dtype);
+    let out = Tensor::new(join(&datas, d)?, dtype);
     // Where each input's part lies along `d` (None: a skipped empty tensor).
     let mut parts = Vec::with_capacity(ts.len());
     let mut off = 0;
@@ -96,6 +99,33 @@ pub fn cat(ts: &[Tensor], dim: i64) -> Result<Tensor> {
             })
             .collect()
     });
+    Ok(out)
+}
+
+/// `parts` (one dtype and device, equal but for `d`) joined along `d` into a dense tensor.
+/// candle's `cat`, except on the CUDA backend: zeros and a strided copy of each part into
+/// its slice there, since candle's CUDA `cat` has no int32 kernel nor makes empty tensors.
+fn join(parts: &[candle_core::Tensor], d: usize) -> Result<candle_core::Tensor> {
+    let first = &parts[0];
+    if !crate::backend::name_of(first.device()).starts_with("cuda") {
+        let data = candle_core::Tensor::cat(parts, d).op("cat")?;
+        return match parts.len() == 1 || !data.is_contiguous() {
+            true => convert::dense_copy(&data),
+            false => Ok(data),
+        };
+    }
+    let mut dims = first.dims().to_vec();
+    dims[d] = parts.iter().map(|p| p.dims()[d]).sum();
+    let out = crate::device::zeros(dims, first.dtype(), first.device()).op("cat")?;
+    let mut off = 0;
+    for p in parts {
+        let len = p.dims()[d];
+        if p.elem_count() > 0 {
+            let slice = out.narrow(d, off, len).op("cat")?;
+            crate::backend::on(&out).update("cat", &slice, p, crate::backend::Update::Assign)?;
+        }
+        off += len;
+    }
     Ok(out)
 }
 

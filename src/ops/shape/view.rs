@@ -49,7 +49,7 @@ pub(super) fn alias(x: &Tensor, dims: &[usize]) -> Result<Option<candle_core::Te
     if data.elem_count() == 0 {
         // No element to place, and x's offset may lie past its buffer's end (a slice
         // starting at the end): a fresh, empty tensor stands for the view.
-        let empty = candle_core::Tensor::zeros(dims, data.dtype(), data.device());
+        let empty = crate::device::zeros(dims, data.dtype(), data.device());
         return Ok(Some(empty.op("view")?));
     }
     let Some(strides) = compute_stride(data.dims(), data.stride(), dims) else {

@@ -8,6 +8,8 @@
 //   gs_unary_<dtype>(n, x, table, rank, out, op, p0, p1)
 //   gs_binary_<dtype>(n, a, table_a, b, table_b, rank, out, op, p0, p1)
 //   gs_predicate_<dtype>(n, x, table, rank, out, pred)
+//   gs_compare_<dtype>(n, a, table_a, b, table_b, rank, out, op)     (0/1 bytes)
+//   gs_where_<b1|b2|b4|b8>(n, cond, table_c, a, table_a, b, table_b, rank, out)
 // Inputs: the address of their first element and their layout table (null: dense), all of
 // one shape (broadcast views have stride 0); the output is dense.
 
@@ -328,6 +330,46 @@ __device__ __forceinline__ void binary_int(long long n, In<T> a, In<T> b, T* out
   }
 }
 
+// Comparison codes (elementwise.rs's compare_code): C's comparisons, false with NaN but
+// for NE, as PyTorch's.
+enum Compare : int { EQ = 0, NE = 1, LT = 2, LE = 3, GT = 4, GE = 5 };
+
+// What a comparison compares: the 16-bit floats as float, the rest as they are.
+template <class T>
+__device__ __forceinline__ T compared(T v) {
+  return v;
+}
+__device__ __forceinline__ float compared(__half v) { return __half2float(v); }
+__device__ __forceinline__ float compared(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <class T>
+__device__ __forceinline__ void compare(long long n, In<T> a, In<T> b, unsigned char* out,
+                                        int op) {
+  auto go = [&](auto f) {
+    gs_ew::map2(n, a, b, out,
+                [=](T x, T y) { return (unsigned char)f(compared(x), compared(y)); });
+  };
+  switch (op) {
+    case EQ: return go([](auto x, auto y) { return x == y; });
+    case NE: return go([](auto x, auto y) { return x != y; });
+    case LT: return go([](auto x, auto y) { return x < y; });
+    case LE: return go([](auto x, auto y) { return x <= y; });
+    case GT: return go([](auto x, auto y) { return x > y; });
+    default: return go([](auto x, auto y) { return x >= y; });
+  }
+}
+
+// out[i] = cond[i] ? a[i] : b[i]; elements moved by their size, whatever their dtype.
+template <class T>
+__device__ __forceinline__ void select(long long n, In<unsigned char> c, In<T> a, In<T> b,
+                                       T* out) {
+  GS_GRID_STRIDE(i, (size_t)n) {
+    const long long k = (long long)i;
+    out[i] = c.p[gs_ew::offset(k, c.rank, c.table)] ? a.p[gs_ew::offset(k, a.rank, a.table)]
+                                                     : b.p[gs_ew::offset(k, b.rank, b.table)];
+  }
+}
+
 }  // namespace
 
 #define GS_UNARY(T, suffix, body)                                                            \
@@ -380,3 +422,33 @@ GS_PREDICATE(float, f32)
 GS_PREDICATE(double, f64)
 GS_PREDICATE(__half, f16)
 GS_PREDICATE(__nv_bfloat16, bf16)
+
+#define GS_COMPARE(T, suffix)                                                                \
+  extern "C" __global__ void gs_compare_##suffix(                                            \
+      long long n, const T* a, const long long* table_a, const T* b,                         \
+      const long long* table_b, int rank, unsigned char* out, int op) {                      \
+    compare<T>(n, In<T>{a, table_a, rank}, In<T>{b, table_b, rank}, out, op);                \
+  }                                                                                          \
+  GS_EXPORT(gs_compare_##suffix)
+
+GS_COMPARE(float, f32)
+GS_COMPARE(double, f64)
+GS_COMPARE(__half, f16)
+GS_COMPARE(__nv_bfloat16, bf16)
+GS_COMPARE(unsigned char, u8)
+GS_COMPARE(int, i32)
+GS_COMPARE(long long, i64)
+
+#define GS_WHERE(T, suffix)                                                                  \
+  extern "C" __global__ void gs_where_##suffix(                                              \
+      long long n, const unsigned char* c, const long long* table_c, const T* a,             \
+      const long long* table_a, const T* b, const long long* table_b, int rank, T* out) {    \
+    select<T>(n, In<unsigned char>{c, table_c, rank}, In<T>{a, table_a, rank},               \
+              In<T>{b, table_b, rank}, out);                                                 \
+  }                                                                                          \
+  GS_EXPORT(gs_where_##suffix)
+
+GS_WHERE(unsigned char, b1)
+GS_WHERE(unsigned short, b2)
+GS_WHERE(unsigned int, b4)
+GS_WHERE(unsigned long long, b8)

@@ -599,6 +599,17 @@ inline unsigned short float_to_bf16_bits(float f) {
 inline float bf16_bits_to_float(unsigned short b) {
   return __uint_as_float(std::uint32_t(b) << 16);
 }
+// d as a float rounded to odd (toward zero, the last bit set if inexact): rounding that to
+// a 16-bit float once more gives d rounded to nearest even directly, as the device's
+// __double2half / __double2bfloat16 do (float keeps 2+ more bits than either).
+inline float double_to_float_odd(double d) {
+  float f = float(d);
+  if (d != d || double(f) == d || std::isinf(f)) return f;
+  if (std::fabs(double(f)) > std::fabs(d)) f = std::nextafter(f, 0.0f);
+  std::uint32_t u = __float_as_uint(f);
+  if (double(f) != d) u |= 1u;
+  return __uint_as_float(u);
+}
 }  // namespace gs_emu
 
 struct __half_raw {
@@ -642,7 +653,7 @@ struct __align__(4) __nv_bfloat162 {
 inline float __half2float(__half h) { return gs_emu::half_bits_to_float(h.__x); }
 inline __half __float2half(float f) { return __half_raw{gs_emu::float_to_half_bits(f)}; }
 inline __half __float2half_rn(float f) { return __float2half(f); }
-inline __half __double2half(double d) { return __float2half(float(d)); }
+inline __half __double2half(double d) { return __float2half(gs_emu::double_to_float_odd(d)); }
 inline unsigned short __half_as_ushort(__half h) { return h.__x; }
 inline __half __ushort_as_half(unsigned short u) { return __half_raw{u}; }
 inline short __half_as_short(__half h) { return short(h.__x); }
@@ -652,7 +663,9 @@ inline __nv_bfloat16 __float2bfloat16(float f) {
   return __nv_bfloat16_raw{gs_emu::float_to_bf16_bits(f)};
 }
 inline __nv_bfloat16 __float2bfloat16_rn(float f) { return __float2bfloat16(f); }
-inline __nv_bfloat16 __double2bfloat16(double d) { return __float2bfloat16(float(d)); }
+inline __nv_bfloat16 __double2bfloat16(double d) {
+  return __float2bfloat16(gs_emu::double_to_float_odd(d));
+}
 inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 b) { return b.__x; }
 inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short u) { return __nv_bfloat16_raw{u}; }
 inline short __bfloat16_as_short(__nv_bfloat16 b) { return short(b.__x); }
