@@ -102,6 +102,15 @@ def test_filled_constructors(torch_ref, fn):
         assert_close(t, getattr(torch_ref, fn)(2, 3))
         assert_close(getattr(gs, fn)([]), getattr(torch_ref, fn)([]))
         assert_close(getattr(gs, fn)(2, 0), getattr(torch_ref, fn)(2, 0))
+    # a new tensor is at version 0, however it was filled
+    assert t._version == getattr(torch_ref, fn)(2, 3)._version == 0
+
+
+def test_full_starts_at_version_0(torch_ref):
+    for dt in ["float32", "int32", "bool"]:
+        g = gs.full((2,), 3, dtype=getattr(gs, dt))
+        t = torch_ref.full((2,), 3, dtype=getattr(torch_ref, dt))
+        assert g._version == t._version == 0 and g.tolist() == t.tolist()
 
 
 def test_full_and_like_forms(torch_ref):

@@ -12,7 +12,13 @@ use crate::tensor::Tensor;
 pub fn full(dims: &[usize], value: f64, dtype: DType, device: &Device) -> Result<Tensor> {
     let t = zeros(dims, dtype, device)?;
     if value != 0.0 {
-        crate::ops::inplace::fill_data(&t, Scalar::Float(value))?;
+        // a new tensor: filled without a version bump (PyTorch's `full` is at version 0)
+        let v = match dtype {
+            DType::Bool => 1.0,
+            _ => value,
+        };
+        let d = t.data();
+        crate::backend::on(&d).fill("full", &d, v)?;
     }
     Ok(t)
 }
