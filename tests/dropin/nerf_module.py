@@ -99,7 +99,11 @@ class Renderer:
 
 
 def get_rays(H, W, focal, c2w):
-    i, j = torch.meshgrid(torch.linspace(0, W - 1, W), torch.linspace(0, H - 1, H), indexing="xy")
+    i, j = torch.meshgrid(
+        torch.linspace(0, W - 1, W, device=c2w.device),
+        torch.linspace(0, H - 1, H, device=c2w.device),
+        indexing="xy",
+    )
     dirs = torch.stack([(i - W / 2) / focal, -(j - H / 2) / focal, -torch.ones_like(i)], -1)
     rays_d = torch.sum(dirs[..., None, :] * c2w[:3, :3], -1)
     rays_o = c2w[:3, 3].expand(rays_d.shape)
