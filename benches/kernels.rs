@@ -5,6 +5,9 @@
 //!
 //! cargo run --profile dev-release --example kernels
 
+// CPU tensors only: candle's ops are what this bench compares against.
+#![allow(clippy::disallowed_methods)]
+
 use _core::backend::candle::Candle;
 use _core::backend::cpu::Cpu;
 use _core::backend::nn::Affine;

@@ -304,7 +304,7 @@ unsafe fn filled<T: candle_core::WithDType>(
     let mut v: Vec<T> = Vec::with_capacity(numel);
     fill(v.as_mut_ptr().cast());
     v.set_len(numel);
-    candle_core::Tensor::from_vec(v, dims, &candle_core::Device::Cpu)
+    crate::device::from_vec(v, dims, &candle_core::Device::Cpu)
 }
 
 /// Copy the elements a DLTensor describes into a new contiguous tensor.

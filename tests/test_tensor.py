@@ -1,5 +1,6 @@
 """The Tensor surface: creation, attributes, conversions, NumPy interop, bad input."""
 
+import math
 import pickle
 
 import numpy as np
@@ -111,6 +112,14 @@ def test_full_starts_at_version_0(torch_ref):
         g = gs.full((2,), 3, dtype=getattr(gs, dt))
         t = torch_ref.full((2,), 3, dtype=getattr(torch_ref, dt))
         assert g._version == t._version == 0 and g.tolist() == t.tolist()
+
+
+def test_full_keeps_the_sign_of_zero(torch_ref):
+    for dt in ["float32", "float64", "float16"]:
+        g = gs.full((3,), -0.0, dtype=getattr(gs, dt))
+        t = torch_ref.full((3,), -0.0, dtype=getattr(torch_ref, dt))
+        signs = [[math.copysign(1.0, v) for v in x.tolist()] for x in (g, t)]
+        assert signs == [[-1.0] * 3] * 2
 
 
 def test_full_and_like_forms(torch_ref):

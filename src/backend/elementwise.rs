@@ -112,16 +112,19 @@ pub trait ElementwiseOps {
     }
 
     /// `a op b` for `a` and `b` of one dtype and one shape, as 0/1 bytes (u8).
+    #[allow(clippy::disallowed_methods)] // candle's op: the fallback
     fn compare(&self, name: &'static str, op: CmpOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
         a.cmp(b, op).op(name)
     }
 
     /// `cond ? a : b` per element, all of one shape; `cond` holds 0/1 bytes (u8).
+    #[allow(clippy::disallowed_methods)] // candle's op: the fallback
     fn select(&self, name: &'static str, cond: &Tensor, a: &Tensor, b: &Tensor) -> Result<Tensor> {
         cond.where_cond(a, b).op(name)
     }
 
     /// `p(x)` as 0/1 bytes (u8).
+    #[allow(clippy::disallowed_methods)] // candle's op: the fallback
     fn predicate(&self, name: &'static str, p: Pred, x: &Tensor) -> Result<Tensor> {
         let r = match p {
             Pred::IsNan => x.ne(x),
@@ -139,6 +142,7 @@ fn sigmoid(x: &Tensor) -> candle_core::Result<Tensor> {
 
 /// Unary ops on integers from candle's ops that take them (candle's float functions panic
 /// on integers).
+#[allow(clippy::disallowed_methods)] // candle's op: the fallback
 fn candle_unary_int(name: &'static str, op: UnaryOp, x: &Tensor) -> Result<Tensor> {
     let r = match op {
         // PyTorch's uint8 negation wraps around: -x mod 256, by an i64 and a truncating cast.
@@ -161,6 +165,7 @@ fn candle_unary_int(name: &'static str, op: UnaryOp, x: &Tensor) -> Result<Tenso
 
 /// Unary ops from candle's own; those candle lacks, or computes unlike PyTorch (log1p,
 /// round-half-to-even), are not implemented.
+#[allow(clippy::disallowed_methods)] // candle's op: the fallback
 fn candle_unary(name: &'static str, op: UnaryOp, x: &Tensor) -> Result<Tensor> {
     if !x.dtype().is_float() {
         return candle_unary_int(name, op, x);
@@ -215,6 +220,7 @@ fn candle_unary(name: &'static str, op: UnaryOp, x: &Tensor) -> Result<Tensor> {
 }
 
 /// `g * f'(s)` with candle's ops.
+#[allow(clippy::disallowed_methods)] // candle's op: the fallback
 fn candle_grad(f: UnaryOp, g: &Tensor, s: &Tensor) -> candle_core::Result<Option<Tensor>> {
     let d = match f {
         // s is the output y: y (1 - y)
@@ -246,6 +252,7 @@ fn candle_grad(f: UnaryOp, g: &Tensor, s: &Tensor) -> candle_core::Result<Option
     g.mul(&d).map(Some)
 }
 
+#[allow(clippy::disallowed_methods)] // candle's op: the fallback
 fn candle_binary(name: &'static str, op: Bin, a: &Tensor, b: &Tensor) -> Result<Tensor> {
     let r = match op {
         Bin::Add => a.add(b),

@@ -32,7 +32,7 @@ fn element_offsets(plan: &IndexPlan, l: &Layout) -> candle_core::Result<Tensor> 
             .map(|o| o as i64)
             .collect();
         let n = v.len();
-        Tensor::from_vec(v, n, device)
+        crate::device::from_vec(v, n, device)
     };
     let (outer_dims, inner_dims) = rest.split_at(plan.bpos.min(rest.len()));
     let n = plan.count();
@@ -53,6 +53,7 @@ pub trait IndexOps {
     /// The first value of `v` (int64, any layout) outside `lo..hi` that is not `except`,
     /// if there is one. The default finds whether there is one on the device, and reads
     /// back one flag (the values only when there is one, to name it).
+    #[allow(clippy::disallowed_methods)] // candle's op: the fallback
     fn find_out_of_bounds(
         &self,
         name: &'static str,
@@ -83,6 +84,7 @@ pub trait IndexOps {
     }
 
     /// A new dense tensor of `plan.out_dims()` read from `x` (any layout).
+    #[allow(clippy::disallowed_methods)] // candle's op: the fallback
     fn take(&self, name: &'static str, x: &Tensor, plan: &Arc<IndexPlan>) -> Result<Tensor> {
         (|| {
             // Offsets into the dense elements, whatever x's own layout.

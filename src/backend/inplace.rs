@@ -37,6 +37,7 @@ pub trait InplaceOps {
     }
 
     /// Every element of `dst` set to `v` (already in dst's dtype's range).
+    #[allow(clippy::disallowed_methods)] // candle's op: the fallback
     fn fill(&self, name: &'static str, dst: &Tensor, v: f64) -> Result<()> {
         if !dst.is_contiguous() {
             return Err(not_implemented(name, dst.device()));

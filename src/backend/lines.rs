@@ -116,11 +116,13 @@ pub trait ReduceOps {
 }
 
 /// Whether each line of a float `x` along `dim` holds a NaN (keepdim, u8).
+#[allow(clippy::disallowed_methods)] // candle's op: the fallback
 fn has_nan(x: &Tensor, dim: usize) -> candle_core::Result<Tensor> {
     x.ne(x)?.max_keepdim(dim)
 }
 
 /// max/min along `dim`, NaN where the line has one, as PyTorch's.
+#[allow(clippy::disallowed_methods)] // candle's op: the fallback
 fn extreme(x: &Tensor, dim: usize, max: bool) -> candle_core::Result<Tensor> {
     let m = if max {
         x.max_keepdim(dim)?
@@ -135,6 +137,7 @@ fn extreme(x: &Tensor, dim: usize, max: bool) -> candle_core::Result<Tensor> {
 }
 
 /// argmax/argmin along `dim` (i64): the first NaN where the line has one, as PyTorch's.
+#[allow(clippy::disallowed_methods)] // candle's op: the fallback
 fn arg_extreme(x: &Tensor, dim: usize, max: bool) -> candle_core::Result<Tensor> {
     let i = if max {
         x.argmax_keepdim(dim)?

@@ -18,6 +18,7 @@ pub trait MaskOps {
 
     /// `x if x > th else value` (NaN passes) and, when asked and the device packs masks,
     /// the mask of the elements that passed.
+    #[allow(clippy::disallowed_methods)] // candle's op: the fallback
     fn threshold(
         &self,
         name: &'static str,

@@ -30,8 +30,13 @@
 //! | `LinalgOps`                   | LU, Cholesky, QR, SVD, eigh, triangular solves (faer) | the CPU kernels on the host        |
 //! | `MatmulOps`                   | f16/f32/f64 products on any strides (`gemm`, no copies) | candle's matmul (dense operands)       |
 //!
-//! Everything else is candle's on every device: `cat`,
-//! `where_cond`, comparisons, `sum_keepdim`, `index_select`, views.
+//! Everything else is candle's on every device: views, and the float math candle has
+//! kernels for (`affine`, `exp`, `sum_keepdim`...). candle's ops that its CUDA build cannot
+//! run for every dtype or shape (casts, copies, comparisons, `where_cond`, fills, `cat`,
+//! `index_select`) are disallowed by `clippy.toml` outside the CPU kernels and the
+//! fallbacks, which are candle's ops by definition (each marked `#[allow]`); the library
+//! calls drop-ins that go through the backend instead ([`cast::Convert`],
+//! [`compare::Compare`], `device::zeros`/`full`, `ops::shape::join`).
 //!
 //! Adding a device: a unit struct, an empty `impl XOps for It {}` per family (the
 //! fallback), then override the methods it has kernels for, and one arm in [`of`]
@@ -41,6 +46,7 @@ pub mod attention;
 pub mod buffer;
 pub mod candle;
 pub mod cast;
+pub mod compare;
 pub mod conv;
 pub mod cpu;
 #[cfg(any(feature = "cuda", feature = "cuda-emulator"))]
@@ -68,6 +74,7 @@ use crate::error::Error;
 pub use attention::AttentionOps;
 pub use buffer::{buffer_of, same_buffer, Buffer};
 pub use cast::CastOps;
+pub use compare::Compare;
 pub use conv::{ConvGeometry, ConvOps};
 pub use elementwise::{Bin, ElementwiseOps, Pred, UnaryOp};
 pub use index::IndexOps;

@@ -19,6 +19,7 @@ pub struct Targets<'a> {
 impl Targets<'_> {
     /// The classes with the ignored ones set to 0, as `(N, 1)`, and `1` where a row counts
     /// (else `0`), as `(N, 1)` in `dtype`.
+    #[allow(clippy::disallowed_methods)] // candle's op: the fallback
     fn safe(&self, dtype: DType) -> candle_core::Result<(Tensor, Tensor)> {
         let t = self.classes.reshape(((), 1))?;
         let ignored = t.eq(self.ignore as f64)?;
@@ -30,6 +31,7 @@ impl Targets<'_> {
 
 /// `1` for the rows of `ids` (int64, flat) that are not `skip`, else `0`, as `(len, 1)` in
 /// `dtype`; `None` when nothing is skipped.
+#[allow(clippy::disallowed_methods)] // candle's op: the fallback
 fn row_keep(ids: &Tensor, skip: Option<i64>, dtype: DType) -> candle_core::Result<Option<Tensor>> {
     let Some(s) = skip else { return Ok(None) };
     let ids = ids.reshape(((), 1))?;
@@ -148,6 +150,7 @@ pub trait NnOps {
 
     /// Rows `ids` (int64, flat) of `w` (V, D), as (len, D); rows looked up at `zero_index`
     /// are zeros.
+    #[allow(clippy::disallowed_methods)] // candle's op: the fallback
     fn embedding(
         &self,
         name: &'static str,

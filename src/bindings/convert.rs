@@ -290,7 +290,7 @@ fn array_to_tensor<T: numpy::Element + candle_core::WithDType>(
         Some(s) => s.to_vec(),
         None => view.iter().copied().collect(),
     };
-    Ok(candle_core::Tensor::from_vec(data, dims, &crate::device::host()).op("tensor")?)
+    Ok(crate::device::from_vec(data, dims, &crate::device::host()).op("tensor")?)
 }
 
 /// The gradstream dtype a NumPy array maps to, casting other kinds through int64/float64.

@@ -76,11 +76,43 @@ pub fn zeros<S: Into<candle_core::Shape>>(
 ) -> candle_core::Result<candle_core::Tensor> {
     let shape = shape.into();
     if shape.elem_count() > 0 || device.is_cpu() {
+        #[allow(clippy::disallowed_methods)]
         return candle_core::Tensor::zeros(shape, dtype, device);
     }
-    candle_core::Tensor::zeros(1, dtype, device)?
-        .narrow(0, 0, 0)?
-        .reshape(shape)
+    #[allow(clippy::disallowed_methods)]
+    let one = candle_core::Tensor::zeros(1, dtype, device)?;
+    one.narrow(0, 0, 0)?.reshape(shape)
+}
+
+/// `value` in every element of a new tensor of `shape` on `device` (a bool or uint8 tensor
+/// holds 0/1): zeros and the backend's fill, since candle's CUDA `ones`/`full` have no
+/// int32 kernel.
+pub fn full<S: Into<candle_core::Shape>>(
+    shape: S,
+    value: f64,
+    dtype: candle_core::DType,
+    device: &Device,
+) -> Result<candle_core::Tensor> {
+    use crate::error::CandleContext;
+    let t = zeros(shape, dtype, device).op("full")?;
+    if (value != 0.0 || value.is_sign_negative()) && t.elem_count() > 0 {
+        crate::backend::on(&t).fill("full", &t, value)?;
+    }
+    Ok(t)
+}
+
+/// A tensor of `shape` on `device` holding `v`; no values make an empty tensor as [`zeros`]
+/// makes one.
+pub fn from_vec<T: candle_core::WithDType, S: Into<candle_core::Shape>>(
+    v: Vec<T>,
+    shape: S,
+    device: &Device,
+) -> candle_core::Result<candle_core::Tensor> {
+    if v.is_empty() {
+        return zeros(shape, T::DTYPE, device);
+    }
+    #[allow(clippy::disallowed_methods)]
+    candle_core::Tensor::from_vec(v, shape, device)
 }
 
 /// `t` copied to `device` (`t` itself when it is there), an empty tensor as [`zeros`] makes

@@ -11,6 +11,7 @@ mod math;
 mod plan;
 
 use crate::backend::cast::Convert;
+use crate::backend::Compare;
 use std::sync::Arc;
 
 use crate::autograd::function::record;
@@ -149,9 +150,10 @@ impl Operand {
 fn additive_mask(m: &Tensor, dt: DType) -> Result<candle_core::Tensor> {
     let data = m.data();
     let out = if m.dtype() == DType::Bool {
-        let zeros = data.zeros_like().op(OP)?.cast(dt.candle()).op(OP)?;
-        let ninf = zeros.affine(1.0, f64::NEG_INFINITY).op(OP)?;
-        data.where_cond(&zeros, &ninf).op(OP)?
+        let (shape, dev) = (data.shape(), data.device());
+        let zeros = crate::device::zeros(shape, dt.candle(), dev).op(OP)?;
+        let ninf = crate::device::full(shape, f64::NEG_INFINITY, dt.candle(), dev)?;
+        data.select(&zeros, &ninf).op(OP)?
     } else {
         data.cast(dt.candle()).op(OP)?
     };

@@ -129,7 +129,7 @@ pub fn batch_norm(
     };
     let shift = match b {
         Some(b) => b,
-        None => invstd.zeros_like().op(OP)?,
+        None => crate::device::zeros(invstd.shape(), invstd.dtype(), invstd.device()).op(OP)?,
     };
     let y = backend::on(&xd).channel_affine(OP, &xd, &mu, &scale, &shift)?;
     let out = finish(y.reshape(dims.as_slice()).op(OP)?, x.dtype())?;
@@ -231,7 +231,7 @@ fn backward_fused(g: &Tensor, saved: Saved<'_>, needs: Needs) -> Result<Grads> {
     let (sg, sgx) = if training || needs.w || needs.b {
         backend::on(&gd).channel_grad_sums(OP, &gd, &xd, &mu)?
     } else {
-        let z = mu.zeros_like().op(OP)?;
+        let z = crate::device::zeros(mu.shape(), mu.dtype(), mu.device()).op(OP)?;
         (z.clone(), z)
     };
     let gx = if needs.x {
@@ -243,7 +243,7 @@ fn backward_fused(g: &Tensor, saved: Saved<'_>, needs: Needs) -> Result<Grads> {
             let d = (&a * &sg).and_then(|v| v.affine(-1.0 / m, 0.0)).op(OP)?;
             (b, d)
         } else {
-            let z = mu.zeros_like().op(OP)?;
+            let z = crate::device::zeros(mu.shape(), mu.dtype(), mu.device()).op(OP)?;
             (z.clone(), z)
         };
         let coef = ChannelCoef {

@@ -10,17 +10,13 @@ use crate::tensor::Tensor;
 
 /// A tensor of `dims` filled with `value`, in `dtype`, on `device`.
 pub fn full(dims: &[usize], value: f64, dtype: DType, device: &Device) -> Result<Tensor> {
-    let t = zeros(dims, dtype, device)?;
-    if value != 0.0 {
-        // a new tensor: filled without a version bump (PyTorch's `full` is at version 0)
-        let v = match dtype {
-            DType::Bool => 1.0,
-            _ => value,
-        };
-        let d = t.data();
-        crate::backend::on(&d).fill("full", &d, v)?;
-    }
-    Ok(t)
+    // a new tensor: filled without a version bump (PyTorch's `full` is at version 0)
+    let v = match dtype {
+        DType::Bool if value != 0.0 => 1.0,
+        _ => value,
+    };
+    let t = crate::device::full(dims, v, dtype.candle(), device)?;
+    Ok(Tensor::new(t, dtype))
 }
 
 pub fn zeros(dims: &[usize], dtype: DType, device: &Device) -> Result<Tensor> {
@@ -55,11 +51,7 @@ pub fn from_vec<T: candle_core::WithDType>(
     dtype: DType,
     device: &Device,
 ) -> Result<Tensor> {
-    let t = match v.is_empty() {
-        true => crate::device::zeros(dims, T::DTYPE, device),
-        false => candle_core::Tensor::from_vec(v, dims, device),
-    }
-    .op("tensor")?;
+    let t = crate::device::from_vec(v, dims, device).op("tensor")?;
     let src = DType::from_candle(t.dtype())?;
     crate::ops::convert::to_dtype(&Tensor::new(t, src), dtype)
 }

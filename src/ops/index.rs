@@ -9,6 +9,8 @@
 mod family;
 pub mod plan;
 
+use crate::backend::Compare;
+use candle_core::op::CmpOp;
 use std::sync::Arc;
 
 use candle_core::Device;
@@ -655,7 +657,7 @@ pub fn index_put_indices(
 /// (a 0-d mask has no coordinates but may hold one true element).
 pub(crate) fn nonzero_coords(mask: &candle_core::Tensor) -> Result<(usize, Vec<Vec<usize>>)> {
     let dims = mask.dims().to_vec();
-    let truth = mask.ne(0f64).op("nonzero")?;
+    let truth = mask.cmp_scalar(CmpOp::Ne, 0.0).op("nonzero")?;
     let flat: Vec<u8> = crate::host::read("nonzero: the count sizes the result", &truth)?;
     let mut coords = vec![Vec::new(); dims.len()];
     let mut idx = vec![0usize; dims.len()];

@@ -410,7 +410,7 @@ pub fn dropout(x: &Tensor, p: f64, draw: impl FnOnce(usize) -> Vec<u8>) -> Resul
     }
     let dims = x.dims();
     let keep = draw(x.numel());
-    let keep = candle_core::Tensor::from_vec(keep, dims, x.data().device()).op("dropout")?;
+    let keep = crate::device::from_vec(keep, dims, x.data().device()).op("dropout")?;
     let mask = Tensor::new(keep, DType::Bool);
     let scale = if p >= 1.0 { 0.0 } else { 1.0 / (1.0 - p) };
     let m = to_dtype(&mask, x.dtype())?;

@@ -11,6 +11,7 @@ use crate::autograd::function::{record, record_with_input_and_output};
 use crate::autograd::saved::SavedTensor;
 use crate::backend;
 use crate::backend::cast::Convert;
+use crate::backend::Compare;
 use crate::dtype::{default_float, DType};
 use crate::error::{CandleContext, Error, Result};
 use crate::ops::binary::{add, compare, div, mul, mul_scalar, sub, CompareOp};
@@ -19,6 +20,7 @@ use crate::ops::scan::{cumprod_dir, shift};
 use crate::ops::shape::{expand, reshape};
 use crate::ops::unary::{exp, unary, UnaryOp};
 use crate::tensor::Tensor;
+use candle_core::op::CmpOp;
 use lines::{line_op, LineKernel};
 
 /// Shape of a reduction's result with `keepdim`: reduced dims set to 1.
@@ -241,12 +243,14 @@ pub fn any_all(x: &Tensor, dims: Option<&[usize]>, keepdim: bool, all: bool) -> 
     let reduced = all_dims(dims, in_dims.len());
     let d = x.data();
     // any: count of non-zeros > 0; all: count of zeros == 0 (true for an empty reduction).
-    let hits = if all { d.eq(0f64) } else { d.ne(0f64) }
+    let hits = d
+        .cmp_scalar(if all { CmpOp::Eq } else { CmpOp::Ne }, 0.0)
         .op("any")?
         .cast(candle_core::DType::I64)
         .op("any")?;
     let count = sum_data(&hits, &reduced)?;
-    let r = if all { count.eq(0f64) } else { count.gt(0f64) }
+    let r = count
+        .cmp_scalar(if all { CmpOp::Eq } else { CmpOp::Gt }, 0.0)
         .op("any")?
         .reshape(reduced_shape(&in_dims, &reduced, keepdim))
         .op("any")?;
@@ -264,7 +268,7 @@ pub fn count_nonzero(x: &Tensor, dims: Option<&[usize]>) -> Result<Tensor> {
     let reduced = all_dims(dims, in_dims.len());
     let hits = x
         .data()
-        .ne(0f64)
+        .cmp_scalar(CmpOp::Ne, 0.0)
         .op("count_nonzero")?
         .cast(candle_core::DType::I64)
         .op("count_nonzero")?;
@@ -299,22 +303,33 @@ pub fn logsumexp(x: &Tensor, dims: Option<&[usize]>, keepdim: bool) -> Result<Te
     let kd = keepdim_shape(&in_dims, &reduced);
     let d = x.data();
     let op = "logsumexp";
-    let m = if d.elem_count() == 0 || reduced.is_empty() {
-        crate::device::zeros(kd.clone(), d.dtype(), d.device()).op(op)?
+    let out_dims = reduced_shape(&in_dims, &reduced, keepdim);
+    let data = if d.elem_count() == 0 {
+        // the log of an empty sum (candle's CUDA ops make no empty tensor)
+        crate::device::full(out_dims, f64::NEG_INFINITY, d.dtype(), d.device())?
     } else {
-        // An infinite max (all -inf, or a +inf) shifts by 0 instead of making NaN.
-        let m = extreme_data(&d, &reduced, true)?;
-        let finite = m.abs().op(op)?.lt(f64::INFINITY).op(op)?;
-        finite.where_cond(&m, &m.zeros_like().op(op)?).op(op)?
+        let m = if reduced.is_empty() {
+            crate::device::zeros(kd.clone(), d.dtype(), d.device()).op(op)?
+        } else {
+            // An infinite max (all -inf, or a +inf) shifts by 0 instead of making NaN.
+            let m = extreme_data(&d, &reduced, true)?;
+            let finite = m
+                .abs()
+                .op(op)?
+                .cmp_scalar(CmpOp::Lt, f64::INFINITY)
+                .op(op)?;
+            let zeros = crate::device::zeros(m.shape(), m.dtype(), m.device()).op(op)?;
+            finite.select(&m, &zeros).op(op)?
+        };
+        let e = d.broadcast_sub(&m).op(op)?.exp().op(op)?;
+        sum_data(&e, &reduced)?
+            .log()
+            .op(op)?
+            .add(&m)
+            .op(op)?
+            .reshape(out_dims)
+            .op(op)?
     };
-    let e = d.broadcast_sub(&m).op(op)?.exp().op(op)?;
-    let data = sum_data(&e, &reduced)?
-        .log()
-        .op(op)?
-        .add(&m)
-        .op(op)?
-        .reshape(reduced_shape(&in_dims, &reduced, keepdim))
-        .op(op)?;
     let out = Tensor::new(data, x.dtype());
     record(
         "LogsumexpBackward0",
@@ -370,24 +385,33 @@ pub fn norm(x: &Tensor, p: f64, dims: Option<&[usize]>, keepdim: bool) -> Result
     let kd = keepdim_shape(&in_dims, &reduced);
     let op = "linalg.vector_norm";
     let d = x.data();
-    let a = d.abs().op(op)?;
-    let data = if p.is_infinite() {
-        if d.elem_count() == 0 && reduced.iter().any(|&i| in_dims[i] == 0) {
-            return Err(Error::Runtime(format!(
-                "{op} cannot compute the inf norm on an empty dimension because the operation \
-                 does not have an identity (ord={p}, input shape {})",
-                crate::tensor::shape_str(&in_dims)
-            )));
-        }
-        extreme_data(&a, &reduced, p > 0.0)?
+    if p.is_infinite() && d.elem_count() == 0 && reduced.iter().any(|&i| in_dims[i] == 0) {
+        return Err(Error::Runtime(format!(
+            "{op} cannot compute the inf norm on an empty dimension because the operation \
+             does not have an identity (ord={p}, input shape {})",
+            crate::tensor::shape_str(&in_dims)
+        )));
+    }
+    let abs = || d.abs().op(op);
+    let data = if d.elem_count() == 0 {
+        // an empty sum's norm (candle's CUDA ops make no empty tensor)
+        crate::device::zeros(kd.clone(), d.dtype(), d.device()).op(op)?
+    } else if p.is_infinite() {
+        extreme_data(&abs()?, &reduced, p > 0.0)?
     } else if p == 0.0 {
-        sum_data(&a.ne(0f64).op(op)?.cast(d.dtype()).op(op)?, &reduced)?
+        sum_data(
+            &d.cmp_scalar(CmpOp::Ne, 0.0)
+                .op(op)?
+                .cast(d.dtype())
+                .op(op)?,
+            &reduced,
+        )?
     } else if p == 1.0 {
-        sum_data(&a, &reduced)?
+        sum_data(&abs()?, &reduced)?
     } else if p == 2.0 {
         sum_data(&d.sqr().op(op)?, &reduced)?.sqrt().op(op)?
     } else {
-        sum_data(&a.powf(p).op(op)?, &reduced)?
+        sum_data(&abs()?.powf(p).op(op)?, &reduced)?
             .powf(1.0 / p)
             .op(op)?
     };

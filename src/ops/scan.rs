@@ -128,20 +128,15 @@ pub fn shift(x: &Tensor, dim: usize, step: i64, fill_one: bool) -> Result<Tensor
     } else {
         let mut end = d.dims().to_vec();
         end[dim] = 1;
-        let end = if fill_one {
-            candle_core::Tensor::ones(end, d.dtype(), d.device())
-        } else {
-            crate::device::zeros(end, d.dtype(), d.device())
-        }
-        .op("shift")?;
+        let end = crate::device::full(end, f64::from(u8::from(fill_one)), d.dtype(), d.device())?;
         if n == 1 {
             end
         } else if step > 0 {
             let kept = d.narrow(dim, 0, n - 1).op("shift")?;
-            candle_core::Tensor::cat(&[&end, &kept], dim).op("shift")?
+            crate::ops::shape::join(&[end, kept], dim)?
         } else {
             let kept = d.narrow(dim, 1, n - 1).op("shift")?;
-            candle_core::Tensor::cat(&[&kept, &end], dim).op("shift")?
+            crate::ops::shape::join(&[kept, end], dim)?
         }
     };
     let out = Tensor::new(data, x.dtype());

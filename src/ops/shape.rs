@@ -4,11 +4,13 @@
 mod join;
 mod view;
 
+pub(crate) use join::join;
 pub use join::{cat, chunk, split, split_with_sizes, stack, unbind};
 pub use view::{compute_stride, view, view_dims};
 
 use crate::autograd::function::record;
 use crate::autograd::remat;
+use crate::backend::Compare;
 use crate::error::{CandleContext, Error, Result};
 use crate::ops::{broadcasts_to, sum_to, to_dims, wrap_dims, Dim};
 use crate::tensor::{shape_str, Tensor};
@@ -362,6 +364,7 @@ pub fn roll(x: &Tensor, shifts: &[i64], dims: Option<&[usize]>) -> Result<Tensor
         return Err(crate::ops::no_dims("roll", d));
     }
     let mut data = x.data();
+    let mut rolled = false;
     for (&s, &d) in shifts.iter().zip(dims) {
         let n = data.dims()[d];
         if n == 0 {
@@ -371,10 +374,15 @@ pub fn roll(x: &Tensor, shifts: &[i64], dims: Option<&[usize]>) -> Result<Tensor
         if s != 0 {
             let head = data.narrow(d, n - s, s).op("roll")?;
             let tail = data.narrow(d, 0, n - s).op("roll")?;
-            data = candle_core::Tensor::cat(&[&head, &tail], d).op("roll")?;
+            data = join(&[head, tail], d)?;
+            rolled = true;
         }
     }
-    let data = crate::ops::convert::dense_copy(&data)?;
+    // a new buffer either way: `join`'s, or a copy when nothing moved
+    let data = match rolled {
+        true => data,
+        false => crate::ops::convert::dense_copy(&data)?,
+    };
     let out = Tensor::new(data, x.dtype());
     let back: Vec<i64> = shifts.iter().map(|s| -s).collect();
     let dims = dims.to_vec();
@@ -403,12 +411,16 @@ pub fn tri(x: &Tensor, diagonal: i64, upper: bool) -> Result<Tensor> {
         })
         .collect();
     let data = x.data();
-    let mask = candle_core::Tensor::from_vec(keep, (r, c), data.device())
+    let mask = crate::device::from_vec(keep, (r, c), data.device())
         .op(op)?
         .broadcast_as(dims.clone())
         .op(op)?;
     let out = Tensor::new(
-        mask.where_cond(&data, &data.zeros_like().op(op)?).op(op)?,
+        mask.select(
+            &data,
+            &crate::device::zeros(data.shape(), data.dtype(), data.device()).op(op)?,
+        )
+        .op(op)?,
         x.dtype(),
     );
     record(

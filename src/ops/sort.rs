@@ -13,7 +13,7 @@ use crate::autograd::function::record;
 use crate::backend;
 use crate::dtype::DType;
 use crate::error::{CandleContext, Error, Result};
-use crate::ops::index::{gather, gather_plan, put_new, take};
+use crate::ops::index::{gather, gather_plan, put_new, take, IndexArray, IndexPlan};
 use crate::ops::shape::{reshape, squeeze, unsqueeze};
 use crate::tensor::{shape_str, Tensor};
 
@@ -335,6 +335,21 @@ pub fn bucketize(x: &Tensor, boundaries: &Tensor, out_int32: bool, right: bool) 
     searchsorted(boundaries, x, out_int32, right, None)
 }
 
+/// The rows of `x` (dim 0) at `at` (int64, in range), through the backend's take.
+fn rows_at(
+    x: &candle_core::Tensor,
+    at: &candle_core::Tensor,
+    op: &'static str,
+) -> Result<candle_core::Tensor> {
+    let index = IndexArray {
+        dims: at.dims().to_vec(),
+        values: at.clone(),
+    };
+    let oob = |v: i64| Error::index(format!("{op}: row {v} out of range"));
+    let plan = std::sync::Arc::new(IndexPlan::along(x.dims(), 0, &index, &oob)?);
+    backend::on(x).take(op, x, &plan)
+}
+
 /// What `unique`/`unique_consecutive` return: the unique values (or slices), for each
 /// input element (or slice) the index of its unique value, and each unique value's count.
 pub struct Unique {
@@ -345,7 +360,7 @@ pub struct Unique {
 
 fn long_vec(v: Vec<i64>, dims: &[usize], device: &candle_core::Device) -> Result<Tensor> {
     Ok(Tensor::new(
-        candle_core::Tensor::from_vec(v, dims, device).op("unique")?,
+        crate::device::from_vec(v, dims, device).op("unique")?,
         DType::Int64,
     ))
 }
@@ -408,8 +423,8 @@ pub fn unique(x: &Tensor, dim: Option<usize>, consecutive: bool) -> Result<Uniqu
     } else {
         let p = be.argsort_rows(&keys)?;
         (
-            keys.index_select(&p, 0).op(op)?,
-            rows.index_select(&p, 0).op(op)?,
+            rows_at(&keys, &p, op)?,
+            rows_at(&rows, &p, op)?,
             Some(crate::host::read::<i64>(
                 "unique: the groups size the result",
                 &p,
@@ -438,8 +453,8 @@ pub fn unique(x: &Tensor, dim: Option<usize>, consecutive: bool) -> Result<Uniqu
             inv
         }
     };
-    let first = candle_core::Tensor::from_vec(first, groups, &device).op(op)?;
-    let picked = rows.index_select(&first, 0).op(op)?;
+    let first = crate::device::from_vec(first, groups, &device).op(op)?;
+    let picked = rows_at(&rows, &first, op)?;
     let values = match perm_back {
         None => picked.reshape(groups).op(op)?,
         Some(perm) => {

@@ -10,6 +10,7 @@ use crate::autograd::function::record;
 use crate::autograd::grad_mode;
 use crate::autograd::remat;
 use crate::autograd::saved::SavedTensor;
+use crate::backend::Compare;
 pub use crate::backend::UnaryOp;
 use crate::backend::{self, Bin, Pred};
 use crate::dtype::{default_float, DType};
@@ -21,6 +22,7 @@ use crate::ops::binary::{
 use crate::ops::convert::to_dtype;
 use crate::ops::creation;
 use crate::tensor::Tensor;
+use candle_core::op::CmpOp;
 
 /// What a backward rule needs kept alive.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -411,7 +413,7 @@ pub fn predicate(p: Predicate, x: &Tensor) -> Result<Tensor> {
 /// `logical_not(x)`: `x == 0` as bool, any dtype.
 pub fn logical_not(x: &Tensor) -> Result<Tensor> {
     Ok(Tensor::new(
-        x.data().eq(0f64).op("logical_not")?,
+        x.data().cmp_scalar(CmpOp::Eq, 0.0).op("logical_not")?,
         DType::Bool,
     ))
 }

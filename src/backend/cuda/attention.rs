@@ -114,7 +114,7 @@ fn base_table(a: &AttnArgs<'_>, starts: [usize; 5], dev: &Device) -> Result<Tens
         ),
         None => v.resize(6 * n, 0),
     }
-    Tensor::from_vec(v, 6 * n, dev).op("attention")
+    crate::device::from_vec(v, 6 * n, dev).op("attention")
 }
 
 /// `n` bases of `r` less `start` (0 for an operand the kernel does not read).
@@ -365,7 +365,7 @@ mod tests {
             let wp = w + lay.pad;
             let row = lay.heads * wp;
             let len = lay.lead + items.div_ceil(lay.heads) * rows * row;
-            let data = Tensor::from_vec(uniform(len, seed, -1.0, 1.0), len, &Device::Cpu)
+            let data = crate::device::from_vec(uniform(len, seed, -1.0, 1.0), len, &Device::Cpu)
                 .and_then(|t| t.to_dtype(dt))
                 .and_then(|t| t.narrow(0, lay.lead, len - lay.lead))
                 .unwrap();
@@ -433,7 +433,7 @@ mod tests {
         v.iter_mut().take(s.s).for_each(|x| *x = f64::NEG_INFINITY);
         // Three leading elements: the mask's layout does not start at its storage's start.
         let lead = [0.5; 3].into_iter().chain(v).collect::<Vec<_>>();
-        let data = Tensor::from_vec(lead, len + 3, &Device::Cpu)
+        let data = crate::device::from_vec(lead, len + 3, &Device::Cpu)
             .and_then(|t| t.to_dtype(dt))
             .and_then(|t| t.narrow(0, 3, len))
             .unwrap();

@@ -80,7 +80,7 @@ impl Laid {
         }
         let size = |ds: &[usize]| ds.iter().map(|&d| dims[d]).product::<usize>();
         Ok(Laid {
-            table: Tensor::from_vec(v, n, t.device()).op(name)?,
+            table: crate::device::from_vec(v, n, t.device()).op(name)?,
             outer_rank: outer_dims.len(),
             inner_rank: inner_dims.len(),
             coords,
@@ -117,7 +117,7 @@ impl IndexOps for Cuda {
             )));
         }
         // [first offending position (all ones: none), its value].
-        let out = Tensor::from_vec(vec![-1i64, 0], 2, v.device()).op(name)?;
+        let out = crate::device::from_vec(vec![-1i64, 0], 2, v.device()).op(name)?;
         {
             let w = Walk::of(v)?;
             let (va, wt, oa) = (addr(v)?, w.addr()?, addr(&out)?);
@@ -275,7 +275,7 @@ mod tests {
         assert_eq!(flat.len(), adv_dims.len() * count);
         Arc::new(IndexPlan {
             adv_dims: adv_dims.to_vec(),
-            coords: Tensor::from_vec(flat, (adv_dims.len(), count), &Device::Cpu).unwrap(),
+            coords: crate::device::from_vec(flat, (adv_dims.len(), count), &Device::Cpu).unwrap(),
             bshape: bshape.to_vec(),
             bpos,
             src_dims: src_dims.to_vec(),
@@ -462,7 +462,7 @@ mod tests {
 
     #[test]
     fn out_of_bounds_values_are_found_in_order() {
-        let v = Tensor::from_vec(
+        let v = crate::device::from_vec(
             vec![0i64, 5, -1, 3, 9, 2, -7, 4, 1, 8, 6, 0],
             (3, 4),
             &Device::Cpu,
@@ -492,7 +492,7 @@ mod tests {
         let big: Vec<i64> = (0..5000)
             .map(|i| if i == 4321 || i == 4999 { 77 } else { i % 50 })
             .collect();
-        let big = Tensor::from_vec(big, 5000, &Device::Cpu).unwrap();
+        let big = crate::device::from_vec(big, 5000, &Device::Cpu).unwrap();
         assert_eq!(
             Cuda.find_out_of_bounds("t", &big, 0, 50, None).unwrap(),
             Some(77)

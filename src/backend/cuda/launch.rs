@@ -132,7 +132,7 @@ pub fn layout_table(t: &candle_core::Tensor) -> Result<(candle_core::Tensor, i32
     // A 0-d tensor gets one (unused) entry: candle makes no empty device buffers.
     let v = if v.is_empty() { vec![0] } else { v };
     let n = v.len();
-    let table = candle_core::Tensor::from_vec(v, n, t.device()).map_err(|e| Error::Candle {
+    let table = crate::device::from_vec(v, n, t.device()).map_err(|e| Error::Candle {
         op: "layout",
         source: e,
     })?;

@@ -12,7 +12,7 @@ use candle_core::{DType, Device, Tensor};
 
 use super::launch::{addr, launch, Arg, Grid, Kernel};
 use super::{dtype_suffix, intern, ptx, Cuda};
-use crate::backend::{LineKernel, Lines, ReduceOps};
+use crate::backend::{InplaceOps, LineKernel, Lines, ReduceOps};
 use crate::error::{CandleContext, Error, Result};
 
 /// Elements a thread scans per tile (`kItems` in lines.cu).
@@ -391,10 +391,10 @@ impl ReduceOps for Cuda {
         }
         if lines.n == 0 {
             // Empty lines: the product's identity, zeros for the rest (as the CPU kernel).
-            return match k {
-                LineKernel::Prod => out.ones_like().op(name),
-                _ => Ok(out),
-            };
+            if matches!(k, LineKernel::Prod) {
+                self.fill(name, &out, 1.0)?;
+            }
+            return Ok(out);
         }
         match k {
             LineKernel::Scan { prod, reverse } => scan(&x, None, lines, prod, reverse, &out)?,
@@ -469,7 +469,7 @@ mod tests {
     use super::super::testing::{assert_close, assert_same_bits, sample, tolerance};
     use super::{Cuda, Plan};
     use crate::backend::cpu::Cpu;
-    use crate::backend::{LineKernel, Lines, ReduceOps};
+    use crate::backend::{InplaceOps, LineKernel, Lines, ReduceOps};
 
     /// Shapes whose every dim is taken as the line's: rows of 1, 31, 33, 1000 and 5000
     /// elements, lines along outer dims with few and many columns, and lines long and few

@@ -159,8 +159,8 @@ fn resample(
         weights.push(0.0); // candle makes no empty device buffers
     }
     let (nt, nw) = (taps.len(), weights.len());
-    let taps = Tensor::from_vec(taps, nt, x.device()).op(name)?;
-    let weights = Tensor::from_vec(weights, nw, x.device()).op(name)?;
+    let taps = crate::device::from_vec(taps, nt, x.device()).op(name)?;
+    let weights = crate::device::from_vec(weights, nw, x.device()).op(name)?;
     let (xa, oa, ta, wa) = (addr(&x)?, addr(&out)?, addr(&taps)?, addr(&weights)?);
     let args = [
         Arg::I64(planes as i64),
@@ -421,7 +421,7 @@ mod tests {
                 _ => (u * 8.0).floor() - 4.0,
             })
             .collect();
-        Tensor::from_vec(v, (p, w.h.input, w.w.input), &Device::Cpu)
+        crate::device::from_vec(v, (p, w.h.input, w.w.input), &Device::Cpu)
             .and_then(|t| t.to_dtype(dtype))
             .unwrap()
     }

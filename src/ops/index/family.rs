@@ -282,7 +282,7 @@ pub fn masked_select(x: &Tensor, mask: &Tensor) -> Result<Tensor> {
 pub fn nonzero(x: &Tensor, as_tuple: bool) -> Result<Vec<Tensor>> {
     let (count, coords) = nonzero_coords(&x.data())?;
     let long = |v: Vec<i64>, dims: &[usize]| -> Result<Tensor> {
-        let t = candle_core::Tensor::from_vec(v, dims, x.data().device()).op("nonzero")?;
+        let t = crate::device::from_vec(v, dims, x.data().device()).op("nonzero")?;
         Ok(Tensor::new(t, DType::Int64))
     };
     if as_tuple {

@@ -7,6 +7,8 @@
 //! device: building a plan from index tensors reads nothing back.
 
 use crate::backend::cast::Convert;
+use crate::backend::Compare;
+use candle_core::op::CmpOp;
 use candle_core::{DType as CDType, Device};
 
 use crate::backend;
@@ -59,7 +61,7 @@ impl IndexArray {
         let v: Vec<i64> = coords.into_iter().map(|c| c as i64).collect();
         Ok(IndexArray {
             dims: vec![n],
-            values: candle_core::Tensor::from_vec(v, n, device).op("index")?,
+            values: crate::device::from_vec(v, n, device).op("index")?,
         })
     }
 
@@ -86,10 +88,12 @@ fn checked(
     if let Some(bad) = backend::on(v).find_out_of_bounds("index", v, lo, s, None)? {
         return Err(oob(bad));
     }
-    if !wrap {
+    if !wrap || v.elem_count() == 0 {
         return Ok(v.clone());
     }
-    (|| v.lt(0i64)?.where_cond(&v.affine(1.0, s as f64)?, v))().op("index")
+    let negative = v.cmp_scalar(CmpOp::Lt, 0.0).op("index")?;
+    let wrapped = v.affine(1.0, s as f64).op("index")?;
+    negative.select(&wrapped, v).op("index")
 }
 
 /// One `(k, count)` int64 tensor from `k` coordinate rows of `count` each.
@@ -101,7 +105,12 @@ fn stack_rows(
     if rows.is_empty() {
         return crate::device::zeros((0, count), CDType::I64, device).op("index");
     }
-    candle_core::Tensor::stack(&rows, 0).op("index")
+    let rows = rows
+        .iter()
+        .map(|r| r.unsqueeze(0))
+        .collect::<candle_core::Result<Vec<_>>>()
+        .op("index")?;
+    crate::ops::shape::join(&rows, 0)
 }
 
 impl IndexPlan {

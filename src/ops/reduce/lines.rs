@@ -63,11 +63,8 @@ fn empty_result(x: &candle_core::Tensor, dim: usize, k: LineKernel) -> Result<ca
         LineKernel::ArgExtreme { .. } => CDType::I64,
         _ => x.dtype(),
     };
-    if k == LineKernel::Prod {
-        candle_core::Tensor::ones(dims, dt, x.device()).op(name)
-    } else {
-        crate::device::zeros(dims, dt, x.device()).op(name)
-    }
+    let identity = if k == LineKernel::Prod { 1.0 } else { 0.0 };
+    crate::device::full(dims, identity, dt, x.device())
 }
 
 /// Run a two-input line kernel (`LinearScan`) along `dim`; both inputs the same shape.

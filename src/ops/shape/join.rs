@@ -105,9 +105,10 @@ pub fn cat(ts: &[Tensor], dim: i64) -> Result<Tensor> {
 /// `parts` (one dtype and device, equal but for `d`) joined along `d` into a dense tensor.
 /// candle's `cat`, except on the CUDA backend: zeros and a strided copy of each part into
 /// its slice there, since candle's CUDA `cat` has no int32 kernel nor makes empty tensors.
-fn join(parts: &[candle_core::Tensor], d: usize) -> Result<candle_core::Tensor> {
+pub(crate) fn join(parts: &[candle_core::Tensor], d: usize) -> Result<candle_core::Tensor> {
     let first = &parts[0];
     if !crate::backend::name_of(first.device()).starts_with("cuda") {
+        #[allow(clippy::disallowed_methods)] // candle's CPU cat has every dtype
         let data = candle_core::Tensor::cat(parts, d).op("cat")?;
         return match parts.len() == 1 || !data.is_contiguous() {
             true => convert::dense_copy(&data),
