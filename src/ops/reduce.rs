@@ -101,11 +101,7 @@ fn sum_data(x: &candle_core::Tensor, reduced: &[usize]) -> Result<candle_core::T
     if matches!(dt, candle_core::DType::F16 | candle_core::DType::BF16) {
         // Half precision accumulates in f32, as in PyTorch.
         let wide = x.cast(candle_core::DType::F32).op("sum")?;
-        return wide
-            .sum_keepdim(reduced.to_vec())
-            .op("sum")?
-            .cast(dt)
-            .op("sum");
+        return sum_data(&wide, reduced)?.cast(dt).op("sum");
     }
     x.sum_keepdim(reduced.to_vec()).op("sum")
 }

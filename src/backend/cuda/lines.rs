@@ -433,32 +433,41 @@ impl ReduceOps for Cuda {
         Ok(out)
     }
 
+    /// Every sum candle's CUDA build cannot do (int64 over any dims but the last, or over a
+    /// strided input) and the float ones it does more slowly: one fold per run of
+    /// adjacent dims, the last run first.
     fn block_sum(&self, x: &Tensor, reduced: &[usize]) -> Result<Option<Tensor>> {
-        let dims = x.dims();
-        let (Some(&a), Some(&b)) = (reduced.first(), reduced.last()) else {
-            return Ok(None);
-        };
-        let contiguous_block = reduced.windows(2).all(|w| w[1] == w[0] + 1);
-        if !contiguous_block
-            || !x.is_contiguous()
+        if reduced.is_empty()
             || x.elem_count() == 0
-            || !matches!(x.dtype(), DType::F32 | DType::F64)
+            || !matches!(x.dtype(), DType::F32 | DType::F64 | DType::I64)
         {
             return Ok(None);
         }
-        let lines = Lines {
-            outer: dims[..a].iter().product(),
-            n: dims[a..=b].iter().product(),
-            inner: dims[b + 1..].iter().product(),
-        };
-        let kd: Vec<usize> = dims
-            .iter()
-            .enumerate()
-            .map(|(i, &d)| if (a..=b).contains(&i) { 1 } else { d })
-            .collect();
-        let out = zeros(kd, x.dtype(), x.device(), "sum")?;
-        fold(x, lines, false, &out)?;
-        Ok(Some(out))
+        let mut runs: Vec<(usize, usize)> = Vec::new();
+        for &d in reduced {
+            match runs.last_mut() {
+                Some((_, last)) if *last + 1 == d => *last = d,
+                _ => runs.push((d, d)),
+            }
+        }
+        let mut sum = x.dense().op("sum")?;
+        for &(a, b) in runs.iter().rev() {
+            let dims = sum.dims().to_vec();
+            let lines = Lines {
+                outer: dims[..a].iter().product(),
+                n: dims[a..=b].iter().product(),
+                inner: dims[b + 1..].iter().product(),
+            };
+            let kd: Vec<usize> = dims
+                .iter()
+                .enumerate()
+                .map(|(i, &d)| if (a..=b).contains(&i) { 1 } else { d })
+                .collect();
+            let out = zeros(kd, x.dtype(), x.device(), "sum")?;
+            fold(&sum, lines, false, &out)?;
+            sum = out;
+        }
+        Ok(Some(sum))
     }
 }
 
@@ -469,7 +478,7 @@ mod tests {
     use super::super::testing::{assert_close, assert_same_bits, sample, tolerance};
     use super::{Cuda, Plan};
     use crate::backend::cpu::Cpu;
-    use crate::backend::{InplaceOps, LineKernel, Lines, ReduceOps};
+    use crate::backend::{LineKernel, Lines, ReduceOps};
 
     /// Shapes whose every dim is taken as the line's: rows of 1, 31, 33, 1000 and 5000
     /// elements, lines along outer dims with few and many columns, and lines long and few
@@ -710,20 +719,23 @@ mod tests {
                 );
             }
         }
-        let x = sample(&[30, 20, 10], DType::F32, 1, -1.0, 1.0);
-        assert!(
-            Cuda.block_sum(&x, &[0, 2]).unwrap().is_none(),
-            "not one block"
-        );
-        let t = x.transpose(0, 1).unwrap();
-        assert!(
-            Cuda.block_sum(&t, &[0]).unwrap().is_none(),
-            "not contiguous"
-        );
-        let i = sample(&[30, 20], DType::I64, 1, -9.0, 9.0);
-        assert!(
-            Cuda.block_sum(&i, &[0]).unwrap().is_none(),
-            "an integer tensor"
-        );
+        // dims that are not one block, a strided input, and int64 (which candle's CUDA
+        // build sums only over the last dims of a dense tensor)
+        let x = sample(&[30, 20, 10], DType::F64, 1, -1.0, 1.0);
+        let t = x.transpose(0, 2).unwrap();
+        let i = sample(&[30, 20, 10], DType::I64, 2, -9.0, 9.0);
+        let it = i.transpose(0, 1).unwrap();
+        for (what, x, reduced) in [
+            ("runs", &x, &[0usize, 2][..]),
+            ("strided", &t, &[0, 1][..]),
+            ("int64 runs", &i, &[0, 2][..]),
+            ("int64 strided", &it, &[1][..]),
+        ] {
+            let got = Cuda.block_sum(x, reduced).unwrap().expect(what);
+            let want = x.sum_keepdim(reduced.to_vec()).unwrap();
+            // (int64 compares exactly)
+            let (rtol, atol) = tolerance(DType::F64, 300);
+            assert_close(what, &got, &want, rtol, atol);
+        }
     }
 }
