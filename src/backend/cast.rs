@@ -77,21 +77,38 @@ pub fn float_to_int(v: f64, to: DType) -> i64 {
     }
 }
 
+/// candle's cast where it gives PyTorch's values: to bool (`x != 0`), float64 to the 16-bit
+/// floats (through float32, as PyTorch rounds) and every pair but float to integer, which is
+/// `None`: each backend truncates and saturates that its own way.
+#[allow(clippy::disallowed_methods)]
+pub(crate) fn candle_cast_but_float_to_int(
+    x: &Tensor,
+    from: DType,
+    to: DType,
+) -> Option<Result<Tensor>> {
+    use candle_core::DType as C;
+    if to == DType::Bool {
+        return Some(x.ne(0f64).op("to(bool)"));
+    }
+    if from == DType::Float64 && matches!(to, DType::Float16 | DType::BFloat16) {
+        return Some(
+            x.to_dtype(C::F32)
+                .and_then(|f| f.to_dtype(to.candle()))
+                .op("to"),
+        );
+    }
+    if !from.is_floating_point() || to.is_floating_point() {
+        return Some(x.to_dtype(to.candle()).op("to"));
+    }
+    None
+}
+
 /// The cast in candle's ops (the fallback of a device with no kernel for it).
 #[allow(clippy::disallowed_methods)]
 fn candle_cast(x: &Tensor, from: DType, to: DType) -> Result<Tensor> {
     use candle_core::DType as C;
-    if to == DType::Bool {
-        return x.ne(0f64).op("to(bool)");
-    }
-    if from == DType::Float64 && matches!(to, DType::Float16 | DType::BFloat16) {
-        return x
-            .to_dtype(C::F32)
-            .and_then(|f| f.to_dtype(to.candle()))
-            .op("to");
-    }
-    if !from.is_floating_point() || to.is_floating_point() {
-        return x.to_dtype(to.candle()).op("to");
+    if let Some(r) = candle_cast_but_float_to_int(x, from, to) {
+        return r;
     }
     let go = || -> candle_core::Result<Tensor> {
         let f = x.to_dtype(C::F64)?;

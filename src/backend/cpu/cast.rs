@@ -1,30 +1,19 @@
-//! Casts: candle's, except where it gives other values than PyTorch: to bool (`x != 0`),
-//! float to integer (`cast::float_to_int`, one pass over float64 values), and float64 to
-//! the 16-bit floats (through float32).
+//! Casts: candle's where it gives PyTorch's values (`cast::candle_cast_but_float_to_int`),
+//! and float to integer by `cast::float_to_int`, one pass over float64 values.
 
 use candle_core::{DType as C, Tensor};
 use rayon::prelude::*;
 
 use super::dense::{from_vec, with_slice};
 use super::{Cpu, PAR_MIN};
-use crate::backend::cast::{float_to_int, CastOps};
+use crate::backend::cast::{candle_cast_but_float_to_int, float_to_int, CastOps};
 use crate::dtype::DType;
 use crate::error::{CandleContext, Result};
 
 impl CastOps for Cpu {
     fn cast(&self, x: &Tensor, from: DType, to: DType) -> Result<Tensor> {
-        if to == DType::Bool {
-            return x.ne(0f64).op("to(bool)");
-        }
-        if from == DType::Float64 && matches!(to, DType::Float16 | DType::BFloat16) {
-            // through float32, as PyTorch rounds
-            return x
-                .to_dtype(C::F32)
-                .and_then(|f| f.to_dtype(to.candle()))
-                .op("to");
-        }
-        if !from.is_floating_point() || to.is_floating_point() {
-            return x.to_dtype(to.candle()).op("to");
+        if let Some(r) = candle_cast_but_float_to_int(x, from, to) {
+            return r;
         }
         let wide = x.to_dtype(C::F64).op("to")?;
         let dims = x.dims();
