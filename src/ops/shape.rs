@@ -10,6 +10,7 @@ pub use view::{compute_stride, view, view_dims};
 
 use crate::autograd::function::record;
 use crate::autograd::remat;
+use crate::backend::cast::Convert;
 use crate::backend::Compare;
 use crate::error::{CandleContext, Error, Result};
 use crate::ops::{broadcasts_to, sum_to, to_dims, wrap_dims, Dim};
@@ -80,8 +81,13 @@ pub fn reshape(x: &Tensor, dims: &[usize]) -> Result<Tensor> {
     }
     let data = match view::alias(x, dims) {
         Ok(Some(data)) => data,
-        // No strides for it, or a buffer not reachable as a view: copy.
-        _ => x.data().reshape(dims).op("reshape")?,
+        // No strides for it, or a buffer not reachable as a view: copy, through the backend
+        // (candle's own copy has no int32 CUDA kernel and makes no empty tensor).
+        _ => x
+            .data()
+            .dense()
+            .and_then(|d| d.reshape(dims))
+            .op("reshape")?,
     };
     Ok(view::view_output(x, data))
 }
