@@ -5,6 +5,8 @@ import pickle
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import gradstream as gs
 from tests.helpers import assert_close
@@ -421,3 +423,49 @@ def test_type_names_and_python_conversions_match_torch(torch_ref, dtype):
         bool(g)
     with pytest.raises(TypeError):
         len(gs.ones((), dtype=dtype))
+
+
+FORMAT_SPECS = ["", ".4f", ".2e", "g", ">12.3f", "+.1%", "d", "x", "08.2f", ",", "s"]
+FLOATS = ["float32", "float64", "float16", "bfloat16"]
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    dtype=st.sampled_from([*FLOATS, "int64", "int32", "uint8", "bool"]),
+    data=st.data(),
+    spec=st.sampled_from(FORMAT_SPECS),
+    rank=st.sampled_from([0, 0, 1]),
+)
+def test_format_like_torch(torch_ref, dtype, data, spec, rank):
+    """`f"{t:spec}"`: a 0-d tensor formats as its value, anything else refuses a spec."""
+    if dtype in FLOATS:
+        value = data.draw(st.floats(allow_nan=True, allow_infinity=True, width=16))
+    elif dtype == "bool":
+        value = data.draw(st.booleans())
+    else:
+        info = np.iinfo(getattr(np, dtype))
+        value = data.draw(st.integers(int(info.min), int(info.max)))
+    shape = () if rank == 0 else (2,)
+    t = torch_ref.full(shape, value, dtype=getattr(torch_ref, dtype))
+    g = gs.full(shape, value, dtype=getattr(gs, dtype))
+
+    def fmt(x):
+        try:
+            return format(x, spec)
+        except (TypeError, ValueError) as e:
+            return type(e)
+
+    got, want = fmt(g), fmt(t)
+    if rank == 1 and spec == "":
+        assert isinstance(got, str)  # the repr, which differs in its class name
+    else:
+        assert got == want
+    # a 0-d Parameter formats as an object, as torch's
+    want = fmt(torch_ref.nn.Parameter(torch_ref.tensor(1.5)))
+    got = fmt(gs.nn.Parameter(gs.tensor(1.5)))
+    if isinstance(want, str):
+        assert isinstance(got, str)
+    else:
+        assert got is want

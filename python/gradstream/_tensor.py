@@ -54,6 +54,14 @@ def __int__(self):
     return int(self.item())
 
 
+def __format__(self, format_spec):
+    # As PyTorch: a 0-d tensor formats as its value (`f"{loss:.4f}"`), anything else (a
+    # Parameter included) as an object, which takes no format spec.
+    if self.dim() == 0 and type(self) is Tensor:
+        return self.item().__format__(format_spec)
+    return object.__format__(self, format_spec)
+
+
 def __index__(self):
     if self.is_floating_point():
         raise TypeError("only integer tensors of a single element can be converted to an index")
@@ -160,6 +168,7 @@ _METHODS = {
     "__float__": __float__,
     "__int__": __int__,
     "__index__": __index__,
+    "__format__": __format__,
     "__array__": __array__,
     "__reduce__": __reduce__,
     "__deepcopy__": __deepcopy__,
