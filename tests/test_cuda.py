@@ -48,6 +48,20 @@ def test_fallback_without_a_gpu():
     assert (gs.ones(2) + 1).tolist() == [2.0, 2.0]
 
 
+def test_out_of_memory_error_is_one_class_as_torchs(torch_ref):
+    """`torch.cuda.OutOfMemoryError` is `torch.OutOfMemoryError`, a RuntimeError: scripts
+    catch it under either name, GPU or not."""
+    torch = torch_ref
+    assert (gs.cuda.OutOfMemoryError is gs.OutOfMemoryError) == (
+        torch.cuda.OutOfMemoryError is torch.OutOfMemoryError
+    )
+    assert issubclass(gs.OutOfMemoryError, RuntimeError) == issubclass(
+        torch.OutOfMemoryError, RuntimeError
+    )
+    with pytest.raises(gs.cuda.OutOfMemoryError):
+        raise gs.OutOfMemoryError("out of memory")
+
+
 def test_device_names_and_default_device():
     assert str(gs.device("cuda", 1)) == "cuda:1" and gs.device(0) == gs.device("cuda:0")
     assert gs.get_default_device() == gs.device("cpu")

@@ -18,8 +18,12 @@ import time
 from .. import _core
 from . import amp as amp
 
+# one class with gradstream.OutOfMemoryError, as torch.cuda's is torch's
+OutOfMemoryError = _core.OutOfMemoryError
+
 __all__ = [
     "Event",
+    "OutOfMemoryError",
     "amp",
     "current_device",
     "device",
