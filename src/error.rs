@@ -17,7 +17,7 @@ pyo3::create_exception!(
     _core,
     OutOfMemoryError,
     pyo3::exceptions::PyRuntimeError,
-    "The memory budget cannot be met (like `torch.OutOfMemoryError`, a RuntimeError)."
+    "Memory cannot be had: a tensor too large for the machine, or a budget that cannot be met (like `torch.OutOfMemoryError`, a RuntimeError)."
 );
 
 #[derive(Debug, thiserror::Error)]
@@ -51,7 +51,8 @@ pub enum Error {
     /// Memory another library handed over that gradstream cannot read (DLPack: BufferError).
     #[error("{0}")]
     Buffer(String),
-    /// A memory budget that cannot be met (`gradstream.OutOfMemoryError`).
+    /// A tensor larger than the memory left, or a memory budget that cannot be met
+    /// (`gradstream.OutOfMemoryError`).
     #[error("{0}")]
     OutOfMemory(String),
     #[error("KeyboardInterrupt")]

@@ -13,13 +13,16 @@ pub mod device;
 pub mod dlpack;
 pub mod dtype;
 pub mod error;
+pub mod headroom;
 pub mod host;
 pub mod memory;
 pub mod ops;
 pub mod optim;
 pub mod pages;
 pub mod random;
+pub mod scalar;
 pub mod tensor;
+pub mod threads;
 
 use pyo3::prelude::*;
 

@@ -151,6 +151,7 @@ fn float_draws(
     f32_draw: impl FnMut(&mut ChaCha12Rng) -> f32,
     f64_draw: impl FnMut(&mut ChaCha12Rng) -> f64,
 ) -> Result<Tensor> {
+    crate::headroom::ensure("rand", dims, 8)?;
     let n = dims.iter().product();
     if dtype == DType::Float64 {
         from_vec(g.draws(n, f64_draw), dims, dtype, device)
@@ -187,6 +188,7 @@ pub fn randint(
             "random_ expects 'from' to be less than 'to', but got from={low} >= to={high}"
         )));
     }
+    crate::headroom::ensure("randint", dims, 8)?;
     let n = dims.iter().product();
     from_vec(
         g.draws(n, |r| r.random_range(low..high)),
@@ -203,6 +205,7 @@ pub fn randperm(n: i64, dtype: DType, device: &Device, g: &Generator) -> Result<
             "randperm: n must be non-negative, got {n}"
         )));
     }
+    crate::headroom::ensure("randperm", &[n as usize], 8)?;
     let mut v: Vec<i64> = (0..n).collect();
     g.with(|r| v.shuffle(r));
     from_vec(v, &[n as usize], dtype, device)
@@ -397,6 +400,7 @@ pub fn multinomial(
         ))
     };
     let total = rows.checked_mul(n).ok_or_else(too_large)?;
+    crate::headroom::ensure("multinomial", &[rows, n], 8)?;
     let mut out: Vec<i64> = Vec::new();
     out.try_reserve_exact(total).map_err(|_| too_large())?;
     g.with(|r| -> Result<()> {

@@ -7,6 +7,7 @@ use candle_core::Tensor;
 
 use super::not_implemented;
 use crate::error::{CandleContext, Result};
+use crate::scalar::Scalar;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Update {
@@ -38,11 +39,11 @@ pub trait InplaceOps {
 
     /// Every element of `dst` set to `v` (already in dst's dtype's range).
     #[allow(clippy::disallowed_methods)] // candle's op: the fallback
-    fn fill(&self, name: &'static str, dst: &Tensor, v: f64) -> Result<()> {
+    fn fill(&self, name: &'static str, dst: &Tensor, v: Scalar) -> Result<()> {
         if !dst.is_contiguous() {
             return Err(not_implemented(name, dst.device()));
         }
-        let new = Tensor::full(v, dst.shape(), dst.device())
+        let new = Tensor::full(v.as_f64(), dst.shape(), dst.device())
             .and_then(|t| t.cast(dst.dtype()))
             .op(name)?;
         write_all(name, dst, &new)

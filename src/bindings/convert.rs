@@ -1,7 +1,7 @@
 //! Python values in and out: dtypes, devices, numbers, nested lists and NumPy arrays.
 
 use numpy::{PyArrayDyn, PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods};
-use pyo3::exceptions::{PyRuntimeError, PyTypeError};
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyFloat, PyInt, PyList, PyString, PyTuple};
 
@@ -10,6 +10,7 @@ use crate::bindings::tensor::PyTensor;
 use crate::bindings::Obj;
 use crate::dtype::{default_float, DType};
 use crate::error::CandleContext;
+use crate::ops::memory_format::MemoryFormat;
 use crate::ops::{self, wrap_dim, wrap_dims, Operand, Scalar};
 use crate::tensor::Tensor;
 
@@ -350,7 +351,21 @@ pub fn tensor_from_data(obj: &Obj<'_>, dtype: Option<DType>) -> PyResult<Tensor>
         let arr = py.import("numpy")?.call_method1("asarray", (obj,))?;
         tensor_from_numpy(arr.cast::<PyUntypedArray>()?)?
     } else if let Some(s) = extract_scalar(obj) {
-        crate::ops::creation::scalar_tensor(s, s.default_dtype(), &crate::device::host())?
+        // Made in the asked dtype at once: an int64 past 2**53 stays exact, and a number the
+        // dtype cannot hold is refused as PyTorch refuses it (floats overflow to inf).
+        let dt = dtype.unwrap_or(s.default_dtype());
+        let s = if dt.is_floating_point() {
+            s
+        } else {
+            s.checked(dt)?
+        };
+        return Ok(crate::ops::creation::scalar_tensor(
+            s,
+            dt,
+            &crate::device::host(),
+        )?);
+    } else if obj.is_instance_of::<PyInt>() {
+        return Err(PyValueError::new_err("Overflow when unpacking long long"));
     } else if let Ok(arr) = obj.cast::<PyUntypedArray>() {
         tensor_from_numpy(arr)?
     } else {
@@ -366,6 +381,13 @@ pub fn tensor_from_data(obj: &Obj<'_>, dtype: Option<DType>) -> PyResult<Tensor>
                 obj.get_type().name()?
             )));
         }
+        if name == "uint64" {
+            // Python ints past int64's range
+            return Err(PyValueError::new_err("Overflow when unpacking long long"));
+        }
+        if let Some(dt) = dtype {
+            check_fits(&arr, &name, dt)?;
+        }
         let t = tensor_from_numpy(&arr)?;
         // Python floats take the default dtype, as in PyTorch (an explicit `dtype` is cast
         // to from the float64 values, so float64 keeps them exact).
@@ -379,6 +401,32 @@ pub fn tensor_from_data(obj: &Obj<'_>, dtype: Option<DType>) -> PyResult<Tensor>
         Some(dt) => crate::ops::convert::to_dtype(&t, dt)?,
         None => t,
     })
+}
+
+/// Python numbers bound for an integer `dtype` must fit it, as in PyTorch's
+/// `tensor([...], dtype=...)` (a cast of a tensor wraps instead).
+fn check_fits(arr: &Bound<'_, PyUntypedArray>, name: &str, dtype: DType) -> PyResult<()> {
+    if dtype.is_floating_point() || dtype == DType::Bool || arr.len() == 0 {
+        return Ok(());
+    }
+    let ends = |m: &str| arr.call_method0(m);
+    let (lo, hi) = match name {
+        "int64" => (
+            Scalar::Int(ends("min")?.extract()?),
+            Scalar::Int(ends("max")?.extract()?),
+        ),
+        "float64" => {
+            // NaN compares false with every bound; `min`/`max` propagate it.
+            (
+                Scalar::Float(ends("min")?.extract()?),
+                Scalar::Float(ends("max")?.extract()?),
+            )
+        }
+        _ => return Ok(()),
+    };
+    lo.checked(dtype)?;
+    hi.checked(dtype)?;
+    Ok(())
 }
 
 /// A tensor's data as a NumPy array (a copy).

@@ -17,6 +17,7 @@ use crate::bindings::tensor::PyTensor;
 use crate::bindings::Obj;
 use crate::device::default_device;
 use crate::dtype::{self, default_float, DType};
+use crate::ops::memory_format::MemoryFormat;
 use crate::ops::{self, to_dims, Scalar};
 use crate::random::{self, Generator};
 use crate::tensor::Tensor;
@@ -140,7 +141,7 @@ functions! { mod functions;
         let dims = one_size("full", size)?;
         let s = fill_scalar("full", fill_value)?;
         let device = device.unwrap_or_else(default_device);
-        let fill = |dt| ops::creation::full(&dims, s.as_f64(), dt, &device);
+        let fill = |dt| ops::creation::full(&dims, s.checked(dt)?, dt, &device);
         make(dtype, s.default_dtype(), requires_grad, fill)
     }
     fn full_like["full_like"](input: Object, fill_value: Object; dtype: Option<DType> = None,
@@ -148,7 +149,7 @@ functions! { mod functions;
         let t = Tensor::extract("full_like", input)?;
         let s = fill_scalar("full_like", fill_value)?;
         let device = device.unwrap_or_else(|| t.device());
-        let fill = |dt| ops::creation::full(&t.dims(), s.as_f64(), dt, &device);
+        let fill = |dt| ops::creation::full(&t.dims(), s.checked(dt)?, dt, &device);
         make(dtype, t.dtype(), requires_grad, fill)
     }
     /// `arange(end)`, `arange(start, end, step=1)`: int64 for integer arguments, else the

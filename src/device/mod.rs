@@ -89,13 +89,15 @@ pub fn zeros<S: Into<candle_core::Shape>>(
 /// int32 kernel.
 pub fn full<S: Into<candle_core::Shape>>(
     shape: S,
-    value: f64,
+    value: impl Into<crate::scalar::Scalar>,
     dtype: candle_core::DType,
     device: &Device,
 ) -> Result<candle_core::Tensor> {
     use crate::error::CandleContext;
+    let value = value.into();
     let t = zeros(shape, dtype, device).op("full")?;
-    if (value != 0.0 || value.is_sign_negative()) && t.elem_count() > 0 {
+    let f = value.as_f64();
+    if (f != 0.0 || f.is_sign_negative()) && t.elem_count() > 0 {
         crate::backend::on(&t).fill("full", &t, value)?;
     }
     Ok(t)

@@ -52,6 +52,7 @@ pub fn to_device(t: &Tensor, device: &candle_core::Device) -> Result<Tensor> {
 
 /// A dense copy of the data, whatever its layout.
 pub fn dense_copy(t: &candle_core::Tensor) -> Result<candle_core::Tensor> {
+    crate::headroom::ensure("clone", t.dims(), t.dtype().size_in_bytes())?;
     backend::on(t).dense_copy("clone", t)
 }
 

@@ -9,10 +9,17 @@ use crate::ops::Scalar;
 use crate::tensor::Tensor;
 
 /// A tensor of `dims` filled with `value`, in `dtype`, on `device`.
-pub fn full(dims: &[usize], value: f64, dtype: DType, device: &Device) -> Result<Tensor> {
+pub fn full(
+    dims: &[usize],
+    value: impl Into<Scalar>,
+    dtype: DType,
+    device: &Device,
+) -> Result<Tensor> {
     // a new tensor: filled without a version bump (PyTorch's `full` is at version 0)
+    crate::headroom::ensure("full", dims, dtype.size_in_bytes())?;
+    let value = value.into();
     let v = match dtype {
-        DType::Bool if value != 0.0 => 1.0,
+        DType::Bool => Scalar::Bool(value.as_f64() != 0.0),
         _ => value,
     };
     let t = crate::device::full(dims, v, dtype.candle(), device)?;
@@ -20,6 +27,7 @@ pub fn full(dims: &[usize], value: f64, dtype: DType, device: &Device) -> Result
 }
 
 pub fn zeros(dims: &[usize], dtype: DType, device: &Device) -> Result<Tensor> {
+    crate::headroom::ensure("zeros", dims, dtype.size_in_bytes())?;
     let t = crate::device::zeros(dims, dtype.candle(), device).op("zeros")?;
     Ok(Tensor::new(t, dtype))
 }
@@ -41,7 +49,7 @@ pub fn ones_like(t: &Tensor) -> Result<Tensor> {
 
 /// A 0-d tensor holding a Python number, in `dtype`, on `device`.
 pub fn scalar_tensor(s: Scalar, dtype: DType, device: &Device) -> Result<Tensor> {
-    full(&[], s.as_f64(), dtype, device)
+    full(&[], s, dtype, device)
 }
 
 /// A tensor of `dtype` on `device` from values computed on the host in `T`.
@@ -73,7 +81,14 @@ pub fn arange(
             "arange: upper bound and larger bound inconsistent with step sign (start={a}, end={b}, step={c})"
         )));
     }
-    let n = ((b - a) / c).ceil() as usize;
+    let n = ((b - a) / c).ceil();
+    if n.is_nan() || n >= usize::MAX as f64 {
+        return Err(Error::runtime(format!(
+            "arange: the number of elements is too large (start={a}, end={b}, step={c})"
+        )));
+    }
+    let n = n as usize;
+    crate::headroom::ensure("arange", &[n], 8)?;
     let integral = [start, end, step]
         .iter()
         .all(|s| !matches!(s, Scalar::Float(_)));
@@ -103,6 +118,7 @@ pub fn linspace(start: f64, end: f64, steps: i64, dtype: DType, device: &Device)
         )));
     }
     let n = steps as usize;
+    crate::headroom::ensure("linspace", &[n], 8)?;
     let step = if n > 1 {
         (end - start) / (n - 1) as f64
     } else {
@@ -125,6 +141,7 @@ pub fn eye(n: i64, m: i64, dtype: DType, device: &Device) -> Result<Tensor> {
         )));
     }
     let (n, m) = (n as usize, m as usize);
+    crate::headroom::ensure("eye", &[n, m], 8)?;
     let mut v = vec![0f64; n * m];
     for i in 0..n.min(m) {
         v[i * m + i] = 1.0;

@@ -170,7 +170,9 @@ pub fn fill_(x: &Tensor, value: Operand) -> Result<()> {
             )))
         }
         Operand::Tensor(v) => v,
-        Operand::Scalar(s) => creation::scalar_tensor(s, x.dtype(), &x.device())?,
+        Operand::Scalar(s) => {
+            creation::scalar_tensor(s.checked(x.dtype())?, x.dtype(), &x.device())?
+        }
     };
     assign(x, None, &v)
 }

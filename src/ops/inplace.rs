@@ -55,9 +55,9 @@ pub fn update_data(op: &'static str, dst: &Tensor, src: &Tensor, u: Update) -> R
 pub fn fill_data(dst: &Tensor, value: Scalar) -> Result<()> {
     let d = dst.data();
     check_writable("fill_", &d)?;
-    let v = match (dst.dtype(), value) {
-        (crate::dtype::DType::Bool, s) => (s.as_f64() != 0.0) as i64 as f64,
-        (_, s) => s.as_f64(),
+    let v = match dst.dtype() {
+        crate::dtype::DType::Bool => Scalar::Bool(value.as_f64() != 0.0),
+        _ => value,
     };
     backend::on(&d).fill("fill_", &d, v)?;
     dst.bump_version();

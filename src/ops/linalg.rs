@@ -54,6 +54,9 @@ fn product_data(
     dtype: DType,
 ) -> Result<candle_core::Tensor> {
     let r = a.rank();
+    let mut out_dims = a.dims().to_vec();
+    out_dims[r - 1] = b.dims()[r - 1];
+    crate::headroom::ensure("matmul", &out_dims, dtype.size_in_bytes())?;
     if a.dims()[r - 1] == 0 {
         // An empty sum: zeros (gemm would leave the output uninitialised).
         let mut dims = a.dims().to_vec();

@@ -14,6 +14,7 @@ pub mod index;
 pub mod inplace;
 pub mod interpolate;
 pub mod linalg;
+pub mod memory_format;
 pub mod nn;
 pub mod pool;
 pub mod reduce;
@@ -26,42 +27,11 @@ pub mod volume_render;
 
 use candle_core::Device;
 
-use crate::dtype::{result_type, Category, DType, PromotionOperand};
+use crate::dtype::{result_type, DType, PromotionOperand};
 use crate::error::{Error, Result};
 use crate::tensor::{shape_str, Tensor};
 
-/// A Python number taking part in an op.
-#[derive(Clone, Copy, Debug)]
-pub enum Scalar {
-    Bool(bool),
-    Int(i64),
-    Float(f64),
-}
-
-impl Scalar {
-    pub fn as_f64(self) -> f64 {
-        match self {
-            Scalar::Bool(b) => b as i64 as f64,
-            Scalar::Int(i) => i as f64,
-            Scalar::Float(f) => f,
-        }
-    }
-    /// The dtype a Python number makes a tensor of: bool, int64, or the default float.
-    pub fn default_dtype(self) -> crate::dtype::DType {
-        match self {
-            Scalar::Bool(_) => crate::dtype::DType::Bool,
-            Scalar::Int(_) => crate::dtype::DType::Int64,
-            Scalar::Float(_) => crate::dtype::default_float(),
-        }
-    }
-    pub fn category(self) -> Category {
-        match self {
-            Scalar::Bool(_) => Category::Bool,
-            Scalar::Int(_) => Category::Integral,
-            Scalar::Float(_) => Category::Floating,
-        }
-    }
-}
+pub use crate::scalar::Scalar;
 
 /// A tensor or a Python number, as ops accept them.
 #[derive(Clone)]

@@ -464,6 +464,7 @@ pub fn repeat(x: &Tensor, repeats: &[i64]) -> Result<Tensor> {
     // As in PyTorch, the product is what must not be negative: an empty dim repeated -1
     // times stays empty.
     let out = to_dims("repeat", &target)?;
+    crate::headroom::ensure("repeat", &out, x.dtype().size_in_bytes())?;
     let (mut spread, mut tiled) = (Vec::new(), Vec::new());
     for (&r, &s) in repeats.iter().zip(&padded) {
         spread.extend([1, s]);

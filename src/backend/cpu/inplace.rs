@@ -12,6 +12,7 @@ use super::{Cpu, PAR_MIN};
 use crate::backend::strided::StridedOffsets;
 use crate::backend::{InplaceOps, Update};
 use crate::error::{CandleContext, Result};
+use crate::scalar::Scalar;
 
 impl Update {
     #[inline(always)]
@@ -127,24 +128,28 @@ impl InplaceOp2 for StridedUpdate {
     }
 }
 
-pub struct Fill(pub f64);
+pub struct Fill(pub Scalar);
 
 impl InplaceOp1 for Fill {
     fn name(&self) -> &'static str {
         "fill"
     }
     fn cpu_fwd(&self, s: &mut CpuStorage, l: &Layout) -> candle_core::Result<()> {
-        fn fill<T: WithDType>(v: &mut [T], l: &Layout, x: f64) {
-            let x = T::from_f64(x);
+        fn fill<T: WithDType>(v: &mut [T], l: &Layout, x: T) {
             match l.contiguous_offsets() {
                 Some((a, b)) => v[a..b].fill(x),
                 None => StridedOffsets::new(l).for_each(|i| v[i] = x),
             }
         }
-        each_storage!(s, |v| {
-            fill(v, l, self.0);
-            Ok(())
-        })
+        match (s, self.0) {
+            // int64 from the integer itself: a float64 rounds past 2**53
+            (CpuStorage::I64(v), x) => fill(v, l, x.as_i64()),
+            // integers wrap into narrower ones, as PyTorch's casts do (-1 is 255 in uint8)
+            (CpuStorage::I32(v), Scalar::Int(i)) => fill(v, l, i as i32),
+            (CpuStorage::U8(v), Scalar::Int(i)) => fill(v, l, i as u8),
+            (s, x) => each_storage!(s, |v| fill(v, l, WithDType::from_f64(x.as_f64()))),
+        }
+        Ok(())
     }
 }
 
@@ -181,7 +186,7 @@ impl InplaceOps for Cpu {
     fn update(&self, name: &'static str, dst: &Tensor, src: &Tensor, u: Update) -> Result<()> {
         dst.inplace_op2(src, &StridedUpdate(u)).op(name)
     }
-    fn fill(&self, name: &'static str, dst: &Tensor, v: f64) -> Result<()> {
+    fn fill(&self, name: &'static str, dst: &Tensor, v: Scalar) -> Result<()> {
         dst.inplace_op1(&Fill(v)).op(name)
     }
     fn dense_copy(&self, name: &'static str, x: &Tensor) -> Result<Tensor> {

@@ -9,6 +9,7 @@ use super::launch::{addr, launch, layout_table, Addr, Arg, Grid, Kernel};
 use super::{dtype_suffix, intern, ptx, Cuda};
 use crate::backend::{InplaceOps, Update};
 use crate::error::{CandleContext, Error, Result};
+use crate::scalar::Scalar;
 
 const THREADS: u32 = 256;
 
@@ -66,14 +67,18 @@ fn kernel(name: String) -> Kernel {
     }
 }
 
-/// `v` in `dtype` (its own rounding of the f64, as the CPU kernel's `from_f64`), as bits.
-fn fill_bits(name: &str, dtype: DType, v: f64) -> Result<i64> {
+/// `v` in `dtype` (as the CPU kernel's: int64 exact, else `from_f64` of the f64), as bits.
+fn fill_bits(name: &str, dtype: DType, s: Scalar) -> Result<i64> {
+    let v = s.as_f64();
     Ok(match dtype {
+        // integers wrap into narrower ones, as the CPU kernel's
+        DType::U8 if matches!(s, Scalar::Int(_)) => s.as_i64() as u8 as i64,
+        DType::I32 if matches!(s, Scalar::Int(_)) => s.as_i64() as i32 as u32 as i64,
         DType::U8 => u8::from_f64(v) as i64,
         DType::U32 => u32::from_f64(v) as i64,
         DType::I16 => i16::from_f64(v) as u16 as i64,
         DType::I32 => i32::from_f64(v) as u32 as i64,
-        DType::I64 => i64::from_f64(v),
+        DType::I64 => s.as_i64(),
         DType::F16 => half::f16::from_f64(v).to_bits() as i64,
         DType::BF16 => half::bf16::from_f64(v).to_bits() as i64,
         DType::F32 => f32::from_f64(v).to_bits() as i64,
@@ -129,7 +134,7 @@ impl InplaceOps for Cuda {
         )
     }
 
-    fn fill(&self, name: &'static str, dst: &Tensor, v: f64) -> Result<()> {
+    fn fill(&self, name: &'static str, dst: &Tensor, v: Scalar) -> Result<()> {
         let dtype = dst.dtype();
         let (suffix, bits) = (size_suffix(name, dtype)?, fill_bits(name, dtype, v)?);
         let n = dst.elem_count();
@@ -167,6 +172,7 @@ impl InplaceOps for Cuda {
 
 #[cfg(all(test, feature = "cuda-emulator"))]
 mod tests {
+    use crate::scalar::Scalar;
     use candle_core::{DType, Device, Tensor};
 
     use super::super::testing::{flat, integers, same, tensor};
@@ -336,19 +342,28 @@ mod tests {
             for (name, view) in views() {
                 for &v in fills {
                     let what = format!("{dtype:?} fill {v} into {name}");
-                    check(&what, &base, view, |be, d| be.fill("t", d, v).unwrap());
+                    check(&what, &base, view, |be, d| {
+                        be.fill("t", d, v.into()).unwrap()
+                    });
                 }
             }
         }
-        // Negative integers and 64-bit values keep every bit.
-        for (dtype, v) in [(DType::I32, -7.0), (DType::I64, -(1i64 << 40) as f64)] {
+        // Negative integers and 64-bit values keep every bit, past 2**53 too.
+        let wide = [
+            (DType::I32, Scalar::Int(-7)),
+            (DType::I64, Scalar::Int(-(1i64 << 40))),
+            (DType::I64, Scalar::Int((1i64 << 53) + 1)),
+            (DType::U8, Scalar::Int(-1)),
+            (DType::I32, Scalar::Int(1i64 << 40)),
+        ];
+        for (dtype, v) in wide {
             let base = sample(&[6, 8], 2, dtype);
-            check("negative", &base, views()[1].1, |be, d| {
+            check(&format!("{v:?}"), &base, views()[1].1, |be, d| {
                 be.fill("t", d, v).unwrap()
             });
         }
         let s = Tensor::new(3f32, &Device::Cpu).unwrap();
-        Cuda.fill("t", &s, 2.5).unwrap();
+        Cuda.fill("t", &s, 2.5.into()).unwrap();
         assert_eq!(s.to_scalar::<f32>().unwrap(), 2.5);
     }
 
@@ -365,7 +380,7 @@ mod tests {
                 same(&format!("{dtype:?} copy of {name}"), &a, &b);
                 // A copy, not a view: writing it leaves the source alone.
                 if a.elem_count() > 0 {
-                    Cuda.fill("t", &a, 1.0).unwrap();
+                    Cuda.fill("t", &a, 1.0.into()).unwrap();
                     same("source kept", &view(&base), &b);
                 }
             }

@@ -392,7 +392,7 @@ impl ReduceOps for Cuda {
         if lines.n == 0 {
             // Empty lines: the product's identity, zeros for the rest (as the CPU kernel).
             if matches!(k, LineKernel::Prod) {
-                self.fill(name, &out, 1.0)?;
+                self.fill(name, &out, 1.0.into())?;
             }
             return Ok(out);
         }

@@ -107,6 +107,9 @@ pub fn cat(ts: &[Tensor], dim: i64) -> Result<Tensor> {
 /// its slice there, since candle's CUDA `cat` has no int32 kernel nor makes empty tensors.
 pub(crate) fn join(parts: &[candle_core::Tensor], d: usize) -> Result<candle_core::Tensor> {
     let first = &parts[0];
+    let mut dims = first.dims().to_vec();
+    dims[d] = parts.iter().map(|p| p.dims()[d]).sum();
+    crate::headroom::ensure("cat", &dims, first.dtype().size_in_bytes())?;
     if !crate::backend::name_of(first.device()).starts_with("cuda") {
         #[allow(clippy::disallowed_methods)] // candle's CPU cat has every dtype
         let data = candle_core::Tensor::cat(parts, d).op("cat")?;
@@ -115,8 +118,6 @@ pub(crate) fn join(parts: &[candle_core::Tensor], d: usize) -> Result<candle_cor
             false => Ok(data),
         };
     }
-    let mut dims = first.dims().to_vec();
-    dims[d] = parts.iter().map(|p| p.dims()[d]).sum();
     let out = crate::device::zeros(dims, first.dtype(), first.device()).op("cat")?;
     let mut off = 0;
     for p in parts {
