@@ -39,6 +39,28 @@ attributes! { PyDType.dt;
 
 passed_as_is!(extracted: PyDType);
 
+/// `gradstream.channels_last` and the other memory formats.
+#[pyclass(name = "memory_format", module = "gradstream", frozen, eq, hash)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PyMemoryFormat {
+    pub f: MemoryFormat,
+}
+
+attributes! { PyMemoryFormat.f;
+    fn __repr__(f) -> String = format!("gradstream.{}", f.name());
+    /// Pickles as the module attribute `gradstream.<name>`.
+    fn __reduce__(f) -> &'static str = f.name();
+}
+
+/// A `memory_format=` argument.
+pub fn extract_memory_format(op: &str, name: &str, obj: &Obj<'_>) -> PyResult<MemoryFormat> {
+    Ok(
+        extract_class::<PyMemoryFormat>(op, name, "memory_format", obj)?
+            .get()
+            .f,
+    )
+}
+
 static DTYPE_OBJECTS: pyo3::sync::PyOnceLock<Vec<Py<PyDType>>> = pyo3::sync::PyOnceLock::new();
 
 impl PyDType {

@@ -75,31 +75,38 @@ macro_rules! factories {
             fn $name[stringify!($name)](*size: Tuple; dtype: Option<DType> = None,
                 device: Option<Device> = None, requires_grad: bool = false,
                 out: Option<Object> = None, layout: Option<Object> = None, pin_memory: bool = false,
-                generator: Option<Object> = None) -> Tensor {
+                generator: Option<Object> = None,
+                memory_format: Option<MemoryFormat> = None) -> Tensor {
                 let _ = (out, layout, pin_memory);
                 let op = stringify!($name);
                 let g = pick_generator(op, generator)?;
                 let dims = to_dims(op, &extract_size(op, size)?)?;
                 let device = device.unwrap_or_else(default_device);
-                make(dtype, default_float(), requires_grad, |dt| ($make)(&dims, dt, &device, &*g))
+                let f = memory_format.unwrap_or(MemoryFormat::Contiguous);
+                make(dtype, default_float(), requires_grad, |dt| {
+                    ops::memory_format::contiguous_as(&($make)(&dims, dt, &device, &*g)?, f)
+                })
             }
+            /// As `input`'s layout when `memory_format` is `preserve_format` (the default).
             fn $like[stringify!($like)](input: Object; dtype: Option<DType> = None,
                 device: Option<Device> = None, requires_grad: bool = false,
-                memory_format: Option<Object> = None, generator: Option<Object> = None) -> Tensor {
-                let _ = memory_format;
+                memory_format: Option<MemoryFormat> = None, generator: Option<Object> = None) -> Tensor {
                 let g = pick_generator(stringify!($like), generator)?;
                 let t = Tensor::extract(stringify!($like), input)?;
                 let device = device.unwrap_or_else(|| t.device());
-                make(dtype, t.dtype(), requires_grad, |dt| ($make)(&t.dims(), dt, &device, &*g))
+                let f = memory_format.unwrap_or(MemoryFormat::Preserve);
+                make(dtype, t.dtype(), requires_grad, |dt| {
+                    ops::memory_format::laid_out_like(($make)(&t.dims(), dt, &device, &*g)?, &t, f)
+                })
             }
         )* }
     };
 }
 
 factories! {
-    zeros / zeros_like => |d: &[usize], dt, on: &candle_core::Device, _: &Generator| ops::creation::full(d, 0.0, dt, on),
+    zeros / zeros_like => |d: &[usize], dt, on: &candle_core::Device, _: &Generator| ops::creation::zeros(d, dt, on),
     ones / ones_like => |d: &[usize], dt, on: &candle_core::Device, _: &Generator| ops::creation::full(d, 1.0, dt, on),
-    empty / empty_like => |d: &[usize], dt, on: &candle_core::Device, _: &Generator| ops::creation::full(d, 0.0, dt, on),
+    empty / empty_like => |d: &[usize], dt, on: &candle_core::Device, _: &Generator| ops::creation::zeros(d, dt, on),
     rand / rand_like => random::rand,
     randn / randn_like => random::randn,
 }

@@ -72,6 +72,10 @@ part!(|m| {
     for dt in DType::ALL {
         m.add(dt.name(), convert::PyDType::object(m.py(), dt)?)?;
     }
+    m.add_class::<convert::PyMemoryFormat>()?;
+    for f in crate::ops::memory_format::MemoryFormat::ALL {
+        m.add(f.name(), convert::PyMemoryFormat { f })?;
+    }
     Ok(())
 });
 

@@ -8,12 +8,14 @@ use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 
 use crate::bindings::convert::{
-    extract_device, extract_dtype, extract_operand, extract_tensor, type_name,
+    extract_device, extract_dtype, extract_memory_format, extract_operand, extract_tensor,
+    type_name,
 };
 use crate::bindings::row_types::typed;
 use crate::bindings::tensor::PyTensor;
 use crate::bindings::Obj;
 use crate::dtype::DType;
+use crate::ops::memory_format::MemoryFormat;
 use crate::ops::Operand;
 use crate::tensor::Tensor;
 
@@ -368,6 +370,8 @@ converted! {
     Device => candle_core::Device: "_Device" = |raw, _, _| extract_device(raw);
     /// A dtype: `gradstream.float32`, or Python's `float`, `int`, `bool`.
     DType => DType: "_Dtype" = |raw, _, _| extract_dtype(raw);
+    /// A layout: `gradstream.channels_last` and the other memory formats.
+    MemoryFormat => MemoryFormat: "memory_format" = |raw, op, name| extract_memory_format(op, name, raw);
 }
 
 /// `attributes! { Class.field; rows }`: getters and argument-free methods of a pyclass that

@@ -7,14 +7,15 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyInt, PyTuple, PyType};
 
 use crate::bindings::convert::{
-    extract_device, extract_dtype, opt_device, opt_dtype, tensor_from_data, tensor_to_numpy,
-    PyDType, PyDevice,
+    extract_device, extract_dtype, extract_memory_format, opt_device, opt_dtype, tensor_from_data,
+    tensor_to_numpy, PyDType, PyDevice,
 };
 use crate::bindings::op::{attributes, tensor_ops};
 use crate::bindings::Obj;
 use crate::device::default_device;
 use crate::dtype::DType;
 use crate::ops;
+use crate::ops::memory_format::MemoryFormat;
 use crate::tensor::Tensor;
 
 #[pyclass(
@@ -117,8 +118,10 @@ impl PyTensor {
 
     // ---- conversions ----
 
-    /// `to(dtype)`, `to(device)`, `to(other)`, `to(device, dtype)`, with `copy=`.
-    #[pyo3(signature = (*args, dtype=None, device=None, copy=false, non_blocking=false))]
+    /// `to(dtype)`, `to(device)`, `to(other)`, `to(device, dtype)`, with `copy=` and
+    /// `memory_format=`.
+    #[pyo3(signature = (*args, dtype=None, device=None, copy=false, non_blocking=false,
+        memory_format=None))]
     fn to(
         &self,
         args: &Bound<'_, PyTuple>,
@@ -126,8 +129,13 @@ impl PyTensor {
         device: Option<&Obj<'_>>,
         copy: bool,
         non_blocking: bool,
+        memory_format: Option<&Obj<'_>>,
     ) -> PyResult<Tensor> {
         let _ = non_blocking;
+        let format = memory_format
+            .filter(|f| !f.is_none())
+            .map(|f| extract_memory_format("to", "memory_format", f))
+            .transpose()?;
         let mut target = opt_dtype(dtype)?;
         let mut place = opt_device(device)?;
         for a in args.iter() {
@@ -157,8 +165,15 @@ impl PyTensor {
             Some(dt) => ops::convert::to_dtype(&moved, dt)?,
             None => moved,
         };
+        let out = match format {
+            Some(f) if f != MemoryFormat::Preserve => ops::memory_format::contiguous_as(&out, f)?,
+            _ => out,
+        };
         if copy && out.same(&self.t) {
-            return Ok(ops::convert::clone(&self.t)?);
+            return Ok(ops::memory_format::clone_as(
+                &self.t,
+                MemoryFormat::Preserve,
+            )?);
         }
         Ok(out)
     }
@@ -185,10 +200,20 @@ tensor_ops! { mod assign_fns;
         ops::index::fill_(&x.get().t, value)?;
         Ok(x)
     }
-    method fn contiguous[false] | clone[true](x: Tensor,
-        memory_format: Option<Object> = None) -> Tensor {
-        let _ = memory_format;
-        Ok(if FLAG { ops::convert::clone(&x)? } else { ops::convert::contiguous(&x)? })
+    /// `contiguous(memory_format=contiguous_format)`: `x` itself when laid out so.
+    method fn contiguous(x: Tensor, memory_format: Option<MemoryFormat> = None) -> Tensor {
+        let f = memory_format.unwrap_or(MemoryFormat::Contiguous);
+        Ok(ops::memory_format::contiguous_as(&x, f)?)
+    }
+    /// `clone(memory_format=preserve_format)`: a copy; a channels-last tensor stays so.
+    method fn clone(x: Tensor, memory_format: Option<MemoryFormat> = None) -> Tensor {
+        let f = memory_format.unwrap_or(MemoryFormat::Preserve);
+        Ok(ops::memory_format::clone_as(&x, f)?)
+    }
+    /// `is_contiguous(memory_format=contiguous_format)`.
+    method fn is_contiguous(x: Tensor, memory_format: Option<MemoryFormat> = None) -> bool {
+        let f = memory_format.unwrap_or(MemoryFormat::Contiguous);
+        Ok(ops::memory_format::is_contiguous_as(&x, f)?)
     }
     method fn zero_(x: Py<PyTensor>) -> Py<PyTensor> {
         ops::index::fill_(&x.get().t, ops::Operand::Scalar(ops::Scalar::Int(0)))?;

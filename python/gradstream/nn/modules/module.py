@@ -368,7 +368,8 @@ class Module:
                     continue
                 with no_grad():
                     new = convert(p.detach())
-                    if new is not p and (new.dtype != p.dtype or new.device != p.device):
+                    changed = new.dtype != p.dtype or new.device != p.device
+                    if new is not p and (changed or new.stride() != p.stride()):
                         p.data = new
                         if p.grad is not None:
                             p.grad = convert(p.grad)
@@ -379,9 +380,11 @@ class Module:
 
     def to(self, *args, **kwargs) -> Module:
         """Move parameters and buffers to a device and/or cast the floating ones to a dtype,
-        in place (each parameter stays the same object)."""
+        in place (each parameter stays the same object); ``memory_format=`` lays out the 4-D
+        and 5-D ones (``channels_last``), as PyTorch's."""
         dtype = kwargs.get("dtype")
         device = kwargs.get("device")
+        memory_format = kwargs.get("memory_format")
         for a in args:
             if isinstance(a, _core.dtype):
                 dtype = a
@@ -395,7 +398,7 @@ class Module:
             )
         if device is not None:
             device = _core.device(device)
-        if dtype is None and device is None:
+        if dtype is None and device is None and memory_format is None:
             return self
 
         def convert(t: Tensor) -> Tensor:
@@ -403,6 +406,8 @@ class Module:
                 t = t.to(device)
             if dtype is not None and t.is_floating_point():
                 t = t.to(dtype)
+            if memory_format is not None and t.dim() in (4, 5):
+                t = t.to(memory_format=memory_format)
             return t
 
         return self._apply_data(convert)
