@@ -34,5 +34,6 @@ static ALLOCATOR: memory::CountingAllocator = memory::CountingAllocator;
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // On unless GRADSTREAM_BLOCK_CACHE=0 (read once: the allocator cannot read the environment).
     block_cache::set_enabled(std::env::var("GRADSTREAM_BLOCK_CACHE").map_or(true, |v| v != "0"));
+    threads::install_handler();
     bindings::register(m)
 }

@@ -4,6 +4,8 @@ at once sum exactly; grad mode, saved-tensor hooks and autocast are per thread."
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -146,3 +148,42 @@ def test_grad_mode_saved_hooks_and_autocast_are_per_thread():
     assert seen["requires_grad"] is True
     assert seen["holder_requires_grad"] is False
     assert seen["saved_bytes"] == 4 * 4 * 4
+
+
+THREAD_COUNT = """
+import warnings
+import gradstream as gs
+
+assert gs.get_num_interop_threads() >= 1
+gs.set_num_threads(1)
+assert gs.get_num_threads() == 1
+x = gs.randn(256, 256)
+(x @ x).sum().item()
+gs.set_num_threads(1)  # the size it has: no warning
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    gs.set_num_threads(3)
+assert gs.get_num_threads() == 1
+assert any("cannot be resized" in str(w.message) for w in caught), caught
+gs.set_num_interop_threads(2)
+assert gs.get_num_interop_threads() == 2
+print("ok")
+"""
+
+
+def test_set_num_threads_before_the_first_op():
+    out = subprocess.run(
+        [sys.executable, "-c", THREAD_COUNT], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
+
+
+@pytest.mark.parametrize("f", ["set_num_threads", "set_num_interop_threads"])
+@pytest.mark.parametrize("n", [0, -2])
+def test_thread_counts_must_be_positive(f, n):
+    with pytest.raises(RuntimeError, match=f"{f} expects a positive integer"):
+        getattr(gs, f)(n)
+    torch = pytest.importorskip("torch")
+    with pytest.raises(RuntimeError, match=f"{f} expects a positive integer"):
+        getattr(torch, f)(n)

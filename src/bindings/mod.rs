@@ -27,6 +27,7 @@ pub mod scan;
 pub mod shape;
 pub mod sort;
 pub mod tensor;
+pub mod threads;
 
 use pyo3::prelude::*;
 

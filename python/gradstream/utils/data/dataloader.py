@@ -33,11 +33,9 @@ class DataLoader:
     """Iterates over a dataset in batches, as PyTorch's `torch.utils.data.DataLoader`.
 
     Differences from PyTorch: `pin_memory` has no effect (there is no accelerator to pin
-    for), and worker processes start with the "spawn" method unless `multiprocessing_context`
-    says otherwise, because the thread pool of gradstream's Rust kernels does not survive a
-    fork (a forked worker hangs on its first parallel kernel once the parent has run one).
-    As with spawn in PyTorch, the dataset, `collate_fn` and `worker_init_fn` must then be
-    picklable, and a script that uses workers needs an `if __name__ == "__main__":` guard.
+    for). Worker processes start with the platform's default method (fork on Linux) unless
+    `multiprocessing_context` says otherwise; a forked worker runs its kernels on its own
+    thread, as PyTorch's workers run with one intra-op thread.
     """
 
     _initialized = False
@@ -266,7 +264,7 @@ class _MultiProcessIter(_BaseIter):
         self._prefetch = loader.prefetch_factor * loader.num_workers
         self._timeout = loader.timeout
         self._persistent = loader.persistent_workers
-        context = loader.multiprocessing_context or multiprocessing.get_context("spawn")
+        context = loader.multiprocessing_context or multiprocessing.get_context()
         self._shutdown = False
         self._result_queue = context.Queue()
         self._index_queues = []
