@@ -220,6 +220,13 @@ fn storage_ptr(s: &Storage) -> Result<*mut c_void> {
     }
 }
 
+/// The address of `t`'s first element: its buffer's, plus its offset.
+pub fn data_ptr(t: &candle_core::Tensor) -> Result<usize> {
+    let (s, l) = t.storage_and_layout();
+    let base = storage_ptr(&s)? as usize;
+    Ok(base + l.start_offset() * t.dtype().size_in_bytes())
+}
+
 /// The address of a CPU buffer's first element.
 fn buffer_ptr(s: &CpuStorage) -> *mut c_void {
     let p: *const c_void = match s {

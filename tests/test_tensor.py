@@ -472,3 +472,25 @@ def test_format_like_torch(torch_ref, dtype, data, spec, rank):
         assert isinstance(got, str)
     else:
         assert got is want
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    start=st.integers(0, 3),
+    col=st.integers(0, 4),
+    step=st.integers(1, 3),
+    dtype=st.sampled_from(["float32", "float64", "int64", "int32", "uint8", "bool"]),
+)
+def test_storage_offset_and_data_ptr_like_torch(start, col, step, dtype):
+    torch = pytest.importorskip("torch")
+    g = gs.zeros(4, 5, dtype=getattr(gs, dtype))
+    t = torch.zeros(4, 5, dtype=getattr(torch, dtype))
+    gv, tv = g[start:, col::step], t[start:, col::step]
+    assert gv.storage_offset() == tv.storage_offset()
+    assert gv.data_ptr() - g.data_ptr() == tv.data_ptr() - t.data_ptr()
+    assert g.transpose(0, 1).data_ptr() == g.data_ptr()
+
+
+def test_a_device_pickles_as_itself():
+    for d in [gs.device("cpu"), gs.device("cuda", 1), gs.device("meta")]:
+        assert pickle.loads(pickle.dumps(d)) == d

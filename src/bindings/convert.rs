@@ -186,6 +186,10 @@ impl PyDevice {
             None => self.kind.clone(),
         }
     }
+    /// Pickles as `device("cuda:0")`.
+    fn __reduce__<'py>(&self, py: Python<'py>) -> (Bound<'py, pyo3::types::PyType>, (String,)) {
+        (py.get_type::<PyDevice>(), (self.__str__(),))
+    }
 }
 
 /// A dtype argument: `gradstream.float32`, or Python's `float`, `int`, `bool`.

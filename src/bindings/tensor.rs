@@ -230,7 +230,10 @@ attributes! { PyTensor.t;
     fn dim(t) -> usize = t.rank();
     fn numel(t) -> usize = t.numel();
     fn stride(t, py) -> PyResult<Bound<'py, PyTuple>> = PyTuple::new(py, t.data().stride());
-    fn is_contiguous(t) -> bool = t.data().is_contiguous();
+    /// The offset of the first element in the buffer, in elements.
+    fn storage_offset(t) -> usize = t.data().layout().start_offset();
+    /// The address of the first element (a CUDA device pointer on CUDA).
+    fn data_ptr(t) -> PyResult<usize> = Ok(crate::dlpack::data_ptr(&t.data())?);
     fn is_floating_point(t) -> bool = t.dtype().is_floating_point();
     fn item(t, py) -> PyResult<Bound<'py, PyAny>> = scalar_to_py(py, t);
     fn __hash__(t) -> usize = t.id();
