@@ -25,6 +25,9 @@ NAMESPACES = [
     "autograd",
     "linalg",
     "nn.init",
+    "nn.utils",
+    "nn.utils.parametrize",
+    "nn.utils.parametrizations",
     "Tensor",
 ]
 

@@ -15,9 +15,9 @@ from ..._core import Tensor
 from ...autograd.grad_mode import no_grad
 from ...comparison import allclose
 from .. import functional as F
-from ..modules import conv
 from ..modules.module import Module
 from . import parametrize
+from .spectral_norm import _is_conv_transpose
 from .weight_norm import _weight_norm, norm_except_dim
 
 __all__ = ["orthogonal", "spectral_norm", "weight_norm"]
@@ -261,13 +261,8 @@ def spectral_norm(
     if not isinstance(weight, Tensor):
         raise ValueError(f"Module '{module}' has no parameter or buffer with name '{name}'")
     if dim is None:
-        dim = 1 if isinstance(module, _conv_transposes()) else 0
+        dim = 1 if _is_conv_transpose(module) else 0
     parametrize.register_parametrization(
         module, name, _SpectralNorm(weight, n_power_iterations, dim, eps)
     )
     return module
-
-
-def _conv_transposes() -> tuple[type, ...]:
-    names = ("ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d")
-    return tuple(getattr(conv, n) for n in names if hasattr(conv, n))
