@@ -501,17 +501,22 @@ def test_spectral_norm_matches_torch(kind, n_power_iterations):
 
     g, t = twin(conv_or_linear(kind), register, seed=11)  # _u, _v copied from torch's
     rng = np.random.default_rng(12)
-    for _ in range(2):  # each training forward runs the power iteration on the buffers
+    for mode in ("train", "train", "eval"):  # a training forward runs the power iteration
+        g.train(mode == "train")
+        t.train(mode == "train")
+        before = g.parametrizations.weight[0]._u.numpy().copy()
         compare_forward_backward(g, t, input_for(kind, rng), terms=12)
         g.zero_grad()
         t.zero_grad()
-    for k in ("_u", "_v"):
-        assert_close(
-            getattr(g.parametrizations.weight[0], k),
-            getattr(t.parametrizations.weight[0], k),
-            rtol=1e-4,
-            atol=1e-5,
-        )
+        for k in ("_u", "_v"):
+            assert_close(
+                getattr(g.parametrizations.weight[0], k),
+                getattr(t.parametrizations.weight[0], k),
+                rtol=1e-4,
+                atol=1e-5,
+            )
+        changed = not np.array_equal(g.parametrizations.weight[0]._u.numpy(), before)
+        assert changed == (mode == "train")
 
 
 def test_spectral_norm_eval_mode_keeps_the_vectors():

@@ -23,10 +23,14 @@ from .weight_norm import _weight_norm, norm_except_dim
 __all__ = ["orthogonal", "spectral_norm", "weight_norm"]
 
 
+# Machine epsilon per floating dtype (torch.finfo(dtype).eps); NumPy has no bfloat16.
+_EPS = {"float64": 2.0**-52, "float32": 2.0**-23, "float16": 2.0**-10, "bfloat16": 2.0**-7}
+
+
 def _is_orthogonal(Q: Tensor) -> bool:
     n, k = Q.shape[-2], Q.shape[-1]
     eye = _core.eye(k, dtype=Q.dtype, device=Q.device)
-    eps = 10.0 * n * float(np.finfo(np.dtype(str(Q.dtype).split(".")[-1])).eps)
+    eps = 10.0 * n * _EPS[str(Q.dtype).split(".")[-1]]
     return bool(allclose(Q.mT @ Q, eye.expand(*Q.shape[:-2], k, k), atol=eps))
 
 
