@@ -1,11 +1,11 @@
-"""`nn.utils.parametrize` and the parametrizations built on it, against PyTorch.
+"""`nn.utils.parametrize` against PyTorch.
 
 A minLoRA-style parametrization (``W + B @ A * scale``) on Linear and Embedding, registered
 with `register_parametrization`: the same state_dict keys, outputs and gradients (of
 ``original``, A and B) as PyTorch's on the same weights; `cached()`; chaining; a tuple
-``right_inverse``; removal; `weight_norm` (both APIs), `spectral_norm` and `orthogonal`;
-PyTorch's exception classes for bad input; the original streaming its gradient into an
-in-backward optimizer; and the ``torch.nn.utils.parametrize`` import under the alias.
+``right_inverse``; removal and transfer; PyTorch's exception classes for bad input; the
+original streaming its gradient into an in-backward optimizer; a minLoRA-style script under
+the alias printing what it prints under PyTorch.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import os
 import pickle
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -23,10 +22,10 @@ import pytest
 from helpers import assert_close
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from parametrize_helpers import assert_same_grads, grads, load, random_state, twin
 
 import gradstream as gs
 import gradstream.nn.utils.parametrize as P
-from gradstream.nn.utils import parametrizations
 
 torch = pytest.importorskip("torch")
 TP = torch.nn.utils.parametrize
@@ -48,53 +47,6 @@ def lora_class(lib):
             return W + self.lora_B @ self.lora_A * self.scale
 
     return LoRA
-
-
-def random_state(ref, seed):
-    """`ref`'s state_dict with every floating tensor redrawn (so LoRA's zero-initialized
-    B and A take part), as NumPy arrays."""
-    rng = np.random.default_rng(seed)
-    out = {}
-    for k, v in ref.state_dict().items():
-        arr = v.detach().numpy()
-        if arr.dtype.kind == "f":
-            arr = rng.standard_normal(arr.shape).astype(arr.dtype)
-        out[k] = arr
-    return out
-
-
-def load(module, lib, state):
-    module.load_state_dict({k: lib.tensor(v) for k, v in state.items()})
-
-
-def grads(module):
-    return {k: p.grad for k, p in module.named_parameters()}
-
-
-def assert_same_grads(g, t, **tol):
-    gg, tg = grads(g), grads(t)
-    assert list(gg) == list(tg)
-    for k in tg:
-        if tg[k] is None:
-            assert gg[k] is None, k
-        else:
-            assert_close(gg[k], tg[k], **tol)
-
-
-def twin(make, register=None, seed=0):
-    """The same module in both libraries (`make(lib)`), parametrized by `register(lib, m)`,
-    holding the same random values."""
-    pair = {}
-    for name, lib in LIBS.items():
-        m = make(lib)
-        if register is not None:
-            register(lib, m)
-        pair[name] = m
-    assert list(pair["gs"].state_dict()) == list(pair["torch"].state_dict())
-    state = random_state(pair["torch"], seed)
-    for name, lib in LIBS.items():
-        load(pair[name], lib, state)
-    return pair["gs"], pair["torch"]
 
 
 def register_lora(rank):
@@ -413,220 +365,6 @@ def test_unsafe_allows_shape_and_dtype_change():
     assert m.weight.dtype == gs.float64
 
 
-# ---------------------------------------------------------------- weight_norm
-
-
-def conv_or_linear(kind):
-    if kind == "linear":
-        return lambda lib: lib.nn.Linear(5, 4)
-    return lambda lib: lib.nn.Conv2d(3, 4, 2)
-
-
-def input_for(kind, rng):
-    shape = (2, 5) if kind == "linear" else (2, 3, 4, 4)
-    return rng.standard_normal(shape).astype(np.float32)
-
-
-def compare_forward_backward(g, t, x, terms):
-    yg, yt = g(gs.tensor(x)), t(torch.tensor(x))
-    assert_close(yg, yt, rtol=1e-5, atol=1e-5, terms=terms)
-    (yg * yg).sum().backward()
-    (yt * yt).sum().backward()
-    assert_same_grads(g, t, rtol=1e-4, atol=1e-4, terms=4 * terms)
-
-
-@pytest.mark.parametrize("kind", ["linear", "conv"])
-@pytest.mark.parametrize("dim", [0, 1, None, -1])
-def test_weight_norm_matches_torch(kind, dim):
-    def register(lib, m):
-        (parametrizations if lib is gs else torch.nn.utils.parametrizations).weight_norm(m, dim=dim)
-
-    g, t = twin(conv_or_linear(kind), register, seed=7)
-    assert "parametrizations.weight.original0" in g.state_dict()
-    compare_forward_backward(g, t, input_for(kind, np.random.default_rng(8)), terms=12)
-
-
-@pytest.mark.parametrize("dim", [0, 1, None])
-def test_weight_norm_right_inverse_from_the_weight(dim):
-    g, t = gs.nn.Linear(5, 4), torch.nn.Linear(5, 4)
-    t.load_state_dict({k: torch.tensor(v.numpy()) for k, v in g.state_dict().items()})
-    parametrizations.weight_norm(g, dim=dim)
-    torch.nn.utils.parametrizations.weight_norm(t, dim=dim)
-    for k, v in t.state_dict().items():
-        assert_close(g.state_dict()[k], v)
-    assert_close(g.weight, t.weight)
-
-
-@pytest.mark.parametrize("dim", [0, 1, None])
-def test_old_weight_norm_matches_torch_and_loads_into_the_new(dim):
-    def register(lib, m):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", FutureWarning)
-            (gs.nn.utils if lib is gs else torch.nn.utils).weight_norm(m, dim=dim)
-
-    g, t = twin(conv_or_linear("linear"), register, seed=9)
-    assert list(g.state_dict()) == ["bias", "weight_g", "weight_v"]
-    compare_forward_backward(g, t, input_for("linear", np.random.default_rng(4)), terms=12)
-    # An old-style checkpoint loads into the parametrization (keys renamed by its hook).
-    new = parametrizations.weight_norm(gs.nn.Linear(5, 4), dim=dim)
-    new.load_state_dict(g.state_dict())
-    assert_close(new.weight, t.weight, rtol=1e-5, atol=1e-6)
-    assert gs.nn.utils.remove_weight_norm(g) is g
-    torch.nn.utils.remove_weight_norm(t)
-    assert list(g.state_dict()) == list(t.state_dict())
-    assert_close(g.weight, t.weight, rtol=1e-5, atol=1e-6)
-    with pytest.raises(ValueError):
-        gs.nn.utils.remove_weight_norm(g)
-
-
-def test_old_weight_norm_warns_and_refuses_twice():
-    m = gs.nn.Linear(2, 2)
-    with pytest.warns(FutureWarning, match="parametrizations.weight_norm"):
-        gs.nn.utils.weight_norm(m)
-    with pytest.raises(RuntimeError), warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)
-        gs.nn.utils.weight_norm(m)
-
-
-# ---------------------------------------------------------------- spectral_norm
-
-
-@pytest.mark.parametrize("kind", ["linear", "conv"])
-@pytest.mark.parametrize("n_power_iterations", [1, 3])
-def test_spectral_norm_matches_torch(kind, n_power_iterations):
-    def register(lib, m):
-        (parametrizations if lib is gs else torch.nn.utils.parametrizations).spectral_norm(
-            m, n_power_iterations=n_power_iterations
-        )
-
-    g, t = twin(conv_or_linear(kind), register, seed=11)  # _u, _v copied from torch's
-    rng = np.random.default_rng(12)
-    for mode in ("train", "train", "eval"):  # a training forward runs the power iteration
-        g.train(mode == "train")
-        t.train(mode == "train")
-        before = g.parametrizations.weight[0]._u.numpy().copy()
-        compare_forward_backward(g, t, input_for(kind, rng), terms=12)
-        g.zero_grad()
-        t.zero_grad()
-        for k in ("_u", "_v"):
-            assert_close(
-                getattr(g.parametrizations.weight[0], k),
-                getattr(t.parametrizations.weight[0], k),
-                rtol=1e-4,
-                atol=1e-5,
-            )
-        changed = not np.array_equal(g.parametrizations.weight[0]._u.numpy(), before)
-        assert changed == (mode == "train")
-
-
-def test_spectral_norm_eval_mode_keeps_the_vectors():
-    m = parametrizations.spectral_norm(gs.nn.Linear(4, 6))
-    m.eval()
-    u = m.parametrizations.weight[0]._u.numpy().copy()
-    w1 = m.weight.detach().numpy().copy()
-    w2 = m.weight.detach().numpy()
-    np.testing.assert_array_equal(m.parametrizations.weight[0]._u.numpy(), u)
-    np.testing.assert_array_equal(w1, w2)
-    # After its construction's 15 power iterations, the largest singular value is ~1.
-    s = np.linalg.svd(w2, compute_uv=False)
-    assert abs(s[0] - 1.0) < 1e-2
-
-
-def test_spectral_norm_bad_arguments_as_torch():
-    for lib, pz in ((gs, parametrizations), (torch, torch.nn.utils.parametrizations)):
-        with pytest.raises(ValueError):
-            pz.spectral_norm(lib.nn.Linear(2, 2), n_power_iterations=0)
-        with pytest.raises(IndexError):
-            pz.spectral_norm(lib.nn.Linear(2, 2), dim=2)
-        with pytest.raises(ValueError):
-            pz.spectral_norm(lib.nn.Linear(2, 2), name="nope")
-
-
-@pytest.mark.parametrize("kind", ["linear", "conv"])
-def test_old_spectral_norm_matches_torch(kind):
-    def register(lib, m):
-        (gs.nn.utils if lib is gs else torch.nn.utils).spectral_norm(m, n_power_iterations=2)
-
-    g, t = twin(conv_or_linear(kind), register, seed=14)
-    assert list(g.state_dict()) == ["bias", "weight_orig", "weight_u", "weight_v"]
-    rng = np.random.default_rng(15)
-    for _ in range(2):
-        compare_forward_backward(g, t, input_for(kind, rng), terms=12)
-        g.zero_grad()
-        t.zero_grad()
-    for k in ("weight_u", "weight_v"):
-        assert_close(getattr(g, k), getattr(t, k), rtol=1e-4, atol=1e-5)
-    g.eval()
-    t.eval()
-    compare_forward_backward(g, t, input_for(kind, rng), terms=12)
-    assert gs.nn.utils.remove_spectral_norm(g) is g
-    torch.nn.utils.remove_spectral_norm(t)
-    assert list(g.state_dict()) == list(t.state_dict())
-    assert_close(g.weight, t.weight, rtol=1e-5, atol=1e-6)
-    with pytest.raises(ValueError):
-        gs.nn.utils.remove_spectral_norm(g)
-
-
-def test_old_spectral_norm_loads_a_checkpoint_without_v_as_torch():
-    # Before PyTorch 1.0 a checkpoint held weight, weight_orig and weight_u but no weight_v.
-    def register(lib, m):
-        (gs.nn.utils if lib is gs else torch.nn.utils).spectral_norm(m)
-
-    g, t = twin(lambda lib: lib.nn.Linear(4, 6), register, seed=16)  # WᵀW invertible
-    t(torch.zeros(1, 4))
-    old = {k: v for k, v in t.state_dict().items() if k != "weight_v"}
-    old["weight"] = t.weight.detach().clone()
-    t.load_state_dict(old)
-    g.load_state_dict(old)
-    assert_close(g.weight_v, t.weight_v, rtol=1e-4, atol=1e-5)
-    with pytest.raises(RuntimeError):
-        gs.nn.utils.spectral_norm(g)
-
-
-# ---------------------------------------------------------------- orthogonal
-
-
-@pytest.mark.parametrize("orthogonal_map", [None, "matrix_exp", "cayley", "householder"])
-@pytest.mark.parametrize("shape", [(4, 4), (5, 3), (3, 5)])
-@pytest.mark.parametrize("use_trivialization", [True, False])
-def test_orthogonal_matches_torch(orthogonal_map, shape, use_trivialization):
-    rng = np.random.default_rng(13)
-    w = rng.standard_normal(shape).astype(np.float32)
-    pair = {}
-    for name, lib in LIBS.items():
-        m = lib.nn.Linear(shape[1], shape[0], bias=False)
-        with lib.no_grad():
-            m.weight.copy_(lib.tensor(w))
-        pz = parametrizations if lib is gs else torch.nn.utils.parametrizations
-        pair[name] = pz.orthogonal(
-            m, orthogonal_map=orthogonal_map, use_trivialization=use_trivialization
-        )
-    g, t = pair["gs"], pair["torch"]
-    assert list(g.state_dict()) == list(t.state_dict())
-    if use_trivialization and shape[0] != shape[1]:
-        # The base is completed with random columns: take torch's.
-        g.load_state_dict({k: torch.tensor(v.numpy()) for k, v in t.state_dict().items()})
-    else:  # right_inverse (LAPACK's geqrf for householder) gives torch's originals
-        for k, v in t.state_dict().items():
-            assert_close(g.state_dict()[k], v, rtol=1e-4, atol=1e-5)
-    q = g.weight.detach().numpy()
-    small = min(shape)
-    gram = q.T @ q if shape[0] >= shape[1] else q @ q.T
-    np.testing.assert_allclose(gram, np.eye(small), atol=1e-5)
-    compare_forward_backward(g, t, rng.standard_normal((2, shape[1])).astype(np.float32), 12)
-
-
-def test_orthogonal_bad_arguments_as_torch():
-    for lib, pz in ((gs, parametrizations), (torch, torch.nn.utils.parametrizations)):
-        with pytest.raises(ValueError, match="orthogonal_map"):
-            pz.orthogonal(lib.nn.Linear(2, 2), orthogonal_map="qr")
-        with pytest.raises(ValueError, match="dimensions"):
-            pz.orthogonal(lib.nn.Linear(2, 2), "bias")
-        m = pz.orthogonal(lib.nn.Linear(3, 3))
-        with pytest.raises(ValueError, match="shape"):
-            m.parametrizations.weight[0].right_inverse(lib.zeros(2, 2))
-
-
 # ---------------------------------------------------------------- gradient streaming
 
 
@@ -693,3 +431,73 @@ def test_torch_parametrize_imports_under_the_alias(tmp_path):
     )
     assert out.returncode == 0, out.stderr
     assert "parametrizations.weight.original0" in out.stdout
+
+
+MINLORA_STYLE = """
+import math
+from functools import partial
+
+import torch
+import torch.nn.utils.parametrize as parametrize
+from torch import nn
+
+
+class LoRA(nn.Module):
+    def __init__(self, fan_in, fan_out, rank=2):
+        super().__init__()
+        self.lora_A = nn.Parameter(torch.zeros(rank, fan_in))
+        self.lora_B = nn.Parameter(torch.zeros(fan_out, rank))
+        nn.init.kaiming_uniform_(self.lora_A, a=math.sqrt(5))
+        self.register_buffer("mask", torch.ones(1, fan_in))
+        self.scaling = 0.5
+
+    def forward(self, X):
+        return X + torch.mm(self.lora_B, self.lora_A * self.mask).view(X.shape) * self.scaling
+
+
+def apply_lora(layer, register=True, merge=False):
+    if register and type(layer) is nn.Linear:
+        parametrize.register_parametrization(layer, "weight", LoRA(*layer.weight.shape[::-1]))
+    elif not register and hasattr(layer, "parametrizations"):
+        for name in list(layer.parametrizations.keys()):
+            parametrize.remove_parametrizations(layer, name, leave_parametrized=merge)
+
+
+model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))
+model.apply(apply_lora)
+print(model)
+print([n for n, _ in model.named_parameters()])
+lora = [p for n, p in model.named_parameters() if "lora_" in n]
+for p in model.parameters():
+    p.requires_grad_(any(p is q for q in lora))
+opt = torch.optim.AdamW(lora, lr=1e-2)
+for _ in range(3):
+    model(torch.randn(5, 3)).pow(2).mean().backward()
+    opt.step()
+    opt.zero_grad()
+with parametrize.cached():
+    w = model[0].weight
+    assert w is model[0].weight
+model.apply(partial(apply_lora, register=False, merge=True))
+assert torch.equal(model[0].weight, w.detach())
+print(model, list(model.state_dict()), type(model[0]).__name__)
+"""
+
+
+def test_minlora_style_script_prints_the_same_under_the_alias(tmp_path):
+    script = Path(tmp_path) / "minlora_style.py"
+    script.write_text(MINLORA_STYLE)
+    env = dict(os.environ)
+    src = str(Path(gs.__file__).parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join([src, env.get("PYTHONPATH", "")])
+    runs = [
+        subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+        for cmd in (
+            [sys.executable, str(script)],
+            [sys.executable, "-m", "gradstream.alias", str(script)],
+        )
+    ]
+    for run in runs:
+        assert run.returncode == 0, run.stderr
+    assert runs[1].stdout == runs[0].stdout
+    assert "0.parametrizations.weight.0.lora_A" in runs[1].stdout
