@@ -117,6 +117,8 @@ def _reported(fh, read):
             raise
         raise pickle.UnpicklingError(_unreadable(fh, str(e))) from e
     except _CORRUPT as e:
+        if str(e).startswith("gradstream.load"):
+            raise  # a refusal of ours, such as a bad map_location
         raise pickle.UnpicklingError(_unreadable(fh, f"{type(e).__name__}: {e}")) from e
 
 

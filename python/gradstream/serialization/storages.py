@@ -124,7 +124,7 @@ class LoadedStorage:
             writeable=False,
         )
         t = from_elements(np.array(view, order="C"), self.stype.dtype)
-        if self.device.type != "cpu":
+        if t.device != self.device:
             t = t.to(self.device)
         return t
 
@@ -132,7 +132,8 @@ class LoadedStorage:
 def from_elements(array: np.ndarray, dtype):
     """A gradstream tensor of ``dtype`` from its elements (bfloat16: their raw bits)."""
     if dtype is _core.bfloat16:
-        widened = (array.astype(np.uint32) << 16).view(np.float32)
+        widened = np.left_shift(array.astype(np.uint32), 16, out=np.empty(array.shape, np.uint32))
+        widened = widened.view(np.float32)
         return _core.from_numpy(widened).to(_core.bfloat16)
     return _core.from_numpy(array.astype(array.dtype.newbyteorder("="), copy=False))
 

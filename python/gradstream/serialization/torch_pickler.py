@@ -39,7 +39,9 @@ def torch_name(module: str, name: str) -> TorchName:
     return _NAMES.setdefault((module, name), TorchName(module, name))
 
 
-class _StorageRef:
+class StorageRef:
+    """A storage in the pickle: written as its persistent id."""
+
     def __init__(self, key: str, storage_type: TorchName, location: str, numel: int):
         self.pid = ("storage", storage_type, key, location, numel)
 
@@ -71,7 +73,7 @@ class TorchPickler(pickle._Pickler):
         self.storages: dict[str, _core.Tensor] = {}
 
     def persistent_id(self, obj):
-        return obj.pid if isinstance(obj, _StorageRef) else None
+        return obj.pid if isinstance(obj, StorageRef) else None
 
     def reducer_override(self, obj):
         if isinstance(obj, Parameter):
@@ -90,7 +92,7 @@ class TorchPickler(pickle._Pickler):
         key = str(len(self.storages))
         self.storages[key] = t.detach()
         storage_type = torch_name("torch", STORAGE_NAME[t.dtype])
-        ref = _StorageRef(key, storage_type, str(t.device), t.numel())
+        ref = StorageRef(key, storage_type, str(t.device), t.numel())
         size = tuple(t.shape)
         args = (ref, 0, size, contiguous_strides(size), t.requires_grad, OrderedDict())
         return torch_name("torch._utils", "_rebuild_tensor_v2"), args
