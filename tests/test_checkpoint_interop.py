@@ -19,6 +19,7 @@ torch = pytest.importorskip("torch")
 from helpers import to_numpy  # noqa: E402
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
+from tensor_data import DTYPES, FLOATS, gs_tensor, shapes, torch_tensor, values  # noqa: E402
 
 import gradstream as gs  # noqa: E402
 from gradstream.serialization import zip_format  # noqa: E402
@@ -28,9 +29,6 @@ from gradstream.serialization.torch_pickler import (  # noqa: E402
     torch_name,
 )
 
-DTYPES = ["float32", "float64", "float16", "bfloat16", "int64", "int32", "uint8", "bool"]
-FLOATS = {"float32", "float64", "float16", "bfloat16"}
-
 # Views both libraries spell alike.
 VIEWS = {
     "whole": lambda x: x,
@@ -39,33 +37,6 @@ VIEWS = {
     "offset": lambda x: x[1:] if x.dim() else x,
     "expanded": lambda x: x.unsqueeze(0).expand(2, *x.shape),
 }
-
-shapes = st.lists(st.integers(0, 4), min_size=0, max_size=3).map(tuple)
-
-
-def values(dtype: str, shape, seed: int) -> np.ndarray:
-    """Values of `dtype` (bfloat16: float32 values bfloat16 holds exactly)."""
-    rng = np.random.default_rng(seed)
-    if dtype in FLOATS:
-        x = np.asarray(rng.standard_normal(shape) * 10.0 ** rng.integers(-3, 4))
-        if dtype == "bfloat16":
-            bits = x.astype(np.float32).view(np.uint32) & 0xFFFF0000
-            return np.asarray(bits).view(np.float32)
-        return x.astype(dtype)
-    if dtype == "bool":
-        return np.asarray(rng.integers(0, 2, shape).astype(bool))
-    info = np.iinfo(dtype)
-    return np.asarray(rng.integers(info.min, info.max, shape, dtype=dtype, endpoint=True))
-
-
-def gs_tensor(dtype: str, arr: np.ndarray):
-    if dtype == "bfloat16":
-        return gs.from_numpy(arr).to(gs.bfloat16)
-    return gs.from_numpy(np.array(arr, order="C"))
-
-
-def torch_tensor(dtype: str, arr: np.ndarray):
-    return torch.from_numpy(np.array(arr, order="C")).to(getattr(torch, dtype))
 
 
 def assert_same(g, t):
