@@ -394,6 +394,30 @@ def test_a_malicious_pickle_runs_nothing(tmp_path, zipped):
     assert marker.exists()
 
 
+def test_a_pickle_cannot_change_what_later_loads_see():
+    # BUILD sets attributes on the object a global resolved to: here a builder's defaults,
+    # a storage type's dtype, a rebuild function.
+    builds = [
+        b"ctorch\nSize\nN}X\x0c\x00\x00\x00__defaults__K\x05\x85\x85s\x86b.",
+        b"ctorch\nFloatStorage\nN}X\x08\x00\x00\x00np_dtypeX\x02\x00\x00\x00<is\x86b.",
+        b"ctorch._utils\n_rebuild_tensor_v2\nN}X\x08\x00\x00\x00__self__K\x01s\x86b.",
+        b"ccollections\nOrderedDict\nN}X\x0c\x00\x00\x00__defaults__K\x05\x85\x85s\x86b.",
+    ]
+    for body in builds:
+        out = io.BytesIO()
+        zip_format.write(out, "archive", b"\x80\x02" + body, [])
+        with pytest.raises(pickle.UnpicklingError, match=r"gradstream\.load: cannot read"):
+            gs.load(io.BytesIO(out.getvalue()))
+        old_format = b"\x80\x02" + body.replace(b"ctorch\nSize", b"c__builtin__\nset")
+        with pytest.raises(pickle.UnpicklingError, match=r"gradstream\.load"):
+            gs.load(io.BytesIO(old_format))
+    buf = io.BytesIO()
+    torch.save({"s": torch.Size([]), "w": torch.arange(3.0), "od": OrderedDict()}, buf)
+    back = gs.load(io.BytesIO(buf.getvalue()))
+    assert back["s"] == gs.Size([]) and back["od"] == OrderedDict()
+    assert back["w"].dtype == gs.float32 and back["w"].tolist() == [0.0, 1.0, 2.0]
+
+
 def test_truncated_and_mangled_checkpoints_raise_a_clear_error():
     raw = gs_round_trip({"w": gs.ones(40), "step": 3})
     for cut in sorted({4, 30, len(raw) // 3, len(raw) // 2, len(raw) - 30, len(raw) - 1}):

@@ -10,6 +10,8 @@ from typing import IO, Any
 
 import numpy as np
 
+from .readonly import ReadOnlyCall
+
 _SAFE_GLOBALS = {
     ("collections", "OrderedDict"),
     ("builtins", "set"),
@@ -80,7 +82,7 @@ class _WeightsUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str):
         checked = _CHECKED.get((module, name))
         if checked is not None:
-            return checked
+            return ReadOnlyCall(checked)
         if (module, name) in _SAFE_GLOBALS or (
             module in _SAFE_MODULES and "." not in name and _is_dtype(module, name)
         ):

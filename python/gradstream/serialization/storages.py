@@ -12,16 +12,17 @@ import math
 import numpy as np
 
 from .. import _core
+from .readonly import ReadOnly
 
 
-class StorageType:
+class StorageType(ReadOnly):
     """A PyTorch storage class (``torch.FloatStorage``) as the loader sees it: its dtype."""
 
+    __slots__ = ("name", "torch_dtype", "dtype", "np_dtype")
+
     def __init__(self, name: str, torch_dtype: str, dtype, np_dtype):
-        self.name = name
-        self.torch_dtype = torch_dtype
-        self.dtype = dtype  # the gradstream dtype; None where gradstream has none
-        self.np_dtype = np.dtype(np_dtype) if np_dtype is not None else None
+        # dtype: the gradstream dtype, None where gradstream has none
+        self._init(name=name, torch_dtype=torch_dtype, dtype=dtype, np_dtype=np.dtype(np_dtype))
 
     def __repr__(self) -> str:
         return f"torch.{self.name}"
@@ -62,16 +63,16 @@ STORAGE_NAME = {st.dtype: name for name, st in STORAGE_TYPES.items() if st.dtype
 TORCH_DTYPE_NAME = {st.dtype: st.torch_dtype for st in STORAGE_TYPES.values() if st.dtype}
 
 
-class LoadedStorage:
+class LoadedStorage(ReadOnly):
     """A storage read from a checkpoint: its elements as a 1-d NumPy array (read-only, maybe
     memory-mapped) and the device its tensors go to. It is also what a callable
     ``map_location(storage, location)`` receives and may return moved (``.cpu()``,
     ``.cuda()``, ``.to(device)``)."""
 
+    __slots__ = ("stype", "elements", "device")
+
     def __init__(self, stype: StorageType, elements: np.ndarray, device):
-        self.stype = stype
-        self.elements = elements
-        self.device = device
+        self._init(stype=stype, elements=elements, device=device)
 
     @property
     def dtype(self):

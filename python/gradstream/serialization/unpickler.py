@@ -14,11 +14,13 @@ import codecs
 import collections
 import pickle
 from collections.abc import Callable
+from types import FunctionType
 
 from .. import _core
 from ..nn.parameter import Parameter
 from ..size import Size
 from .plain_pickle import _SAFE_GLOBALS, _checked_collection, _is_dtype
+from .readonly import ReadOnly, ReadOnlyCall
 from .storages import STORAGE_NAME, STORAGE_TYPES, UNTYPED, LoadedStorage, StorageType
 
 # torch's dtype names (canonical and aliases) for the dtypes gradstream has.
@@ -57,12 +59,14 @@ _UNSUPPORTED_REBUILDS = {
 }
 
 
-class _TypeName:
+class _TypeName(ReadOnly):
     """``torch.Tensor`` / ``torch.nn.Parameter`` as `_rebuild_from_type_v2` receives them:
     a name, not a class the pickle could call."""
 
+    __slots__ = ("name",)
+
     def __init__(self, name: str):
-        self.name = name
+        self._init(name=name)
 
 
 _TENSOR = _TypeName("torch.Tensor")
@@ -187,6 +191,8 @@ class CheckpointUnpickler(pickle.Unpickler):
         self._load_storage = load_storage
         self._weights_only = weights_only
         self._dry_run = dry_run
+        # A class of this load's own, so that a BUILD on it changes no other load's.
+        self._anything = type("_Anything", (_Anything,), {})
         self._rebuilds = {
             ("torch._utils", "_rebuild_tensor"): self._rebuild_tensor,
             ("torch._utils", "_rebuild_tensor_v2"): self._rebuild_tensor_v2,
@@ -204,7 +210,9 @@ class CheckpointUnpickler(pickle.Unpickler):
         if found is None:
             found = self._other_global(module, name)
         if self._dry_run and not isinstance(found, StorageType):
-            return _Anything
+            return self._anything
+        if isinstance(found, FunctionType):
+            return ReadOnlyCall(found)
         return found
 
     def _torch_global(self, module: str, name: str):
