@@ -215,6 +215,42 @@ def test_torch_parameters_load_as_gradstream_parameters():
     assert back["size"] == gs.Size([2, 2])
 
 
+@pytest.mark.parametrize("protocol", [2, 3, 4, 5])
+def test_every_pickle_protocol_both_ways(protocol):
+    for zipped in (True, False):
+        buf = io.BytesIO()
+        obj = {"w": torch.nn.Parameter(torch.ones(2)), "b": b"xy", "s": {1}}
+        torch.save(obj, buf, pickle_protocol=protocol, _use_new_zipfile_serialization=zipped)
+        back = gs.load(io.BytesIO(buf.getvalue()))
+        assert_same(back["w"], obj["w"])
+        assert back["b"] == b"xy" and back["s"] == {1}
+    buf = io.BytesIO()
+    gs.save({"w": gs.nn.Parameter(gs.ones(2)), "b": b"xy"}, buf, pickle_protocol=protocol)
+    # torch's weights-only unpickler reads protocol 2 only, as for its own files.
+    back = torch.load(io.BytesIO(buf.getvalue()), weights_only=protocol == 2)
+    assert_same(gs.load(io.BytesIO(buf.getvalue()))["w"], back["w"])
+
+
+class Trusted:
+    """A class of the test's own: loads only with weights_only=False."""
+
+    def __init__(self, value):
+        self.value = value
+
+
+@pytest.mark.parametrize("zipped", [True, False])
+def test_weights_only_false_loads_other_classes(zipped):
+    buf = io.BytesIO()
+    torch.save({"obj": Trusted(3), "w": torch.ones(2)}, buf, _use_new_zipfile_serialization=zipped)
+    with pytest.raises(pickle.UnpicklingError, match="refuses the global test_checkpoint_interop"):
+        gs.load(io.BytesIO(buf.getvalue()))
+    back = gs.load(io.BytesIO(buf.getvalue()), weights_only=False)
+    assert isinstance(back["obj"], Trusted) and back["obj"].value == 3
+    assert isinstance(back["w"], gs.Tensor)
+    with pytest.raises(RuntimeError, match="pickle_module"):
+        gs.load(io.BytesIO(buf.getvalue()), pickle_module=pickle)
+
+
 # ---- state dicts
 
 

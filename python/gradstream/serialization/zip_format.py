@@ -90,6 +90,8 @@ class Archive:
                 f"gradstream.load: record {info.filename!r} holds {info.file_size} bytes; "
                 f"its storage needs {nbytes}"
             )
+        if nbytes == 0:
+            return np.empty(0, np.uint8)
         if self._map is not None and info.compress_type == zipfile.ZIP_STORED:
             offset = self._data_offset(info)
             if offset + nbytes > len(self._map):
