@@ -464,6 +464,18 @@ def test_truncated_and_mangled_checkpoints_raise_a_clear_error():
     for magic in (b"PK\x03\x05", b"\x00\x00\x00\x00", b"\x80\x02}q"):
         with pytest.raises(pickle.UnpicklingError, match=r"gradstream\.load: cannot read"):
             gs.load(io.BytesIO(magic + raw[4:]))
+    buf = io.BytesIO()
+    torch.save({"w": torch.ones(40), "step": 3}, buf, _use_new_zipfile_serialization=False)
+    legacy = buf.getvalue()
+    for cut in sorted({20, len(legacy) // 2, len(legacy) - 100, len(legacy) - 1}):
+        with pytest.raises((pickle.UnpicklingError, RuntimeError), match=r"gradstream\.load"):
+            gs.load(io.BytesIO(legacy[:cut]))
+    # A storage claiming more elements than the file holds.
+    count = (40).to_bytes(8, "little")
+    assert legacy.count(count) == 1
+    huge = legacy.replace(count, (2**60).to_bytes(8, "little"))
+    with pytest.raises(pickle.UnpicklingError, match="ends early"):
+        gs.load(io.BytesIO(huge))
     # A legacy file whose protocol version is wrong, as torch reports it.
     data = b"".join(pickle.dumps(x, protocol=2) for x in (0x1950A86A20F9469CFC6C, 999, {}))
     with pytest.raises(RuntimeError, match="invalid protocol version: 999"):

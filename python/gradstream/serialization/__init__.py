@@ -33,10 +33,13 @@ DEFAULT_PROTOCOL = 2  # torch.save's: the only one torch's weights-only unpickle
 FileLike = str | os.PathLike | IO[bytes]
 
 
-def save(obj: Any, f: FileLike, pickle_protocol: int = DEFAULT_PROTOCOL) -> None:
+def save(
+    obj: Any, f: FileLike, pickle_module=pickle, pickle_protocol: int = DEFAULT_PROTOCOL
+) -> None:
     """Write ``obj`` (e.g. ``model.state_dict()``) to the path or binary file ``f`` in
     PyTorch's checkpoint format. Each tensor is written whole, in C order, with its own
     storage record (views of one tensor are not stored as sharing it)."""
+    _standard_pickle("save", pickle_module)
     data = io.BytesIO()
     pickler = TorchPickler(data, pickle_protocol)
     pickler.dump(obj)
@@ -74,8 +77,7 @@ def load(
                 "gradstream.load: can not safely load weights when explicit pickle_module is "
                 "specified"
             )
-        if pickle_module is not pickle:
-            raise ValueError("gradstream.load reads pickles with the standard pickle module only")
+        _standard_pickle("load", pickle_module)
     restore = restorer(map_location)
     if isinstance(f, (str, os.PathLike)):
         mmap_path = os.fspath(f) if mmap else None
@@ -86,6 +88,11 @@ def load(
     if isinstance(f, (bytes, bytearray)):
         f = io.BytesIO(f)
     return _load(zip_format.seekable(f), restore, weights_only, None, pickle_load_args)
+
+
+def _standard_pickle(op: str, pickle_module) -> None:
+    if pickle_module is not pickle:
+        raise ValueError(f"gradstream.{op} supports the standard pickle module only")
 
 
 # What a corrupted or hand-made file makes the readers raise: reported as unreadable.

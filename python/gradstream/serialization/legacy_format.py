@@ -10,6 +10,7 @@ object's pickle is read twice: once calling nothing, to learn the storages, then
 
 from __future__ import annotations
 
+import os
 import pickle
 import struct
 
@@ -65,6 +66,9 @@ def load(f, restore, weights_only: bool, kwargs: dict):
         raise pickle.UnpicklingError("gradstream.load: a legacy file's storage keys are corrupt")
 
     # The data, in the order of `keys`.
+    data_start = f.tell()
+    data_size = f.seek(0, os.SEEK_END) - data_start
+    f.seek(data_start)
     elements: dict[str, np.ndarray] = {}
     for key in keys:
         if key not in types:
@@ -76,7 +80,7 @@ def load(f, restore, weights_only: bool, kwargs: dict):
             raise pickle.UnpicklingError("gradstream.load: cannot read the data: it ends early")
         (count,) = struct.unpack("<q", head)
         nbytes = count * stype.np_dtype.itemsize
-        raw = f.read(nbytes) if count >= 0 else b""
+        raw = f.read(nbytes) if 0 <= nbytes <= data_size else b""
         if count < 0 or len(raw) != nbytes:
             raise pickle.UnpicklingError(
                 f"gradstream.load: cannot read storage {key!r}: it ends early (truncated?)"
