@@ -14,7 +14,6 @@ import codecs
 import collections
 import pickle
 from collections.abc import Callable
-from types import FunctionType
 
 from .. import _core
 from ..nn.parameter import Parameter
@@ -211,8 +210,6 @@ class CheckpointUnpickler(pickle.Unpickler):
             found = self._other_global(module, name)
         if self._dry_run and not isinstance(found, StorageType):
             return self._anything
-        if isinstance(found, FunctionType):
-            return ReadOnlyCall(found)
         return found
 
     def _torch_global(self, module: str, name: str):
@@ -239,9 +236,9 @@ class CheckpointUnpickler(pickle.Unpickler):
                     f"gradstream.load: the file holds torch.{name}; gradstream has no such dtype"
                 )
             if name == "Size":
-                return _checked_size
+                return ReadOnlyCall(_checked_size)
             if name == "device":
-                return _checked_device
+                return ReadOnlyCall(_checked_device)
             if name == "Tensor":
                 return _TENSOR
         if (module, name) == ("torch.nn.parameter", "Parameter"):
@@ -252,7 +249,7 @@ class CheckpointUnpickler(pickle.Unpickler):
         checked = _CONTAINERS.get((module, name))
         if self._weights_only:
             if checked is not None:
-                return checked
+                return ReadOnlyCall(checked)
             if (module, name) in _BUILTINS or (module, name) in _NUMPY:
                 return super().find_class(module, name)
             if module == "numpy.dtypes" and "." not in name and _is_dtype(module, name):
