@@ -88,7 +88,7 @@ def test_torch_loads_what_gradstream_saves(dtype, shape, view, requires_grad, se
     assert_same(gs.load(io.BytesIO(data))["t"], back["t"])
 
 
-def test_torch_reads_the_records_torch_writes():
+def test_the_archive_holds_the_records_torch_writes():
     data = gs_round_trip({"w": gs.ones(3), "i": gs.arange(5)})
     names = zipfile.ZipFile(io.BytesIO(data)).namelist()
     assert names == [
@@ -116,7 +116,7 @@ def test_storages_are_aligned_for_mmap(tmp_path):
             fh.seek(info.header_offset + 26)
             name_len, extra_len = np.frombuffer(fh.read(4), "<u2")
             assert (info.header_offset + 30 + name_len + extra_len) % 64 == 0
-    back = torch.load(path, mmap=True)
+    back = torch.load(path, mmap=True, map_location="cpu")
     np.testing.assert_array_equal(back["t4"].numpy(), np.ones(5))
 
 
@@ -196,7 +196,7 @@ def test_nested_containers_both_ways(tree, zipped):
     back = gs.load(io.BytesIO(buf.getvalue()))
     assert back["tree"] == tree and type(back["tree"]) is type(tree)
     assert_same(back["t"], obj["t"])
-    again = torch.load(io.BytesIO(gs_round_trip(back)))
+    again = torch.load(io.BytesIO(gs_round_trip(back)), map_location="cpu")
     assert again["tree"] == tree
     assert_same(back["t"], again["t"])
 
@@ -227,7 +227,7 @@ def test_every_pickle_protocol_both_ways(protocol):
     buf = io.BytesIO()
     gs.save({"w": gs.nn.Parameter(gs.ones(2)), "b": b"xy"}, buf, pickle_protocol=protocol)
     # torch's weights-only unpickler reads protocol 2 only, as for its own files.
-    back = torch.load(io.BytesIO(buf.getvalue()), weights_only=protocol == 2)
+    back = torch.load(io.BytesIO(buf.getvalue()), weights_only=protocol == 2, map_location="cpu")
     assert_same(gs.load(io.BytesIO(buf.getvalue()))["w"], back["w"])
 
 
@@ -256,7 +256,7 @@ def test_weights_only_false_loads_other_classes(zipped):
 
 def test_gradstream_linear_state_dict_loads_into_torch_linear():
     g = gs.nn.Linear(4, 3)
-    back = torch.load(io.BytesIO(gs_round_trip(g.state_dict())))
+    back = torch.load(io.BytesIO(gs_round_trip(g.state_dict())), map_location="cpu")
     t = torch.nn.Linear(4, 3)
     t.load_state_dict(back)
     x = np.random.default_rng(0).standard_normal((5, 4)).astype(np.float32)
