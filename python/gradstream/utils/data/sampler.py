@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from ._random import python_rng, randint, randperm
+from ._random import chunks, pass_source, python_rng, randint_stream, randperm
 
 __all__ = [
     "Sampler",
@@ -45,10 +46,16 @@ class RandomSampler(Sampler):
     """A random permutation of the indices each epoch, or `num_samples` indices drawn with
     `replacement`.
 
-    Without a generator the draws come from gradstream's global RNG (`gradstream.manual_seed`);
-    with one, from a Python RNG seeded by `generator.initial_seed()`, and the generator is
-    re-seeded so that the next epoch differs. For the same seed the order differs from
-    PyTorch's (a different RNG), but the same seed always gives the same order here.
+    Indices are drawn as they are consumed: with replacement a few dozen at a time, so
+    `num_samples` may be far larger than memory (minGPT asks for 10**10); without, one
+    permutation of the dataset at a time.
+
+    Without a generator each epoch draws from a generator seeded once from gradstream's global
+    RNG (`gradstream.manual_seed`) when the epoch starts; with a `gradstream.Generator`, from
+    that generator; with another generator (a `torch.Generator`), from a Python RNG seeded by
+    `generator.initial_seed()`, and the generator is re-seeded so that the next epoch differs.
+    For the same seed the order differs from PyTorch's (a different RNG), but the same seed
+    always gives the same order here.
     """
 
     def __init__(
@@ -74,13 +81,14 @@ class RandomSampler(Sampler):
 
     def __iter__(self) -> Iterator[int]:
         n = len(self.data_source)
+        source = pass_source(self.generator)
         if self.replacement:
-            yield from randint(n, self.num_samples, self.generator)
+            yield from randint_stream(n, self.num_samples, source)
             return
         # More samples than indices: whole permutations, then the head of one more.
         for _ in range(self.num_samples // n):
-            yield from randperm(n, self.generator)
-        yield from randperm(n, self.generator)[: self.num_samples % n]
+            yield from randperm(n, source)
+        yield from randperm(n, source)[: self.num_samples % n]
 
     def __len__(self) -> int:
         return self.num_samples
@@ -103,7 +111,8 @@ class SubsetRandomSampler(Sampler):
 
 class WeightedRandomSampler(Sampler):
     """`num_samples` indices in [0, len(weights)), index i drawn with probability proportional
-    to `weights[i]`, with or without replacement (see `RandomSampler` for the RNG)."""
+    to `weights[i]`, with or without replacement (see `RandomSampler` for the RNG). With
+    replacement they are drawn as they are consumed, so `num_samples` may exceed memory."""
 
     def __init__(
         self, weights: Sequence[float], num_samples: int, replacement: bool = True, generator=None
@@ -141,9 +150,11 @@ class WeightedRandomSampler(Sampler):
                 "cannot sample n_sample > prob_dist.size(-1) samples without replacement"
             )
         rng = python_rng(self.generator)
-        indices = list(range(len(w)))
+        indices = range(len(w))
         if self.replacement:
-            yield from rng.choices(indices, weights=w.tolist(), k=self.num_samples)
+            cumulative = list(itertools.accumulate(w.tolist()))
+            for k in chunks(self.num_samples):
+                yield from rng.choices(indices, cum_weights=cumulative, k=k)
             return
         remaining = w.tolist()
         unpicked = set(indices)
