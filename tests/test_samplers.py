@@ -143,6 +143,23 @@ def test_without_a_generator_an_epoch_is_fixed_when_it_starts(lib, data):
     assert draw(40, True)[0] == order
 
 
+def test_weighted_draws_without_replacement_follow_the_weights():
+    # The first of each draw is index i with probability w_i / sum(w); the second, given
+    # the first was j, with probability w_i / (sum(w) - w_j).
+    weights = [1.0, 2.0, 0.0, 3.0, 4.0]
+    trials = 4000  # a frequency's standard deviation is at most 0.008; the bound is 0.035
+    for lib, data in ((gs, gdata), (torch, tdata)):
+        lib.manual_seed(0)
+        draws = [list(data.WeightedRandomSampler(weights, 2, False)) for _ in range(trials)]
+        first = [sum(d[0] == i for d in draws) / trials for i in range(len(weights))]
+        for f, w in zip(first, weights, strict=True):
+            assert abs(f - w / sum(weights)) < 0.035, (lib.__name__, first)
+        after_4 = [d[1] for d in draws if d[0] == 4]
+        second = [after_4.count(i) / len(after_4) for i in range(len(weights))]
+        for i, w in enumerate(weights[:4]):
+            assert abs(second[i] - w / 6.0) < 0.05, (lib.__name__, second)
+
+
 @settings(max_examples=50, deadline=None)
 @given(
     n=st.integers(1, 12),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 import itertools
 from collections.abc import Iterable, Iterator, Sequence
 
@@ -156,16 +157,17 @@ class WeightedRandomSampler(Sampler):
             for k in chunks(self.num_samples):
                 yield from rng.choices(indices, cum_weights=cumulative, k=k)
             return
-        remaining = w.tolist()
-        unpicked = set(indices)
-        for _ in range(self.num_samples):
-            if sum(remaining) > 0:
-                i = rng.choices(indices, weights=remaining)[0]
-            else:  # only zero weights left: as PyTorch, the rest are drawn uniformly
-                i = rng.choice(sorted(unpicked))
-            remaining[i] = 0.0
-            unpicked.discard(i)
-            yield i
+        # Drawing one index at a time, each with probability proportional to the weights
+        # left, orders the indices as the keys E_i / w_i with E_i ~ Exp(1) do (Efraimidis and
+        # Spirakis): O(n log k) where redrawing from what is left would be O(n k). Once the
+        # weighted indices are used up, as in PyTorch, the rest are drawn uniformly.
+        weights = w.tolist()
+        keys = [(rng.expovariate(1.0) / wi, i) for i, wi in enumerate(weights) if wi > 0]
+        picked = [i for _, i in heapq.nsmallest(self.num_samples, keys)]
+        if len(picked) < self.num_samples:
+            zeros = [i for i, wi in enumerate(weights) if wi == 0]
+            picked += rng.sample(zeros, self.num_samples - len(picked))
+        yield from picked
 
     def __len__(self) -> int:
         return self.num_samples
