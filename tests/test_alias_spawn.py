@@ -165,3 +165,31 @@ def test_bad_sharing_strategy_raises_like_torch(torch_ref):
     with pytest.raises(AssertionError) as got:
         gmp.set_sharing_strategy("cuda_ipc")
     assert str(got.value) == str(expected.value)
+
+
+def test_start_processes_without_join_as_torch(torch_ref):
+    # fn(i) = os._exit(i): process 0 exits cleanly, process 1 with code 1.
+    import torch.multiprocessing as tmp
+
+    def outcome(module):
+        context = module.start_processes(os._exit, nprocs=2, join=False)
+        assert isinstance(context, module.ProcessContext)
+        assert len(set(context.pids())) == 2
+        try:
+            while not context.join(timeout=60):
+                pass
+        except module.ProcessExitedException as e:
+            return type(e).__name__, str(e), e.error_index, e.exit_code, e.signal_name
+        return None
+
+    assert (
+        outcome(gmp)
+        == outcome(tmp)
+        == (
+            "ProcessExitedException",
+            "process 1 terminated with exit code 1",
+            1,
+            1,
+            None,
+        )
+    )
