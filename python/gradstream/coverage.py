@@ -22,6 +22,7 @@ NAMESPACES = [
     "optim",
     "optim.lr_scheduler",
     "utils.data",
+    "multiprocessing",
     "autograd",
     "linalg",
     "nn.init",
