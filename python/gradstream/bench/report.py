@@ -419,7 +419,16 @@ def _bars(plt, ok: list[dict], metrics: list[tuple[str, float]], label: str, bou
     ]
     # Inches: a bar row, a gap between workloads (a title, the axis' figures), the legend.
     axes_h = [0.28 * h + 0.25 for h in heights]
-    gap, top, bottom = 0.7, 1.0, 0.55
+    shown = [s for s in order if any(r["system"] == s for r in ok)]
+    handles = [Patch(color=colors[s], label=s) for s in shown]
+    if any(bounds.get(w, {}).get("total") is not None for w in workloads_):
+        handles.append(Line2D([], [], color="black", linestyle="--", label="lower bound"))
+    if len(metrics) > 1:
+        handles.append(Patch(facecolor="grey", label="library counter"))
+        handles.append(
+            Patch(facecolor="grey", hatch="///", edgecolor="white", label="driver (NVML)")
+        )
+    gap, top, bottom = 0.7, 0.45 + 0.2 * -(-len(handles) // 4), 0.55
     fig = plt.figure(figsize=(9, sum(axes_h) + gap * (len(axes_h) - 1) + top + bottom))
     grid = fig.add_gridspec(
         len(workloads_), 2 if apart else 1, height_ratios=axes_h,
@@ -428,7 +437,6 @@ def _bars(plt, ok: list[dict], metrics: list[tuple[str, float]], label: str, bou
         left=0.2, right=0.96, top=1 - top / fig.get_figheight(),
         bottom=bottom / fig.get_figheight(),
     )  # fmt: skip
-    has_bound = False
     for i, w in enumerate(workloads_):
         main = [r for r in by_w[w] if r["system"] not in APART]
         side = [r for r in by_w[w] if r["system"] in APART]
@@ -443,7 +451,7 @@ def _bars(plt, ok: list[dict], metrics: list[tuple[str, float]], label: str, bou
                 continue
             n = len(metrics)
             height = 0.8 / n
-            top = 0.0
+            end = 0.0
             first = (rows - len(recs)) / 2  # the panel apart: its bars level with the middle
             for k, (key, scale) in enumerate(metrics):
                 ys = [first + y + (k - (n - 1) / 2) * height for y in range(len(recs))]
@@ -459,12 +467,11 @@ def _bars(plt, ok: list[dict], metrics: list[tuple[str, float]], label: str, bou
                 )
                 texts = ["n/a" if v is None else sig3(v / scale) for v in values]
                 ax.bar_label(bars, texts, padding=3, fontsize=8)
-                top = max([top] + [v / scale for v in values if v is not None])
+                end = max([end] + [v / scale for v in values if v is not None])
             if bound is not None:
                 ax.axvline(bound / MIB, color="black", linestyle="--", linewidth=1)
-                top = max(top, bound / MIB)
-                has_bound = True
-            ax.set_xlim(0, (top * (1.5 if j else 1.15)) or 1)
+                end = max(end, bound / MIB)
+            ax.set_xlim(0, (end * (1.5 if j else 1.15)) or 1)
             ax.set_ylim(rows - 0.5, -0.5)
             if j:  # the panel apart is named in its title
                 ax.set_yticks([])
@@ -478,15 +485,6 @@ def _bars(plt, ok: list[dict], metrics: list[tuple[str, float]], label: str, bou
             ax.set_axisbelow(True)
             ax.set_title(title, fontsize=9, loc="left")
         panels[0][0].set_xlabel(label if i == len(workloads_) - 1 else "", fontsize=8)
-    shown = [s for s in order if any(r["system"] == s for r in ok)]
-    handles = [Patch(color=colors[s], label=s) for s in shown]
-    if has_bound:
-        handles.append(Line2D([], [], color="black", linestyle="--", label="lower bound"))
-    if len(metrics) > 1:
-        handles.append(Patch(facecolor="grey", label="library counter"))
-        handles.append(
-            Patch(facecolor="grey", hatch="///", edgecolor="white", label="driver (NVML)")
-        )
     fig.legend(handles=handles, loc="upper center", ncol=4, fontsize=8, frameon=False)
     return fig
 
