@@ -102,10 +102,11 @@ def test_corrupted_files_raise_a_clear_error():
             bad[pos] = int(rng.integers(0, 256))
         try:
             gs.load(io.BytesIO(bytes(bad)))
-        except pickle.UnpicklingError as e:
+        except (pickle.UnpicklingError, RuntimeError) as e:
+            # RuntimeError where torch.load raises one: a record missing or too short.
             assert str(e).startswith("gradstream.load"), str(e)
             failures += 1
-        # A flipped byte inside an array's data still loads: that is not detectable.
+        # A flipped byte in a field nothing reads (a date, the padding) goes unseen.
     assert failures > 0
 
 

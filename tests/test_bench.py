@@ -681,3 +681,39 @@ def test_max_batch_mode_with_stand_in_probes(tmp_path, monkeypatch):
     md = (tmp_path / "max_batch.md").read_text()
     assert "every system: after its runtime has started, a ballast" in md
     assert "gradstream-in-backward / candle: ×" in md
+
+
+def test_candle_builds_outside_the_checkout(monkeypatch, tmp_path):
+    for var in ("GRADSTREAM_CANDLE_TARGET_DIR", "CARGO_TARGET_DIR", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert candle.target_dir() == tmp_path / "home" / ".cache" / "gradstream" / "candle-target"
+    checkout = candle.find_manifest().parent
+    assert checkout not in candle.target_dir().parents
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert candle.target_dir() == tmp_path / "cache" / "gradstream" / "candle-target"
+    # The user's shared target folder, in a folder of its own (its own Cargo.lock).
+    monkeypatch.setenv("CARGO_TARGET_DIR", str(tmp_path / "target"))
+    assert candle.target_dir() == tmp_path / "target" / "candle-baseline"
+    assert candle.binary() == tmp_path / "target" / "candle-baseline" / "release" / "candle-bench"
+    monkeypatch.setenv("GRADSTREAM_CANDLE_TARGET_DIR", str(tmp_path / "mine"))
+    assert candle.target_dir() == tmp_path / "mine"
+
+
+def test_candle_build_passes_its_target_dir_to_cargo(monkeypatch, tmp_path):
+    seen = {}
+
+    def fake_run(cmd, env, **kwargs):
+        seen.update(cmd=cmd, target=env["CARGO_TARGET_DIR"])
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.delenv("GRADSTREAM_CANDLE_TARGET_DIR", raising=False)
+    monkeypatch.setenv("CARGO_TARGET_DIR", str(tmp_path / "t"))
+    monkeypatch.setattr(candle.shutil, "which", lambda name: "/usr/bin/cargo")
+    monkeypatch.setattr(candle.subprocess, "run", fake_run)
+    manifest = tmp_path / "Cargo.toml"
+    manifest.write_text("")
+    exe, why = candle.build(manifest, log=lambda s: None)
+    assert why is None and exe == tmp_path / "t" / "candle-baseline" / "release" / "candle-bench"
+    assert seen["target"] == str(tmp_path / "t" / "candle-baseline")
+    assert seen["cmd"][-2:] == ["--manifest-path", str(manifest)]

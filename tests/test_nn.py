@@ -492,6 +492,33 @@ def test_load_state_dict_errors_like_torch(torch_ref):
         m.load_state_dict({"weight": "x", "bias": gs.zeros(3)})
 
 
+def test_load_state_dict_pre_hook_like_torch(torch_ref):
+    # A hook may rename the keys it is given (a copy: the caller's dict is untouched).
+    torch = torch_ref
+    seen = {}
+    for name, lib in (("gs", gs), ("torch", torch)):
+        calls = []
+
+        def rename(
+            module, state_dict, prefix, metadata, strict, missing, unexpected, errs, calls=calls
+        ):
+            calls.append((type(module).__name__, prefix))
+            if prefix + "w" in state_dict:
+                state_dict[prefix + "weight"] = state_dict.pop(prefix + "w")
+
+        m = lib.nn.Sequential(lib.nn.Linear(2, 3))
+        handle = m[0].register_load_state_dict_pre_hook(rename)
+        sd = {"0.w": lib.ones(3, 2), "0.bias": lib.zeros(3)}
+        m.load_state_dict(sd)
+        assert list(sd) == ["0.w", "0.bias"]
+        assert m[0].weight.detach().numpy().tolist() == [[1.0, 1.0]] * 3
+        handle.remove()
+        with pytest.raises(RuntimeError, match="Missing key"):
+            m.load_state_dict(sd)
+        seen[name] = calls
+    assert seen["gs"] == seen["torch"] == [("Linear", "0.")]
+
+
 def test_functional_bad_input():
     with pytest.raises(RuntimeError, match=r"\(4, 3\).*\(2, 5\)"):
         F.linear(gs.zeros(4, 3), gs.zeros(2, 5))

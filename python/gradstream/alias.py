@@ -21,6 +21,15 @@ Three ways to use it::
     $ python -m gradstream.alias train.py --steps 100    # run a script under the alias
     $ python -m gradstream.alias -m package.module args  # or a module, like `python -m`
 
+While the alias is installed, processes started with the "spawn" and "forkserver" methods
+(gradstream's DataLoader workers, ``multiprocessing`` pools and processes,
+``torch.multiprocessing.spawn``) install it too, before they import the main module and
+unpickle their target, so the script's ``import torch`` binds gradstream there as well.
+gradstream must be importable in the child from its default ``sys.path`` (installed, or on
+``PYTHONPATH``), as it is whenever ``python -m gradstream.alias`` found it. A forkserver
+started while the alias is installed does not preload ``__main__`` (each child imports it,
+as with spawn); one started before it keeps what it preloaded.
+
 ``uninstall()`` restores ``sys.modules`` exactly as ``install()`` found it: if a real
 ``torch`` (and its submodules) was imported before, the same module objects are put
 back; ``torch.*`` names first imported under the alias are removed. The alias only
@@ -35,10 +44,11 @@ import contextlib
 import importlib
 import importlib.abc
 import importlib.machinery
+import multiprocessing.spawn
 import os
 import runpy
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import ModuleType
 
 __all__ = ["install", "uninstall", "torch_alias", "is_installed", "main"]
@@ -100,6 +110,82 @@ class _AliasFinder(importlib.abc.MetaPathFinder):
 _finder = _AliasFinder()
 
 
+# Imported by a child process to install the alias there: its import is the install, so a
+# child forked from an aliased forkserver, which has it imported already, does not repeat it.
+_CHILD_MODULE = "gradstream._alias_child"
+
+
+class _InstallInChild:
+    """Put in the preparation data that multiprocessing pickles for a spawned (or
+    forkserver) child: the child unpickles that data first, then runs ``prepare()``, which
+    imports the main module, then unpickles the process object. Unpickling this object
+    imports `_CHILD_MODULE`, so the alias is in place before anything says ``import torch``.
+
+    Why this and not another hook: the child's command line is fixed by multiprocessing
+    (``spawn_main``), an environment variable would need code run at every interpreter start
+    (a ``.pth`` file, which neither ``PYTHONPATH`` checkouts nor maturin's wheel layout
+    give), and the preparation data is the one thing the parent sends that the child reads
+    before the main module. `prepare()` ignores keys it does not know.
+    """
+
+    def __reduce__(self):
+        return (importlib.import_module, (_CHILD_MODULE,))
+
+
+_PREPARATION_KEY = "gradstream.alias"
+
+# The multiprocessing functions the alias wraps, as it found them at install().
+_wrapped: dict[str, Callable] = {}
+
+
+def _get_preparation_data(name):
+    data = _wrapped["get_preparation_data"](name)
+    if is_installed():
+        data = {_PREPARATION_KEY: _InstallInChild(), **data}
+    return data
+
+
+def _forkserver_class():
+    try:
+        from multiprocessing.forkserver import ForkServer
+    except ImportError:  # a platform without the forkserver method
+        return None
+    return ForkServer
+
+
+def _ensure_running(self):
+    """A forkserver preloads ``__main__`` before any other module it is told to, and passes
+    it to every child it forks (CPython 3.14, and 3.13 from 3.13.8; before, that preload
+    never ran: gh-126631): started under the alias, it imports `_CHILD_MODULE` in its place,
+    and each child imports the main module itself, after the alias (as spawn does)."""
+    ensure_running = _wrapped["ensure_running"]
+    preload = self._preload_modules
+    if not is_installed() or "__main__" not in preload:
+        return ensure_running(self)
+    self._preload_modules = [_CHILD_MODULE if m == "__main__" else m for m in preload]
+    try:
+        return ensure_running(self)
+    finally:
+        self._preload_modules = preload
+
+
+def _patch_multiprocessing(on: bool) -> None:
+    """Route multiprocessing through the two functions above while the alias is installed
+    (each put back only if nobody replaced it since; if somebody did, it stays in their
+    chain and passes calls through)."""
+    targets = {"get_preparation_data": (multiprocessing.spawn, _get_preparation_data)}
+    fork_server = _forkserver_class()
+    if fork_server is not None:
+        targets["ensure_running"] = (fork_server, _ensure_running)
+    for name, (owner, ours) in targets.items():
+        current = getattr(owner, name)
+        if on and current is not ours:
+            _wrapped[name] = current
+            setattr(owner, name, ours)
+        elif not on and current is ours:
+            setattr(owner, name, _wrapped[name])
+
+
 def is_installed() -> bool:
     """Whether ``import torch`` currently resolves to gradstream."""
     return bool(_saved)
@@ -118,6 +204,8 @@ def install() -> None:
             sys.modules[_ALIAS + name[len(_TARGET) :]] = mod
     if _finder not in sys.meta_path:
         sys.meta_path.insert(0, _finder)
+    if len(_saved) == 1:
+        _patch_multiprocessing(True)
 
 
 def uninstall() -> None:
@@ -131,6 +219,7 @@ def uninstall() -> None:
     if not _saved:
         with contextlib.suppress(ValueError):
             sys.meta_path.remove(_finder)
+        _patch_multiprocessing(False)
 
 
 @contextlib.contextmanager

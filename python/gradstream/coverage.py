@@ -22,9 +22,13 @@ NAMESPACES = [
     "optim",
     "optim.lr_scheduler",
     "utils.data",
+    "multiprocessing",
     "autograd",
     "linalg",
     "nn.init",
+    "nn.utils",
+    "nn.utils.parametrize",
+    "nn.utils.parametrizations",
     "Tensor",
 ]
 

@@ -3,7 +3,8 @@
 Runs workloads × systems, each configuration in its own process, prints a table and writes
 results.json, results.md and bar charts (peak memory, step time) into --out. `--device cuda`
 runs the same matrix on a GPU; `--max-batch 8GiB` finds the largest NeRF batch each system
-trains within that much GPU memory (`max_batch.py`).
+trains within that much GPU memory (`max_batch.py`). `--plot RESULTS.json` redraws the charts
+of a finished run from its results file, without running anything (`replot.py`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ import os
 import sys
 from pathlib import Path
 
+from .._cli import HelpFormatter
 from . import report, runner, workloads
+from .budget_sweep import SWEPT
 from .systems import AUTOCAST, BY_NAME
 
 
@@ -21,15 +24,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="gradstream-bench",
         description="Peak memory and step time of a training step: gradstream, PyTorch, candle.",
+        formatter_class=HelpFormatter,
     )
     p.add_argument(
         "--workloads",
         default=",".join(workloads.WORKLOADS),
-        help="comma-separated: %(default)s",
+        help="comma-separated (default: %(default)s)",
     )
     p.add_argument("--workload", dest="workloads", help="one workload (same as --workloads)")
     p.add_argument(
-        "--systems", default=",".join(runner.all_systems()), help="comma-separated: %(default)s"
+        "--systems",
+        default=",".join(runner.all_systems()),
+        help="comma-separated (default: %(default)s)",
     )
     p.add_argument(
         "--steps",
@@ -45,7 +51,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "their medians, and the table's min/max span every step of every process",
     )
     p.add_argument(
-        "--threads", type=int, default=os.cpu_count() or 1, help="threads for every system"
+        "--threads",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="threads for every system (default: the CPUs here, %(default)s)",
     )
     p.add_argument(
         "--quick",
@@ -69,7 +78,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--time-limit",
         type=float,
         help="seconds for the whole run: a configuration is cut at the limit, and those left "
-        "are reported as skipped (the results are still written)",
+        "are reported as skipped (the results are still written); default: no limit",
     )
     p.add_argument(
         "--max-batch",
@@ -83,10 +92,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         choices=("ballast", "fraction"),
         default="ballast",
         help="--max-batch: how the memory is capped: a ballast allocated from the driver that "
-        "leaves SIZE free, in every system (default); or PyTorch's and gradstream's own "
+        "leaves SIZE free, in every system; or PyTorch's and gradstream's own "
         "set_per_process_memory_fraction (candle, which has none, keeps the ballast)",
     )
-    p.add_argument("--preset", choices=sorted(workloads.PRESETS), help="size preset")
+    p.add_argument(
+        "--preset",
+        choices=sorted(workloads.PRESETS),
+        help="size preset (default: quick with --quick on the CPU, else default)",
+    )
     p.add_argument(
         "--set",
         action="append",
@@ -94,7 +107,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="WORKLOAD.SIZE=VALUE",
         help="override one size, e.g. --set nerf.rays=512 (repeatable)",
     )
-    p.add_argument("--out", type=Path, default=Path("bench-out"), help="output folder")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=Path("bench-out"),
+        help="output folder (default: %(default)s; with --plot: the results file's folder)",
+    )
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds per configuration")
     p.add_argument(
         "--no-build-candle",
@@ -106,7 +124,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="also run torch and gradstream with the forward under autocast (bfloat16)",
     )
-    p.add_argument("--plain-progress", action="store_true", help="line progress, not tqdm")
+    p.add_argument(
+        "--plain-progress",
+        action="store_true",
+        help="a line per configuration even when tqdm is installed",
+    )
     p.add_argument(
         "--world",
         type=int,
@@ -118,7 +140,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--budget-sweep",
         action="store_true",
         help="gradstream within memory budgets from its unconstrained peak down, beside "
-        "PyTorch's checkpoint_sequential at every segment count (nerf and mlp; 3 steps each)",
+        f"PyTorch's checkpoint_sequential at every segment count ({', '.join(SWEPT)}, or those "
+        "of them in --workloads; 3 steps each)",
+    )
+    p.add_argument(
+        "--plot",
+        type=Path,
+        metavar="RESULTS.json",
+        help="redraw the charts of a finished run from its results.json (or budget_sweep.json, "
+        "max_batch.json) into --out, running nothing",
     )
     return p.parse_args(argv)
 
@@ -215,6 +245,11 @@ def check_device(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.plot:
+        from . import replot
+
+        out = args.out if _given(args, "out") else args.plot.parent
+        return replot.main(args.plot, out)
     check_device(args)
     if args.world > 1:
         from . import distributed

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from . import runner, tensorfile, workloads
+from .report import system_colors
 
 # 1.25 % steps from 60 % to 50 %: where recomputation starts to cascade (the step time
 # doubles within 5 %), and where PyTorch's many-segment checkpointing lands.
@@ -215,12 +216,18 @@ def plot(result: dict, png: Path) -> bool:
         import matplotlib.pyplot as plt
     except ImportError:
         return False
+    colors = system_colors()
     names = sorted({r["workload"] for r in result["records"]})
     fig, axes = plt.subplots(1, len(names), figsize=(6 * len(names), 4.5), squeeze=False)
     for ax, w in zip(axes[0], names, strict=True):
-        for system, style, label in (
-            ("gradstream", "o-", "gradstream within a budget"),
-            ("torch-checkpoint_sequential", "s--", "PyTorch checkpoint_sequential"),
+        for system, style, label, color in (
+            ("gradstream", "o-", "gradstream within a budget", colors["gradstream"]),
+            (
+                "torch-checkpoint_sequential",
+                "s--",
+                "PyTorch checkpoint_sequential",
+                colors["torch-checkpoint"],
+            ),
         ):
             pts = sorted(
                 (r["peak_bytes"] / MIB, r["overhead"])
@@ -228,10 +235,16 @@ def plot(result: dict, png: Path) -> bool:
                 if _ok(r) and r["workload"] == w and r["system"] == system and "overhead" in r
             )
             if pts:
-                ax.plot([p for p, _ in pts], [o for _, o in pts], style, label=label)
+                ax.plot([p for p, _ in pts], [o for _, o in pts], style, label=label, color=color)
         for r in result["records"]:
             if _ok(r) and r["workload"] == w and r["system"] == "torch" and "overhead" in r:
-                ax.plot([r["peak_bytes"] / MIB], [1.0], "k^", label="PyTorch unconstrained")
+                ax.plot(
+                    [r["peak_bytes"] / MIB],
+                    [1.0],
+                    "^",
+                    color=colors["torch"],
+                    label="PyTorch unconstrained",
+                )
         ax.axhline(1.0, color="grey", lw=0.6)
         ax.set_title(f"{w}: time overhead against peak memory")
         ax.set_xlabel("peak RSS above baseline (MiB)")

@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from . import runner, tensorfile, workloads
+from .report import system_colors
 from .systems import BY_NAME
 
 MIB = 2**20
@@ -254,8 +255,13 @@ def chart(result: dict, out: Path) -> list[str]:
     recs = [r for r in result["records"] if r.get("max_rays")]
     if not recs:
         return ["chart skipped: no system fit a batch"]
+    colors = system_colors()
     fig, ax = plt.subplots(figsize=(1.6 * len(recs) + 2, 4))
-    bars = ax.bar([r["system"] for r in recs], [r["max_rays"] for r in recs], color="tab:blue")
+    bars = ax.bar(
+        [r["system"] for r in recs],
+        [r["max_rays"] for r in recs],
+        color=[colors[r["system"]] for r in recs],
+    )
     ax.bar_label(bars, fmt="%d", fontsize=8)
     ax.set_ylabel("largest batch (rays per step)")
     ax.set_title(f"tiny NeRF within {result['meta']['cap_bytes'] / 2**30:g} GiB")

@@ -321,86 +321,172 @@ def _sizes(sizes: dict) -> str:
     return ", ".join(f"{k} {v}" for k, v in sizes.items())
 
 
+NO_MATPLOTLIB = (
+    "charts skipped: matplotlib is not installed (pip install 'gradstream[plot]', or '.[plot]' "
+    "in the checkout; then `python -m gradstream.bench --plot RESULTS.json` draws them)"
+)
+# Systems drawn in a panel of their own, on their own scale: candle's figures are several
+# times everyone else's and would flatten the differences between PyTorch and gradstream.
+APART = ("candle",)
+
+
+def system_colors() -> dict[str, str]:
+    """One colour per system, the same in every chart: tab20's, in the order of SYSTEMS,
+    PyTorch's in its blues and oranges, gradstream's in its greens and reds."""
+    palette = {
+        "torch": "#1f77b4",
+        "torch-hook": "#aec7e8",
+        "torch-checkpoint": "#17becf",
+        "torch-autocast": "#9edae5",
+        "candle": "#8c564b",
+        "gradstream": "#2ca02c",
+        "gradstream-in-backward": "#d62728",
+        "gradstream-checkpoint": "#ff7f0e",
+        "gradstream-autocast": "#98df8a",
+    }
+    spare = iter(["#9467bd", "#e377c2", "#bcbd22", "#7f7f7f", "#c5b0d5", "#f7b6d2"] * 4)
+    return {name: palette.get(name) or next(spare) for name in BY_NAME}
+
+
+def sig3(x: float) -> str:
+    """A figure to about 3 significant digits, never in exponent form: 8.73, 74.1, 2100."""
+    if x is None:
+        return ""
+    return f"{x:.0f}" if abs(x) >= 100 else f"{x:.3g}" if abs(x) >= 1e-3 else f"{x:.2e}"
+
+
 def charts(result: dict, out: Path) -> list[str]:
-    """peak_memory.png and step_time.png; the notes say what was skipped and why."""
+    """Draw peak_memory.png and step_time.png into `out`; notes on what was not drawn."""
+    return draw_charts(result, out)[1]
+
+
+def draw_charts(result: dict, out: Path) -> tuple[list[str], list[str]]:
+    """peak_memory.png and step_time.png: the files drawn, and notes on what was not."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        return ["charts skipped: matplotlib is not installed (pip install matplotlib)"]
+        return [], [NO_MATPLOTLIB]
     ok = [r for r in result["records"] if r.get("status") == "ok"]
-    names = list(dict.fromkeys(r["workload"] for r in ok))
-    if not names:
-        return ["charts skipped: no configuration ran"]
-    if on_gpu(result):
-        _gpu_charts(result, ok, names, out, plt)
-        return []
-    for fname, key, scale, label in (
-        ("peak_memory.png", "peak_bytes", MIB, "peak RSS above idle (MiB)"),
-        ("step_time.png", "step_seconds", 1.0, "median step time (s)"),
-    ):
-        fig, axes = plt.subplots(1, len(names), figsize=(5 * len(names), 4), squeeze=False)
-        for ax, w in zip(axes[0], names, strict=True):
-            recs = [r for r in ok if r["workload"] == w]
-            values = [r[key] / scale for r in recs]
-            bars = ax.bar([r["system"] for r in recs], values, color="tab:blue")
-            ax.bar_label(bars, fmt="%.3g" if key == "step_seconds" else "%.0f", fontsize=8)
-            if key == "peak_bytes":
-                bound = result["lower_bounds"][w]["total"] / MIB
-                ax.axhline(bound, color="tab:red", linestyle="--", label="lower bound")
-                ax.legend(fontsize=8)
-            ax.set_title(w)
-            ax.set_ylabel(label)
-            ax.tick_params(axis="x", rotation=30, labelsize=8)
-        fig.tight_layout()
-        fig.savefig(out / fname, dpi=120)
+    if not ok:
+        return [], ["charts skipped: no configuration ran"]
+    gpu = on_gpu(result)
+    memory = [("peak_bytes", MIB)]
+    if gpu:
+        memory.append(("driver_peak_bytes", MIB))
+    figures = [
+        (
+            "peak_memory.png",
+            memory,
+            "peak GPU memory above idle (MiB)" if gpu else "peak RSS above idle (MiB)",
+            result.get("lower_bounds", {}),
+        ),
+        (
+            "step_time.png",
+            [("step_seconds", 1e-3 if gpu else 1.0)],
+            "median step time, synchronised (ms)" if gpu else "median step time (s)",
+            {},
+        ),
+    ]
+    for fname, metrics, label, bounds in figures:
+        fig = _bars(plt, ok, metrics, label, bounds)
+        fig.savefig(out / fname, dpi=100)
         plt.close(fig)
-    return []
+    return [f for f, *_ in figures], []
 
 
-def _gpu_charts(result: dict, ok: list[dict], names: list[str], out: Path, plt) -> None:
-    """peak_memory.png (the library's counter and the driver's view side by side, the lower
-    bound as a line) and step_time.png (milliseconds) of a GPU run."""
-    fig, axes = plt.subplots(1, len(names), figsize=(5 * len(names), 4), squeeze=False)
-    for ax, w in zip(axes[0], names, strict=True):
-        recs = [r for r in ok if r["workload"] == w]
-        xs = range(len(recs))
-        for shift, key, label, color in (
-            (-0.2, "peak_bytes", "library counter", "tab:blue"),
-            (0.2, "driver_peak_bytes", "driver (NVML)", "tab:orange"),
-        ):
-            values = [(r.get(key) or 0) / MIB for r in recs]
-            bars = ax.bar([x + shift for x in xs], values, 0.4, label=label, color=color)
-            ax.bar_label(bars, fmt="%.0f", fontsize=7)
-        ax.axhline(
-            result["lower_bounds"][w]["total"] / MIB,
-            color="tab:red",
-            linestyle="--",
-            label="lower bound",
+def _bars(plt, ok: list[dict], metrics: list[tuple[str, float]], label: str, bounds: dict):
+    """One row per workload: horizontal bars, one per system in its colour, the figure
+    printed at the end of each; the lower bound (where known) as a dashed line; the systems
+    of APART in a narrow panel of their own on the right. With two metrics (a GPU run's
+    counter and driver), the second is the hatched bar below the first."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+    from matplotlib.ticker import MaxNLocator
+
+    colors = system_colors()
+    order = list(BY_NAME)
+    workloads_ = list(dict.fromkeys(r["workload"] for r in ok))
+    by_w = {
+        w: sorted((r for r in ok if r["workload"] == w), key=lambda r: order.index(r["system"]))
+        for w in workloads_
+    }
+    apart = any(r["system"] in APART for r in ok)
+    heights = [
+        max(1, sum(r["system"] not in APART for r in by_w[w])) * len(metrics) for w in workloads_
+    ]
+    # Inches: a bar row, a gap between workloads (a title, the axis' figures), the legend.
+    axes_h = [0.28 * h + 0.25 for h in heights]
+    shown = [s for s in order if any(r["system"] == s for r in ok)]
+    handles = [Patch(color=colors[s], label=s) for s in shown]
+    if any(bounds.get(w, {}).get("total") is not None for w in workloads_):
+        handles.append(Line2D([], [], color="black", linestyle="--", label="lower bound"))
+    if len(metrics) > 1:
+        handles.append(Patch(facecolor="grey", label="library counter"))
+        handles.append(
+            Patch(facecolor="grey", hatch="///", edgecolor="white", label="driver (NVML)")
         )
-        ax.set_xticks(list(xs), [r["system"] for r in recs])
-        ax.set_title(w)
-        ax.set_ylabel("peak GPU memory above idle (MiB)")
-        ax.tick_params(axis="x", rotation=30, labelsize=8)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out / "peak_memory.png", dpi=120)
-    plt.close(fig)
-    fig, axes = plt.subplots(1, len(names), figsize=(5 * len(names), 4), squeeze=False)
-    for ax, w in zip(axes[0], names, strict=True):
-        recs = [r for r in ok if r["workload"] == w]
-        bars = ax.bar(
-            [r["system"] for r in recs], [r["step_seconds"] * 1e3 for r in recs], color="tab:blue"
-        )
-        ax.bar_label(bars, fmt="%.3g", fontsize=8)
-        ax.set_title(w)
-        ax.set_ylabel("median step time, synchronised (ms)")
-        ax.tick_params(axis="x", rotation=30, labelsize=8)
-    fig.tight_layout()
-    fig.savefig(out / "step_time.png", dpi=120)
-    plt.close(fig)
+    gap, top, bottom = 0.7, 0.45 + 0.2 * -(-len(handles) // 4), 0.55
+    fig = plt.figure(figsize=(9, sum(axes_h) + gap * (len(axes_h) - 1) + top + bottom))
+    grid = fig.add_gridspec(
+        len(workloads_), 2 if apart else 1, height_ratios=axes_h,
+        width_ratios=[4, 1] if apart else [1], wspace=0.1,
+        hspace=gap / (sum(axes_h) / len(axes_h)),
+        left=0.2, right=0.96, top=1 - top / fig.get_figheight(),
+        bottom=bottom / fig.get_figheight(),
+    )  # fmt: skip
+    for i, w in enumerate(workloads_):
+        main = [r for r in by_w[w] if r["system"] not in APART]
+        side = [r for r in by_w[w] if r["system"] in APART]
+        panels = [(fig.add_subplot(grid[i, 0]), main)]
+        if apart:
+            panels.append((fig.add_subplot(grid[i, 1]), side))
+        bound = bounds.get(w, {}).get("total")
+        rows = max(1, len(main))
+        for j, (ax, recs) in enumerate(panels):
+            if not recs:
+                ax.axis("off")
+                continue
+            n = len(metrics)
+            height = 0.8 / n
+            end = 0.0
+            first = (rows - len(recs)) / 2  # the panel apart: its bars level with the middle
+            for k, (key, scale) in enumerate(metrics):
+                ys = [first + y + (k - (n - 1) / 2) * height for y in range(len(recs))]
+                values = [r.get(key) for r in recs]
+                bars = ax.barh(
+                    ys,
+                    [0 if v is None else v / scale for v in values],
+                    height,
+                    color=[colors[r["system"]] for r in recs],
+                    hatch="///" if k else None,
+                    edgecolor="white" if k else None,
+                    linewidth=0,
+                )
+                texts = ["n/a" if v is None else sig3(v / scale) for v in values]
+                ax.bar_label(bars, texts, padding=3, fontsize=8)
+                end = max([end] + [v / scale for v in values if v is not None])
+            if bound is not None:
+                ax.axvline(bound / MIB, color="black", linestyle="--", linewidth=1)
+                end = max(end, bound / MIB)
+            ax.set_xlim(0, (end * (1.5 if j else 1.15)) or 1)
+            ax.set_ylim(rows - 0.5, -0.5)
+            if j:  # the panel apart is named in its title
+                ax.set_yticks([])
+                title = f"{', '.join(r['system'] for r in recs)} (own scale)"
+            else:
+                ax.set_yticks(range(len(recs)), [r["system"] for r in recs], fontsize=8)
+                title = w if bound is None else f"{w} (lower bound {sig3(bound / MIB)} MiB)"
+            ax.xaxis.set_major_locator(MaxNLocator(3 if j else 6))
+            ax.tick_params(axis="x", labelsize=8)
+            ax.grid(axis="x", alpha=0.3)
+            ax.set_axisbelow(True)
+            ax.set_title(title, fontsize=9, loc="left")
+        panels[0][0].set_xlabel(label if i == len(workloads_) - 1 else "", fontsize=8)
+    fig.legend(handles=handles, loc="upper center", ncol=4, fontsize=8, frameon=False)
+    return fig
 
 
 def write(result: dict, out: Path) -> list[str]:

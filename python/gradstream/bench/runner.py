@@ -182,7 +182,8 @@ def run(cfg: Config, log=lambda s: print(s, file=sys.stderr)) -> dict:
     runs: dict[tuple[str, str], list[dict]] = {}
     with tempfile.TemporaryDirectory(prefix="gradstream-bench-") as tmp:
         data: dict[str, Path] = {}
-        bar = progress.bar(len(matrix) * cfg.repeat, plain=cfg.plain_progress)
+        keys = [(wl.name, system.name) for wl, system in matrix] * cfg.repeat
+        bar = progress.bar(len(keys), plain=cfg.plain_progress, keys=keys)
         try:
             # Round by round: a load on the machine that comes and goes falls on every system.
             for _ in range(cfg.repeat):

@@ -11,9 +11,7 @@ bytes its tensors hold on the device (by category in `gradstream.memory`);
 every allocation is served; `mem_get_info` is the driver's view of the whole device.
 """
 
-from __future__ import annotations
-
-import time
+import time as _time  # private: `dir(gradstream.cuda)` is its API
 
 from .. import _core
 from . import amp as amp
@@ -194,7 +192,7 @@ class Event:
 
     def record(self, stream=None) -> None:
         synchronize()
-        self._time = time.perf_counter()
+        self._time = _time.perf_counter()
 
     def synchronize(self) -> None:
         synchronize()
@@ -205,7 +203,7 @@ class Event:
     def query(self) -> bool:
         return True
 
-    def elapsed_time(self, end_event: Event) -> float:
+    def elapsed_time(self, end_event: "Event") -> float:
         """Milliseconds from this event's record to `end_event`'s."""
         if self._time is None or end_event._time is None:
             raise RuntimeError("Both events must be recorded before calculating elapsed time.")

@@ -10,11 +10,12 @@ Accounting is always on and costs well under 2% of a training step
 one locked append per buffer event.
 """
 
-from __future__ import annotations
-
-import contextlib
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+# Imported under private names: `dir(gradstream.memory)` is its API (no `annotations` from
+# `from __future__` either; Python 3.10 evaluates these annotations as they are).
+import contextlib as _contextlib
+from collections.abc import Iterator as _Iterator
+from dataclasses import dataclass as _dataclass
+from dataclasses import field as _field
 
 from .. import _core
 from .budget import (
@@ -159,14 +160,14 @@ def memory_summary(device=None, abbreviated: bool = False) -> str:
     return "\n".join(lines)
 
 
-@dataclass
+@_dataclass
 class TrackResult:
     """What `track()` saw: the block's peak above its start, and its net change."""
 
     start: int = 0
     peak: int = 0
     end: int = 0
-    by_category: dict[str, int] = field(default_factory=dict)
+    by_category: dict[str, int] = _field(default_factory=dict)
 
     @property
     def peak_increase(self) -> int:
@@ -179,8 +180,8 @@ class TrackResult:
         return self.end - self.start
 
 
-@contextlib.contextmanager
-def track() -> Iterator[TrackResult]:
+@_contextlib.contextmanager
+def track() -> _Iterator[TrackResult]:
     """Measure a block: ``with memory.track() as m: ...`` then ``m.peak_increase``, ``m.net``.
 
     Resets the peak counters on entry (as `reset_peak_memory_stats()` does).
@@ -227,8 +228,8 @@ def record_history(
 _record_memory_history = record_history
 
 
-@contextlib.contextmanager
-def phase(name: str) -> Iterator[None]:
+@_contextlib.contextmanager
+def phase(name: str) -> _Iterator[None]:
     """Label what runs inside as a phase (``"forward"``, ``"backward"``, ``"optimizer"``...).
 
     Recorded events carry it; `plot_timeline` shades it. Phases nest: the outer one is

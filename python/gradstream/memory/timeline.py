@@ -33,7 +33,7 @@ PHASE_COLORS = {
 _FALLBACK_PHASE_COLORS = ("#e8e8e8", "#f6f0c9", "#d9efe9")
 
 
-@dataclass
+@dataclass(repr=False)
 class Timeline:
     """Replayed history: ``bytes[c][i]`` is category c's bytes after event i.
 
@@ -54,6 +54,15 @@ class Timeline:
     @property
     def total(self) -> list[int]:
         return [sum(v) for v in zip(*self.bytes.values(), strict=True)]
+
+    def __repr__(self) -> str:
+        # A history holds an entry per buffer event, thousands: its size and peak, not them.
+        peak = max(self.total, default=0)
+        shown = [c for c, v in self.bytes.items() if any(v)]
+        return (
+            f"Timeline({len(self.time_s)} events, peak {peak / 2**20:.2f} MiB, "
+            f"categories {shown}, {len(self.phases)} phases, {len(self.evictions)} evictions)"
+        )
 
 
 class _SnapshotUnpickler(pickle.Unpickler):
@@ -162,7 +171,8 @@ def plot_timeline(snapshot_or_path, out_png, *, title: str | None = None, dpi: i
         out_png: where to write the PNG.
         title: the chart's title (default: the peak).
 
-    Needs matplotlib (``pip install gradstream[plot]``). Returns the `Timeline` drawn.
+    Needs matplotlib (``pip install gradstream[plot]``). Returns the `Timeline` drawn (its
+    repr is a one-line summary; its fields hold the history).
     """
     try:
         import matplotlib
@@ -188,14 +198,16 @@ def plot_timeline(snapshot_or_path, out_png, *, title: str | None = None, dpi: i
         ax.axvspan(start * 1e3, end * 1e3, color=color, alpha=0.9, lw=0, zorder=0)
         phase_handles.setdefault(name, Patch(facecolor=color, label=f"{name} (phase)"))
 
-    ys = [[b / mib for b in tl.bytes[c]] for c in STACK_ORDER]
-    labels = [c.replace("_", " ") for c in STACK_ORDER]
-    if t_ms:
+    # Only the categories that held bytes: a legend entry for an empty band is noise.
+    present = [c for c in STACK_ORDER if any(tl.bytes[c])]
+    ys = [[b / mib for b in tl.bytes[c]] for c in present]
+    labels = [c.replace("_", " ") for c in present]
+    if t_ms and present:
         ax.stackplot(
             t_ms,
             *ys,
             labels=labels,
-            colors=[COLORS[c] for c in STACK_ORDER],
+            colors=[COLORS[c] for c in present],
             step="post",
             alpha=0.95,
             zorder=2,

@@ -6,6 +6,7 @@ import argparse
 import math
 import sys
 
+from .._cli import HelpFormatter
 from .data import DataError, save_data
 from .train import TrainConfig, train
 
@@ -54,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser(
         "train",
         help="train on a scene and render its held-out view",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     t.set_defaults(subparser=t)  # its usage line for the checks made after parsing
     g = t.add_argument_group("data")
@@ -93,11 +94,21 @@ def build_parser() -> argparse.ArgumentParser:
         "--freqs", type=nonnegative_int, default=d.freqs, help="positional-encoding octaves L"
     )
     g = t.add_argument_group("training")
-    g.add_argument("--steps", type=positive_int, default=d.steps)
+    g.add_argument("--steps", type=positive_int, default=d.steps, help="training steps")
     g.add_argument("--rays", type=positive_int, default=d.rays, help="rays per batch")
     g.add_argument("--samples", type=positive_int, default=d.samples, help="samples per ray")
-    g.add_argument("--near", type=nonnegative_float, default=d.near)
-    g.add_argument("--far", type=positive_float, default=d.far)
+    g.add_argument(
+        "--near",
+        type=nonnegative_float,
+        default=d.near,
+        help="where each ray's samples start, in scene units from the camera",
+    )
+    g.add_argument(
+        "--far",
+        type=positive_float,
+        default=d.far,
+        help="where each ray's samples end (above --near)",
+    )
     g.add_argument("--lr", type=positive_float, default=d.lr, help="Adam learning rate")
     g.add_argument(
         "--lr-decay",
@@ -105,7 +116,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=d.lr_decay,
         help="the learning rate decays exponentially to lr * this by the last step",
     )
-    g.add_argument("--seed", type=int, default=d.seed)
+    g.add_argument(
+        "--seed",
+        type=int,
+        default=d.seed,
+        help="seed of the initial weights, the ray batches, the samples' jitter and the "
+        "built-in scene's cameras",
+    )
     g.add_argument(
         "--in-backward",
         action=argparse.BooleanOptionalAction,
@@ -139,7 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
     m = sub.add_parser(
         "make-scene",
         help="write the built-in scene as a tiny_nerf_data-style .npz",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     m.add_argument("--out", required=True, metavar="NPZ", help="the file to write")
     m.add_argument(
@@ -151,8 +168,12 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument(
         "--size", type=positive_int, default=d.size, help="image height and width in pixels"
     )
-    m.add_argument("--seed", type=int, default=d.seed)
-    m.add_argument("--white-background", action="store_true")
+    m.add_argument(
+        "--seed", type=int, default=d.seed, help="seed of the training cameras' elevations"
+    )
+    m.add_argument(
+        "--white-background", action="store_true", help="render the scene on white, not black"
+    )
     return parser
 
 

@@ -308,10 +308,14 @@ def _plots(out, pred, truth, depth, losses, heldout, baseline, log) -> list[str]
     ]
     for k, (img, title, cmap) in enumerate(panels):
         ax = fig.add_subplot(1, 3, k + 1)
-        ax.imshow(img, cmap=cmap, interpolation="nearest")
+        shown = ax.imshow(img, cmap=cmap, interpolation="nearest")
         ax.set_title(title)
         ax.axis("off")
-    fig.tight_layout()
+        if cmap is not None:  # the depth map: a colour bar as tall as the image, beside it
+            bar = fig.colorbar(shown, cax=ax.inset_axes([1.04, 0.0, 0.05, 1.0]))
+            bar.set_label("depth (scene units)", fontsize=8)
+            bar.ax.tick_params(labelsize=8)
+    fig.subplots_adjust(left=0.01, right=0.92, top=0.88, bottom=0.03, wspace=0.06)
     fig.savefig(os.path.join(out, "render.png"))
 
     fig = Figure(figsize=(9, 3.3), dpi=100)

@@ -31,8 +31,15 @@ def find_manifest() -> Path:
 
 
 def target_dir() -> Path:
-    env = os.environ.get("GRADSTREAM_CANDLE_TARGET_DIR")
-    return Path(env) if env else find_manifest().parent / "target"
+    """Where cargo builds the program, never inside the checkout: `$GRADSTREAM_CANDLE_TARGET_DIR`,
+    else `candle-baseline` in `$CARGO_TARGET_DIR` (the user's shared target folder), else
+    `gradstream/candle-target` in the user's cache folder (`$XDG_CACHE_HOME`, ~/.cache)."""
+    if os.environ.get("GRADSTREAM_CANDLE_TARGET_DIR"):
+        return Path(os.environ["GRADSTREAM_CANDLE_TARGET_DIR"])
+    if os.environ.get("CARGO_TARGET_DIR"):
+        return Path(os.environ["CARGO_TARGET_DIR"]) / "candle-baseline"
+    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(cache) / "gradstream" / "candle-target"
 
 
 def binary() -> Path:

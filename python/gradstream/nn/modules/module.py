@@ -89,6 +89,7 @@ class Module:
         d["_forward_pre_hooks_with_kwargs"] = {}
         d["_forward_hooks"] = OrderedDict()
         d["_forward_hooks_with_kwargs"] = {}
+        d["_load_state_dict_pre_hooks"] = OrderedDict()
 
     def forward(self, *args, **kwargs):
         raise NotImplementedError(
@@ -463,6 +464,17 @@ class Module:
         unexpected: list[str] = []
         errors: list[str] = []
         expected: set[str] = set()
+        hooked = [
+            (mprefix, m)
+            for mprefix, m in self.named_modules(remove_duplicate=False)
+            if m.__dict__.get("_load_state_dict_pre_hooks")
+        ]
+        if hooked:
+            state_dict = OrderedDict(state_dict)  # the hooks may rewrite the caller's keys
+        for mprefix, m in hooked:
+            pre = mprefix + "." if mprefix else ""
+            for hook in list(m._load_state_dict_pre_hooks.values()):
+                hook(state_dict, pre, {}, strict, missing, unexpected, errors)
         for mprefix, m in self.named_modules(remove_duplicate=False):
             pre = mprefix + "." if mprefix else ""
             local = [(k, v, True) for k, v in m._parameters.items() if v is not None]
@@ -524,6 +536,26 @@ class Module:
         return _IncompatibleKeys(missing, unexpected)
 
     # ---- calling and hooks ----
+
+    def register_load_state_dict_pre_hook(self, hook):
+        """``hook(module, state_dict, prefix, local_metadata, strict, missing_keys,
+        unexpected_keys, error_msgs)`` runs before `load_state_dict` reads this module's
+        keys, and may rewrite ``state_dict`` (a copy of the caller's)."""
+        return self._register_load_state_dict_pre_hook(hook, with_module=True)
+
+    def _register_load_state_dict_pre_hook(self, hook, with_module: bool = False):
+        hooks = self.__dict__.setdefault("_load_state_dict_pre_hooks", OrderedDict())
+        handle = RemovableHandle(hooks)
+        if with_module:
+            module = self
+
+            def bound(*args):
+                return hook(module, *args)
+
+            hooks[handle.id] = bound
+        else:
+            hooks[handle.id] = hook
+        return handle
 
     def register_forward_pre_hook(self, hook, *, prepend: bool = False, with_kwargs: bool = False):
         handle = RemovableHandle(self._forward_pre_hooks, self._forward_pre_hooks_with_kwargs)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import multiprocessing
 import queue
 import time
@@ -204,7 +203,7 @@ class DataLoader:
             if self.batch_size is not None:
                 if self.drop_last:
                     return length // self.batch_size
-                return math.ceil(length / self.batch_size)
+                return -(-length // self.batch_size)  # exact, where a float ceil is not
             return length
         return len(self._index_sampler)
 

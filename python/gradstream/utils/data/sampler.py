@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import heapq
+import itertools
 from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from ._random import python_rng, randint, randperm
+from ._random import chunks, pass_source, python_rng, randint_stream, randperm
 
 __all__ = [
     "Sampler",
@@ -45,10 +47,16 @@ class RandomSampler(Sampler):
     """A random permutation of the indices each epoch, or `num_samples` indices drawn with
     `replacement`.
 
-    Without a generator the draws come from gradstream's global RNG (`gradstream.manual_seed`);
-    with one, from a Python RNG seeded by `generator.initial_seed()`, and the generator is
-    re-seeded so that the next epoch differs. For the same seed the order differs from
-    PyTorch's (a different RNG), but the same seed always gives the same order here.
+    Indices are drawn as they are consumed: with replacement a few dozen at a time, so
+    `num_samples` may be far larger than memory (minGPT asks for 10**10); without, one
+    permutation of the dataset at a time.
+
+    Without a generator each epoch draws from a generator seeded once from gradstream's global
+    RNG (`gradstream.manual_seed`) when the epoch starts; with a `gradstream.Generator`, from
+    that generator; with another generator (a `torch.Generator`), from a Python RNG seeded by
+    `generator.initial_seed()`, and the generator is re-seeded so that the next epoch differs.
+    For the same seed the order differs from PyTorch's (a different RNG), but the same seed
+    always gives the same order here.
     """
 
     def __init__(
@@ -74,13 +82,14 @@ class RandomSampler(Sampler):
 
     def __iter__(self) -> Iterator[int]:
         n = len(self.data_source)
+        source = pass_source(self.generator)
         if self.replacement:
-            yield from randint(n, self.num_samples, self.generator)
+            yield from randint_stream(n, self.num_samples, source)
             return
         # More samples than indices: whole permutations, then the head of one more.
         for _ in range(self.num_samples // n):
-            yield from randperm(n, self.generator)
-        yield from randperm(n, self.generator)[: self.num_samples % n]
+            yield from randperm(n, source)
+        yield from randperm(n, source)[: self.num_samples % n]
 
     def __len__(self) -> int:
         return self.num_samples
@@ -103,7 +112,8 @@ class SubsetRandomSampler(Sampler):
 
 class WeightedRandomSampler(Sampler):
     """`num_samples` indices in [0, len(weights)), index i drawn with probability proportional
-    to `weights[i]`, with or without replacement (see `RandomSampler` for the RNG)."""
+    to `weights[i]`, with or without replacement (see `RandomSampler` for the RNG). With
+    replacement they are drawn as they are consumed, so `num_samples` may exceed memory."""
 
     def __init__(
         self, weights: Sequence[float], num_samples: int, replacement: bool = True, generator=None
@@ -141,20 +151,23 @@ class WeightedRandomSampler(Sampler):
                 "cannot sample n_sample > prob_dist.size(-1) samples without replacement"
             )
         rng = python_rng(self.generator)
-        indices = list(range(len(w)))
+        indices = range(len(w))
         if self.replacement:
-            yield from rng.choices(indices, weights=w.tolist(), k=self.num_samples)
+            cumulative = list(itertools.accumulate(w.tolist()))
+            for k in chunks(self.num_samples):
+                yield from rng.choices(indices, cum_weights=cumulative, k=k)
             return
-        remaining = w.tolist()
-        unpicked = set(indices)
-        for _ in range(self.num_samples):
-            if sum(remaining) > 0:
-                i = rng.choices(indices, weights=remaining)[0]
-            else:  # only zero weights left: as PyTorch, the rest are drawn uniformly
-                i = rng.choice(sorted(unpicked))
-            remaining[i] = 0.0
-            unpicked.discard(i)
-            yield i
+        # Drawing one index at a time, each with probability proportional to the weights
+        # left, orders the indices as the keys E_i / w_i with E_i ~ Exp(1) do (Efraimidis and
+        # Spirakis): O(n log k) where redrawing from what is left would be O(n k). Once the
+        # weighted indices are used up, as in PyTorch, the rest are drawn uniformly.
+        weights = w.tolist()
+        keys = [(rng.expovariate(1.0) / wi, i) for i, wi in enumerate(weights) if wi > 0]
+        picked = [i for _, i in heapq.nsmallest(self.num_samples, keys)]
+        if len(picked) < self.num_samples:
+            zeros = [i for i, wi in enumerate(weights) if wi == 0]
+            picked += rng.sample(zeros, self.num_samples - len(picked))
+        yield from picked
 
     def __len__(self) -> int:
         return self.num_samples

@@ -1,23 +1,16 @@
-"""`save` and `load`: write objects holding tensors (state dicts, checkpoints) to a file.
-
-The format is a pickle; a Tensor pickles as a NumPy array plus its dtype. Like
-`torch.load`, `load` defaults to ``weights_only=True``: it rebuilds only tensors, NumPy
-arrays and plain containers and refuses any other global, so loading a file from
-elsewhere cannot run its code. Pass ``weights_only=False`` for files you trust.
+"""The checkpoints earlier gradstream versions wrote: a plain pickle, in which a Tensor is a
+NumPy array plus its dtype. `gradstream.load` still reads them; with ``weights_only=True`` it
+rebuilds only tensors, NumPy arrays and plain containers and refuses any other global.
 """
 
 from __future__ import annotations
 
-import io
-import os
 import pickle
 from typing import IO, Any
 
 import numpy as np
 
-__all__ = ["save", "load"]
-
-DEFAULT_PROTOCOL = pickle.HIGHEST_PROTOCOL
+from .readonly import ReadOnlyCall
 
 _SAFE_GLOBALS = {
     ("collections", "OrderedDict"),
@@ -41,8 +34,8 @@ _SAFE_MODULES = {"gradstream", "gradstream._core", "numpy.dtypes"}
 
 
 def _checked_tensor(array, dtype, requires_grad):
-    from . import _core
-    from ._formatting import rebuild_tensor
+    from .. import _core
+    from .._formatting import rebuild_tensor
 
     _expect("a tensor", array, np.ndarray)
     _expect("a tensor's dtype", dtype, _core.dtype)
@@ -51,8 +44,8 @@ def _checked_tensor(array, dtype, requires_grad):
 
 
 def _checked_parameter(data, requires_grad):
-    from . import _core
-    from .nn.parameter import _rebuild_parameter
+    from .. import _core
+    from ..nn.parameter import _rebuild_parameter
 
     _expect("a parameter", data, _core.Tensor)
     _expect("a parameter's requires_grad", requires_grad, bool)
@@ -89,7 +82,7 @@ class _WeightsUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str):
         checked = _CHECKED.get((module, name))
         if checked is not None:
-            return checked
+            return ReadOnlyCall(checked)
         if (module, name) in _SAFE_GLOBALS or (
             module in _SAFE_MODULES and "." not in name and _is_dtype(module, name)
         ):
@@ -105,7 +98,7 @@ class _WeightsUnpickler(pickle.Unpickler):
 
 def _is_dtype(module: str, name: str) -> bool:
     """A dtype object: a gradstream dtype, or one of NumPy's ``numpy.dtypes`` classes."""
-    from . import _core
+    from .. import _core
 
     obj = getattr(__import__(module, fromlist=[name]), name, None)
     if module == "numpy.dtypes":
@@ -118,38 +111,6 @@ def _refusal(module: str, name: str) -> str:
         f"gradstream.load: weights_only=True refuses the global {module}.{name}; load a file "
         "you trust with weights_only=False"
     )
-
-
-def save(obj: Any, f: str | os.PathLike | IO[bytes], pickle_protocol: int = DEFAULT_PROTOCOL):
-    """Write ``obj`` (e.g. ``model.state_dict()``) to the path or binary file ``f``."""
-    if isinstance(f, (str, os.PathLike)):
-        with open(f, "wb") as fh:
-            pickle.dump(obj, fh, protocol=pickle_protocol)
-    else:
-        pickle.dump(obj, f, protocol=pickle_protocol)
-
-
-def load(
-    f: str | os.PathLike | IO[bytes],
-    map_location=None,
-    *,
-    weights_only: bool | None = None,
-    **pickle_load_args,
-) -> Any:
-    """Read an object written by `save` from the path or binary file ``f``.
-
-    ``map_location`` is accepted for PyTorch compatibility (tensors load on the CPU).
-    ``weights_only`` (default True) allows only tensors, arrays and plain containers.
-    """
-    del map_location
-    if weights_only is None:
-        weights_only = True
-    if isinstance(f, (str, os.PathLike)):
-        with open(f, "rb") as fh:
-            return _load(fh, weights_only, pickle_load_args)
-    if isinstance(f, (bytes, bytearray)):
-        f = io.BytesIO(f)
-    return _load(f, weights_only, pickle_load_args)
 
 
 def _load(fh: IO[bytes], weights_only: bool, kwargs: dict) -> Any:
