@@ -77,6 +77,7 @@ def child_env() -> dict[str, str]:
     return dict(os.environ, PYTHONPATH=package_root + (os.pathsep + path if path else ""))
 
 
+@pytest.mark.cpu_backend("runs the examples in child processes, as a user would")
 @pytest.mark.parametrize("code", list(runnable_blocks()))
 def test_runnable_block_runs(code, tmp_path):
     proc = subprocess.run(
