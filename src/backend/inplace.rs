@@ -3,7 +3,7 @@
 //! contiguous destination.
 
 use crate::backend::cast::Convert;
-use candle_core::Tensor;
+use candle_core::{DType, Tensor};
 
 use super::not_implemented;
 use crate::error::{CandleContext, Result};
@@ -43,9 +43,15 @@ pub trait InplaceOps {
         if !dst.is_contiguous() {
             return Err(not_implemented(name, dst.device()));
         }
-        let new = Tensor::full(v.as_f64(), dst.shape(), dst.device())
-            .and_then(|t| t.cast(dst.dtype()))
-            .op(name)?;
+        let (shape, device) = (dst.shape(), dst.device());
+        let new = match (dst.dtype(), v) {
+            // int64 exactly; integers wrap into narrower ones, as the kernels' fills
+            (DType::I64, v) => Tensor::full(v.as_i64(), shape, device),
+            (DType::I32, Scalar::Int(i)) => Tensor::full(i as i32, shape, device),
+            (DType::U8, Scalar::Int(i)) => Tensor::full(i as u8, shape, device),
+            (dtype, v) => Tensor::full(v.as_f64(), shape, device).and_then(|t| t.cast(dtype)),
+        }
+        .op(name)?;
         write_all(name, dst, &new)
     }
 
