@@ -119,3 +119,29 @@ def test_bad_memory_formats():
     import pickle
 
     assert pickle.loads(pickle.dumps(gs.channels_last)) is gs.channels_last
+
+
+@pytest.mark.parametrize("in_backward", [False, True])
+@pytest.mark.parametrize("opt", ["Adam", "SGD"])
+def test_optimizers_step_channels_last_parameters_as_torch(opt, in_backward):
+    kw = {"lr": 0.01} if opt == "Adam" else {"lr": 0.1, "momentum": 0.9}
+    torch.manual_seed(1)
+    tm = torch.nn.Conv2d(3, 4, 3).to(memory_format=torch.channels_last)
+    gm = gs.nn.Conv2d(3, 4, 3)
+    gm.load_state_dict({k: gs.tensor(v.detach().numpy()) for k, v in tm.state_dict().items()})
+    gm = gm.to(memory_format=gs.channels_last)
+    to = getattr(torch.optim, opt)(tm.parameters(), **kw)
+    go = getattr(gs.optim, opt)(gm.parameters(), in_backward=in_backward, **kw)
+    x = np.random.default_rng(4).standard_normal((2, 3, 6, 6)).astype(np.float32)
+    for _ in range(3):
+        tm(torch.tensor(x)).square().mean().backward()
+        to.step()
+        to.zero_grad()
+        gm(gs.tensor(x)).square().mean().backward()
+        if not in_backward:
+            go.step()
+            go.zero_grad()
+    assert gm.weight.is_contiguous(memory_format=gs.channels_last)
+    np.testing.assert_allclose(
+        gm.weight.detach().numpy(), tm.weight.detach().numpy(), rtol=1e-4, atol=1e-5
+    )

@@ -410,15 +410,16 @@ pub fn step(
             param.dtype().name()
         )));
     }
+    if param.numel() == 0 {
+        return Ok(());
+    }
     let pdata = param.data();
     if !pdata.is_contiguous() {
-        return Err(Error::shape(format!(
-            "optimizer step: parameter of shape {} is not contiguous; call .contiguous() on it \
-             before building the optimizer",
-            shape_str(&param.dims())
-        )));
-    }
-    if param.numel() == 0 {
+        // A parameter laid out otherwise (channels-last, transposed): its state is kept
+        // contiguous; the kernel steps a contiguous copy, written back in place.
+        let dense = Tensor::new(ops::convert::dense_copy(&pdata)?, param.dtype());
+        step(&dense, grad, h, st, prep)?;
+        ops::inplace::update_data("optimizer step", param, &dense, backend::Update::Assign)?;
         return Ok(());
     }
     // The kernel reads the gradient while writing the parameter: never the same buffer.
