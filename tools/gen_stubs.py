@@ -242,12 +242,12 @@ RETURNS = {
     "Tensor.stride": "tuple[int, ...]",
     **{
         f"Tensor.{m}": "int"
-        for m in "dim numel nelement element_size ndim itemsize nbytes _version".split()
+        for m in "dim numel nelement element_size ndim itemsize nbytes _version storage_offset "
+        "data_ptr".split()
     },
     **{
         f"Tensor.{m}": "bool"
-        for m in "is_contiguous is_floating_point is_leaf is_cuda is_sparse requires_grad "
-        "retains_grad".split()
+        for m in "is_floating_point is_leaf is_cuda is_sparse requires_grad retains_grad".split()
     },
     "Tensor.shape": "Size",
     "Tensor.dtype": "dtype",
@@ -268,6 +268,9 @@ RETURNS = {
     "dtype.itemsize": "int",
     "dtype.__reduce__": "str",
     "dtype.__hash__": "int",
+    "memory_format.__reduce__": "str",
+    "memory_format.__hash__": "int",
+    "device.__reduce__": "tuple[type[device], tuple[str]]",
     "device.type": "str",
     "device.index": "int | None",
     "device.__hash__": "int",

@@ -85,7 +85,7 @@ class Node:
 
 class OutOfMemoryError(RuntimeError):
     """
-    The memory budget cannot be met (like `torch.OutOfMemoryError`, a RuntimeError).
+    Memory cannot be had: a tensor too large for the machine, or a budget that cannot be met (like `torch.OutOfMemoryError`, a RuntimeError).
     """
 
 @final
@@ -311,8 +311,14 @@ class Tensor:
         Clamp to `[min, max]`; either bound may be None, a number or a tensor.
         """
     def clip_(self, min: _Operand | None = ..., max: _Operand | None = ...) -> Tensor: ...
-    def clone(self, memory_format: object | None = ...) -> Tensor: ...
-    def contiguous(self, memory_format: object | None = ...) -> Tensor: ...
+    def clone(self, memory_format: memory_format | None = ...) -> Tensor:
+        """
+        `clone(memory_format=preserve_format)`: a copy; a channels-last tensor stays so.
+        """
+    def contiguous(self, memory_format: memory_format | None = ...) -> Tensor:
+        """
+        `contiguous(memory_format=contiguous_format)`: `x` itself when laid out so.
+        """
     def copy_(self, src: _Operand, non_blocking: _bool = ...) -> Tensor:
         """
         `copy_(src)`: in place, broadcasting `src`; differentiable like PyTorch's.
@@ -343,6 +349,10 @@ class Tensor:
         """
     @data.setter
     def data(self, value: Tensor) -> None: ...
+    def data_ptr(self) -> _int:
+        """
+        The address of the first element (a CUDA device pointer on CUDA).
+        """
     def det(A: Tensor) -> Tensor:
         """
         The determinant of each square matrix.
@@ -405,7 +415,10 @@ class Tensor:
         """
         The inverse of each square matrix of `A` `(*, n, n)`; LinAlgError if one is singular.
         """
-    def is_contiguous(self) -> _bool: ...
+    def is_contiguous(self, memory_format: memory_format | None = ...) -> _bool:
+        """
+        `is_contiguous(memory_format=contiguous_format)`.
+        """
     @property
     def is_cuda(self) -> _bool: ...
     def is_floating_point(self) -> _bool: ...
@@ -630,6 +643,10 @@ class Tensor:
         Variance (`std`: standard deviation) over `dim` with `correction=` (or `unbiased=`;
         default 1).
         """
+    def storage_offset(self) -> _int:
+        """
+        The offset of the first element in the buffer, in elements.
+        """
     def stride(self) -> tuple[_int, ...]: ...
     def sub(self, other: _Operand, *, alpha: _float | None = ...) -> Tensor: ...
     def sub_(self, other: _Operand, *, alpha: _float | None = ...) -> Tensor: ...
@@ -647,9 +664,10 @@ class Tensor:
     def tanh(self) -> Tensor: ...
     def tanh_(self) -> Tensor: ...
     def tile(self, *dims: _Dims) -> Tensor: ...
-    def to(self, *args: _Dtype | _Device | Tensor | None, dtype: _Dtype | None = ..., device: _Device | None = ..., copy: _bool = ..., non_blocking: _bool = ...) -> Tensor:
+    def to(self, *args: _Dtype | _Device | Tensor | None, dtype: _Dtype | None = ..., device: _Device | None = ..., copy: _bool = ..., non_blocking: _bool = ..., memory_format: object | None = ...) -> Tensor:
         """
-        `to(dtype)`, `to(device)`, `to(other)`, `to(device, dtype)`, with `copy=`.
+        `to(dtype)`, `to(device)`, `to(other)`, `to(device, dtype)`, with `copy=` and
+        `memory_format=`.
         """
     def tolist(self) -> Any: ...
     def topk(self, k: _int, dim: _int | None = ..., largest: _bool = ..., sorted: _bool = ...) -> _ValuesIndices:
@@ -786,6 +804,11 @@ __all__ = [
     'bfloat16',
     'float32',
     'float64',
+    'memory_format',
+    'contiguous_format',
+    'channels_last',
+    'channels_last_3d',
+    'preserve_format',
     'Node',
     'RemovableHandle',
     '_run_backward',
@@ -1119,6 +1142,10 @@ __all__ = [
     'unique',
     'unique_consecutive',
     'searchsorted',
+    'set_num_threads',
+    'get_num_threads',
+    'set_num_interop_threads',
+    'get_num_interop_threads',
 ]
 def _autocast_active() -> _bool:
     """
@@ -1663,6 +1690,8 @@ def cat(tensors: Sequence[Tensor], dim: _int = ...) -> Tensor:
     """
 def ceil(input: Tensor) -> Tensor: ...
 def ceil_(input: Tensor) -> Tensor: ...
+channels_last: memory_format
+channels_last_3d: memory_format
 def chunk(input: Tensor, chunks: _int, dim: _int = ...) -> tuple[Tensor, ...]: ...
 def clamp(input: Tensor, min: _Operand | None = ..., max: _Operand | None = ...) -> Tensor:
     """
@@ -1678,6 +1707,7 @@ def clip(input: Tensor, min: _Operand | None = ..., max: _Operand | None = ...) 
 def clip_(input: Tensor, min: _Operand | None = ..., max: _Operand | None = ...) -> Tensor: ...
 def concat(tensors: Sequence[Tensor], dim: _int = ...) -> Tensor: ...
 def concatenate(tensors: Sequence[Tensor], axis: _int = ..., dim: _int | None = ...) -> Tensor: ...
+contiguous_format: memory_format
 def cos(input: Tensor) -> Tensor: ...
 def cos_(input: Tensor) -> Tensor: ...
 def cosh(input: Tensor) -> Tensor: ...
@@ -1710,6 +1740,10 @@ class device:
     def __le__(self, value: object, /) -> _bool: ...
     def __lt__(self, value: object, /) -> _bool: ...
     def __ne__(self, value: object, /) -> _bool: ...
+    def __reduce__(self) -> tuple[type[device], tuple[str]]:
+        """
+        Pickles as `device("cuda:0")`.
+        """
     @property
     def index(self) -> _int | None: ...
     @property
@@ -1741,8 +1775,11 @@ class dtype:
     @property
     def itemsize(self) -> _int: ...
 
-def empty(*size: _Size, dtype: _Dtype | None = ..., device: _Device | None = ..., requires_grad: _bool = ..., out: Tensor | None = ..., layout: object | None = ..., pin_memory: _bool = ..., generator: Generator | None = ...) -> Tensor: ...
-def empty_like(input: Tensor, *, dtype: _Dtype | None = ..., device: _Device | None = ..., requires_grad: _bool = ..., memory_format: object | None = ..., generator: Generator | None = ...) -> Tensor: ...
+def empty(*size: _Size, dtype: _Dtype | None = ..., device: _Device | None = ..., requires_grad: _bool = ..., out: Tensor | None = ..., layout: object | None = ..., pin_memory: _bool = ..., generator: Generator | None = ..., memory_format: memory_format | None = ...) -> Tensor: ...
+def empty_like(input: Tensor, *, dtype: _Dtype | None = ..., device: _Device | None = ..., requires_grad: _bool = ..., memory_format: memory_format | None = ..., generator: Generator | None = ...) -> Tensor:
+    """
+    As `input`'s layout when `memory_format` is `preserve_format` (the default).
+    """
 def eq(input: Tensor, other: _Operand) -> Tensor: ...
 def erf(input: Tensor) -> Tensor: ...
 def exp(input: Tensor) -> Tensor: ...
@@ -1787,6 +1824,14 @@ def get_default_device() -> device:
 def get_default_dtype() -> dtype:
     """
     The default float dtype (float32 unless `set_default_dtype` changed it).
+    """
+def get_num_interop_threads() -> _int:
+    """
+    `get_num_interop_threads()`.
+    """
+def get_num_threads() -> _int:
+    """
+    `get_num_threads()`: the threads CPU kernels run on.
     """
 def get_rng_state() -> Tensor:
     """
@@ -1860,6 +1905,20 @@ def mean(input: Tensor, dim: _Dims | None = ..., keepdim: _bool = ..., *, dtype:
     """
     Mean over `dim`; floating point inputs (or `dtype=`) only.
     """
+@final
+class memory_format:
+    def __eq__(self, value: object, /) -> _bool: ...
+    def __ge__(self, value: object, /) -> _bool: ...
+    def __gt__(self, value: object, /) -> _bool: ...
+    def __hash__(self) -> _int: ...
+    def __le__(self, value: object, /) -> _bool: ...
+    def __lt__(self, value: object, /) -> _bool: ...
+    def __ne__(self, value: object, /) -> _bool: ...
+    def __reduce__(self) -> str:
+        """
+        Pickles as the module attribute `gradstream.<name>`.
+        """
+
 def meshgrid(*tensors: Tensor | Sequence[Tensor], indexing: str | None = ...) -> tuple[Tensor, ...]:
     """
     `meshgrid(*tensors, indexing="ij")`: views of each 1-D input expanded to the grid.
@@ -1896,26 +1955,36 @@ def norm(input: Tensor, p: _float | str | None = ..., dim: _Dims | None = ..., k
     """
     Vector norm of order `p` (2, 1, inf, -inf, 0, any number, or 'fro') over `dim`.
     """
-def ones(*size: _Size, dtype: _Dtype | None = ..., device: _Device | None = ..., requires_grad: _bool = ..., out: Tensor | None = ..., layout: object | None = ..., pin_memory: _bool = ..., generator: Generator | None = ...) -> Tensor: ...
-def ones_like(input: Tensor, *, dtype: _Dtype | None = ..., device: _Device | None = ..., requires_grad: _bool = ..., memory_format: object | None = ..., generator: Generator | None = ...) -> Tensor: ...
+def ones(*size: _Size, dtype: _Dtype | None = ..., device: _Device | None = ..., requires_grad: _bool = ..., out: Tensor | None = ..., layout: object | None = ..., pin_memory: _bool = ..., generator: Generator | None = ..., memory_format: memory_format | None = ...) -> Tensor: ...
+def ones_like(input: Tensor, *, dtype: _Dtype | None = ..., device: _Device | None = ..., requires_grad: _bool = ..., memory_format: memory_format | None = ..., generator: Generator | None = ...) -> Tensor:
+    """
+    As `input`'s layout when `memory_format` is `preserve_format` (the default).
+    """
 def outer(input: Tensor, vec2: Tensor) -> Tensor:
     """
     `outer(input, vec2)`: outer product of two 1-D tensors.
     """
 def permute(input: Tensor, dims: _Dims) -> Tensor: ...
 def pow(input: _Operand, exponent: _Operand) -> Tensor: ...
+preserve_format: memory_format
 def prod(input: Tensor, dim: _int | None = ..., keepdim: _bool = ..., *, dtype: _Dtype | None = ...) -> Tensor:
     """
     Product of all elements, or along one `dim`; exact gradients with zeros.
     """
-def rand(*size: _Size, dtype: _Dtype | None = ..., device: _Device | None = ..., requires_grad: _bool = ..., out: Tensor | None = ..., layout: object | None = ..., pin_memory: _bool = ..., generator: Generator | None = ...) -> Tensor: ...
-def rand_like(input: Tensor, *, dtype: _Dtype | None = ..., device: _Device | None = ..., requires_grad: _bool = ..., memory_format: object | None = ..., generator: Generator | None = ...) -> Tensor: ...
+def rand(*size: _Size, dtype: _Dtype | None = ..., device: _Device | None = ..., requires_grad: _bool = ..., out: Tensor | None = ..., layout: object | None = ..., pin_memory: _bool = ..., generator: Generator | None = ..., memory_format: memory_format | None = ...) -> Tensor: ...
+def rand_like(input: Tensor, *, dtype: _Dtype | None = ..., device: _Device | None = ..., requires_grad: _bool = ..., memory_format: memory_format | None = ..., generator: Generator | None = ...) -> Tensor:
+    """
+    As `input`'s layout when `memory_format` is `preserve_format` (the default).
+    """
 def randint(*args: _int | _Size, size: _Size | None = ..., dtype: _Dtype | None = ..., device: _Device | None = ..., requires_grad: _bool = ..., generator: Generator | None = ...) -> Tensor:
     """
     `randint(high, size)` or `randint(low, high, size)`.
     """
-def randn(*size: _Size, dtype: _Dtype | None = ..., device: _Device | None = ..., requires_grad: _bool = ..., out: Tensor | None = ..., layout: object | None = ..., pin_memory: _bool = ..., generator: Generator | None = ...) -> Tensor: ...
-def randn_like(input: Tensor, *, dtype: _Dtype | None = ..., device: _Device | None = ..., requires_grad: _bool = ..., memory_format: object | None = ..., generator: Generator | None = ...) -> Tensor: ...
+def randn(*size: _Size, dtype: _Dtype | None = ..., device: _Device | None = ..., requires_grad: _bool = ..., out: Tensor | None = ..., layout: object | None = ..., pin_memory: _bool = ..., generator: Generator | None = ..., memory_format: memory_format | None = ...) -> Tensor: ...
+def randn_like(input: Tensor, *, dtype: _Dtype | None = ..., device: _Device | None = ..., requires_grad: _bool = ..., memory_format: memory_format | None = ..., generator: Generator | None = ...) -> Tensor:
+    """
+    As `input`'s layout when `memory_format` is `preserve_format` (the default).
+    """
 def randperm(n: _int, *, dtype: _Dtype | None = ..., device: _Device | None = ..., requires_grad: _bool = ..., generator: Generator | None = ...) -> Tensor: ...
 def ravel(input: Tensor) -> Tensor: ...
 def reciprocal(input: Tensor) -> Tensor: ...
@@ -1954,6 +2023,15 @@ def set_default_dtype(d: dtype) -> None:
     """
     `set_default_dtype(d)`: the dtype of Python floats, float factories and int-to-float
     promotion. Any floating-point dtype, as in PyTorch.
+    """
+def set_num_interop_threads(n: _int) -> None:
+    """
+    `set_num_interop_threads(n)`: recorded; gradstream has no inter-op pool.
+    """
+def set_num_threads(n: _int) -> None:
+    """
+    `set_num_threads(n)`: the threads CPU kernels run on. Set it before the first op (or
+    with RAYON_NUM_THREADS): once kernels have run the pool keeps its size, with a warning.
     """
 def set_rng_state(new_state: Tensor) -> None:
     """
@@ -2067,5 +2145,8 @@ def where(condition: Tensor, input: _Operand, other: _Operand) -> Tensor:
     """
     `where(condition, input, other)`: `input` where `condition`, else `other`.
     """
-def zeros(*size: _Size, dtype: _Dtype | None = ..., device: _Device | None = ..., requires_grad: _bool = ..., out: Tensor | None = ..., layout: object | None = ..., pin_memory: _bool = ..., generator: Generator | None = ...) -> Tensor: ...
-def zeros_like(input: Tensor, *, dtype: _Dtype | None = ..., device: _Device | None = ..., requires_grad: _bool = ..., memory_format: object | None = ..., generator: Generator | None = ...) -> Tensor: ...
+def zeros(*size: _Size, dtype: _Dtype | None = ..., device: _Device | None = ..., requires_grad: _bool = ..., out: Tensor | None = ..., layout: object | None = ..., pin_memory: _bool = ..., generator: Generator | None = ..., memory_format: memory_format | None = ...) -> Tensor: ...
+def zeros_like(input: Tensor, *, dtype: _Dtype | None = ..., device: _Device | None = ..., requires_grad: _bool = ..., memory_format: memory_format | None = ..., generator: Generator | None = ...) -> Tensor:
+    """
+    As `input`'s layout when `memory_format` is `preserve_format` (the default).
+    """
