@@ -484,6 +484,10 @@ print(model, list(model.state_dict()), type(model[0]).__name__)
 """
 
 
+@pytest.mark.cpu_backend(
+    "runs a script in a child process, where an op with no kernel on the path cannot be told "
+    "from a bug"
+)
 def test_minlora_style_script_prints_the_same_under_the_alias(tmp_path):
     script = Path(tmp_path) / "minlora_style.py"
     script.write_text(MINLORA_STYLE)

@@ -35,28 +35,6 @@ PROGRAMS = Path(__file__).parent / "programs"
 TIMEOUT = 240
 RUST_FRAME = re.compile(r"\s+(\d+: |at )")
 
-# Features built on other branches; the tests that need them are expected to fail until then.
-NEEDS_MEMORY_FORMAT = pytest.mark.xfail(
-    not hasattr(gs, "channels_last"),
-    reason="torch.channels_last / memory_format= (Tensor.to, Module.to, is_contiguous) are "
-    "not built yet",
-    strict=False,
-)
-NEEDS_SPAWN_ALIAS = pytest.mark.xfail(
-    reason="spawned DataLoader workers import the script without the alias, so its Dataset "
-    "makes real torch tensors that gradstream's collate refuses (branch spawn)",
-    strict=False,
-)
-NEEDS_LAZY_SAMPLER = pytest.mark.xfail(
-    reason="RandomSampler(replacement=True, num_samples=int(1e10)) draws every index up "
-    "front (an 80 GB allocation); lazy draws are on branch spawn",
-    strict=False,
-)
-NEEDS_TORCH_CHECKPOINTS = pytest.mark.xfail(
-    reason="gradstream.load cannot read a checkpoint written by torch.save (branch ckpt)",
-    strict=False,
-)
-
 
 def run_program(name, args, *, alias, cwd, memory_limit=None):
     """The RESULT dict of tests/programs/<name>.py run under PyTorch or under the alias."""
@@ -169,7 +147,6 @@ def test_nanogpt_manual_attention_under_bfloat16_autocast(runs, torch_ref):
     assert all(np.isfinite(got["last_logits"]))
 
 
-@NEEDS_TORCH_CHECKPOINTS
 def test_nanogpt_resumes_from_a_torch_checkpoint(runs, torch_ref):
     runs("nanogpt_style", NANO_SCRATCH, alias=False)
     ref = runs("nanogpt_style", NANO_RESUME, alias=False)
@@ -207,7 +184,6 @@ def test_mingpt_trains_as_torch(runs, torch_ref):
     assert abs(got["final_loss"] - ref["final_loss"]) < 0.3
 
 
-@NEEDS_LAZY_SAMPLER
 def test_mingpt_endless_random_sampler(runs):
     # An 8 GiB address-space cap turns an eager 1e10-index draw into a quick failure.
     got = runs("mingpt_style", ("--system.work_dir=out",), alias=True, memory_limit=8 << 30)
@@ -241,7 +217,7 @@ def test_minlora_fine_tunes_as_torch(runs, torch_ref):
 # ---------------------------------------------------------------- U-Net style
 
 # What runs today: contiguous tensors and the main process's loader. The program's defaults
-# (channels_last, two workers) are the xfail tests below.
+# (channels_last, two workers) are the tests below.
 UNET = ("--out_dir=out", "--no-channels-last", "--num-workers=0")
 
 
@@ -300,14 +276,12 @@ def test_unet_loads_its_checkpoint(runs, alias, torch_ref):
     assert_close(again["init_loss"], first["final_fixed_loss"], 1e-5, "loss after --load")
 
 
-@NEEDS_MEMORY_FORMAT
 def test_unet_channels_last(runs):
     got = runs("unet_style", ("--out_dir=out", "--num-workers=0"), alias=True, tag="cl")
     assert got["shapes"]["channels_last"] is True
     check_unet_trend(got, epochs=3, batches_per_epoch=4)
 
 
-@NEEDS_SPAWN_ALIAS
 def test_unet_with_loader_workers(runs):
     got = runs("unet_style", ("--out_dir=out", "--no-channels-last"), alias=True, tag="w")
     check_unet_trend(got, epochs=3, batches_per_epoch=4)
