@@ -86,6 +86,11 @@ def pytest_runtest_makereport(item, call):
 
 
 def pytest_terminal_summary(terminalreporter):
+    # What the README's test command costs in memory (its child processes are not counted).
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    terminalreporter.write_line(f"peak RSS of the pytest process: {peak:.0f} MiB")
     if PATH == "cpu":
         return
     listed = backend_paths.NO_KERNEL.get(PATH, {})
