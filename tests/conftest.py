@@ -3,6 +3,7 @@
 import collections
 import json
 import os
+import signal
 
 import backend_paths
 import numpy as np
@@ -121,6 +122,10 @@ if TEST_DEVICE != "cpu" and gs.cuda.is_available():
 
 
 def pytest_configure(config):
+    # A pytest started as a background job (`nohup ... &`) inherits an ignored SIGINT, and
+    # Python then installs no handler of its own; the tests that press Ctrl-C need it.
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     config.addinivalue_line("markers", "cpu_only(reason): a test that cannot run on CUDA")
     config.addinivalue_line(
         "markers",
