@@ -34,6 +34,8 @@ GENERIC: dict[str, str] = {
     "copy_": "candle writes only contiguous destinations (slice_set)",
     "add_": "candle writes only contiguous destinations (slice_set)",
     "mul_": "candle writes only contiguous destinations (slice_set)",
+    "sub_": "candle writes only contiguous destinations (slice_set)",
+    "div_": "candle writes only contiguous destinations (slice_set)",
     "slice_backward": "candle writes only contiguous destinations (slice_set)",
     "split_backward": "candle writes only contiguous destinations (slice_set)",
     "index_put_": "candle writes only contiguous destinations (scatter_set)",
