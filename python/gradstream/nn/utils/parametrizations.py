@@ -17,7 +17,7 @@ from ...comparison import allclose
 from .. import functional as F
 from ..modules.module import Module
 from . import parametrize
-from .spectral_norm import _is_conv_transpose
+from .spectral_norm import _is_conv_transpose, weight_matrix
 from .weight_norm import _weight_norm, norm_except_dim
 
 __all__ = ["orthogonal", "spectral_norm", "weight_norm"]
@@ -225,9 +225,7 @@ class _SpectralNorm(Module):
             self._power_method(weight_mat, 15)
 
     def _reshape_weight_to_matrix(self, weight: Tensor) -> Tensor:
-        if self.dim != 0:
-            weight = weight.permute(self.dim, *(d for d in range(weight.dim()) if d != self.dim))
-        return weight.flatten(1)
+        return weight_matrix(weight, self.dim)
 
     def _power_method(self, weight_mat: Tensor, n_power_iterations: int) -> None:
         # The buffers are updated in place, so a state_dict(keep_vars=True) keeps seeing them.

@@ -45,9 +45,7 @@ class SpectralNorm:
         self.eps = eps
 
     def reshape_weight_to_matrix(self, weight: Tensor) -> Tensor:
-        if self.dim != 0:
-            weight = weight.permute(self.dim, *(d for d in range(weight.dim()) if d != self.dim))
-        return weight.reshape(weight.shape[0], -1)
+        return weight_matrix(weight, self.dim)
 
     def compute_weight(self, module: Module, do_power_iteration: bool) -> Tensor:
         weight = getattr(module, self.name + "_orig")
@@ -160,6 +158,13 @@ def _as_tensor(value) -> Tensor:
     if hasattr(value, "detach"):  # a torch tensor from a PyTorch checkpoint
         value = value.detach().cpu().numpy()
     return _core.tensor(value)
+
+
+def weight_matrix(weight: Tensor, dim: int) -> Tensor:
+    """`weight` as a matrix whose rows run along `dim` (the output dimension)."""
+    if dim != 0:
+        weight = weight.permute(dim, *(d for d in range(weight.dim()) if d != dim))
+    return weight.reshape(weight.shape[0], -1)
 
 
 def _is_conv_transpose(module: Module) -> bool:
