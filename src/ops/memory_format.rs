@@ -61,19 +61,26 @@ pub fn is_contiguous_as(t: &Tensor, f: MemoryFormat) -> Result<bool> {
             }
             _ => f.order().expect("a channels-last format"),
         };
-    if dims.len() != order.len() {
-        return Ok(false);
-    }
+    Ok(dims.len() == order.len() && dense_in(&dims, strides, order.iter().copied()))
+}
+
+/// Whether the dims, taken from the innermost in memory outward, are packed with no gap:
+/// each stride the product of the sizes inside it (dims of size 1 may have any stride).
+fn dense_in(
+    dims: &[usize],
+    strides: &[usize],
+    innermost_first: impl Iterator<Item = usize>,
+) -> bool {
     let mut expected = 1;
-    for &d in order {
+    for d in innermost_first {
         if dims[d] != 1 {
             if strides[d] != expected {
-                return Ok(false);
+                return false;
             }
             expected *= dims[d];
         }
     }
-    Ok(true)
+    true
 }
 
 /// `contiguous(memory_format=f)`: `t` itself when already laid out so, else a copy that is.
@@ -120,17 +127,7 @@ fn dense_order(t: &Tensor) -> Option<Vec<usize>> {
     let mut order: Vec<usize> = (0..dims.len()).collect();
     // stable: equal strides keep the dims' order
     order.sort_by(|&a, &b| strides[b].cmp(&strides[a]));
-    let mut expected = 1;
-    for &d in order.iter().rev() {
-        if dims[d] == 1 {
-            continue;
-        }
-        if strides[d] != expected {
-            return None;
-        }
-        expected *= dims[d];
-    }
-    Some(order)
+    dense_in(&dims, strides, order.iter().rev().copied()).then_some(order)
 }
 
 fn is_identity(order: &[usize]) -> bool {
