@@ -225,6 +225,8 @@ fn candle_grad(f: UnaryOp, g: &Tensor, s: &Tensor) -> candle_core::Result<Option
     let d = match f {
         // s is the output y: y (1 - y)
         UnaryOp::Sigmoid => s.mul(&s.affine(-1.0, 1.0)?)?,
+        // s is the output y: 1 - y^2
+        UnaryOp::Tanh => s.sqr()?.affine(-1.0, 1.0)?,
         UnaryOp::Silu => {
             let sg = sigmoid(s)?;
             sg.mul(&s.mul(&sg.affine(-1.0, 1.0)?)?.affine(1.0, 1.0)?)?

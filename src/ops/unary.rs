@@ -178,8 +178,6 @@ impl UnaryOp {
             UnaryOp::Cos => mul(g, &neg(&sin(s())?)?),
             // 1 + y^2
             UnaryOp::Tan => mul(g, &add_scalar(&square(s())?, 1.0)?),
-            // 1 - y^2
-            UnaryOp::Tanh => mul(g, &rsub_scalar(1.0, &square(s())?)?),
             // 1 / sqrt(1 - x^2), its negation, 1 / (1 + x^2)
             UnaryOp::Asin => div(g, &sqrt(&rsub_scalar(1.0, &square(s())?)?)?),
             UnaryOp::Acos => neg(&div(g, &sqrt(&rsub_scalar(1.0, &square(s())?)?)?)?),
@@ -198,6 +196,7 @@ impl UnaryOp {
             UnaryOp::Atanh => div(g, &rsub_scalar(1.0, &square(s())?)?),
             // One fused pass unless the backward is itself recorded.
             UnaryOp::Sigmoid
+            | UnaryOp::Tanh
             | UnaryOp::Silu
             | UnaryOp::Gelu
             | UnaryOp::GeluTanh
@@ -208,6 +207,8 @@ impl UnaryOp {
             }
             // y (1 - y)
             UnaryOp::Sigmoid => mul(g, &mul(s(), &rsub_scalar(1.0, s())?)?),
+            // 1 - y^2
+            UnaryOp::Tanh => mul(g, &rsub_scalar(1.0, &square(s())?)?),
             UnaryOp::Softplus { beta, threshold } => {
                 // sigmoid(beta x) below the threshold, 1 above it (where the forward is x)
                 let bx = mul_scalar(s(), beta)?;

@@ -581,6 +581,7 @@ fn float_grad<F: Real>(
     let (one, half) = (F::of(1.0), F::of(0.5));
     Ok(match f {
         UnaryOp::Sigmoid => map2(g, lg, s, ls, move |g, y| g * y * (one - y)),
+        UnaryOp::Tanh => map2(g, lg, s, ls, move |g, y| g * (one - y * y)),
         UnaryOp::Silu => map2(g, lg, s, ls, move |g, x| {
             let sg = sigmoid(x);
             g * sg * (one + x * (one - sg))

@@ -94,6 +94,7 @@ fn binary_code(op: Bin) -> Option<(i32, f64, f64)> {
         Bin::Grad(UnaryOp::Gelu) => 18,
         Bin::Grad(UnaryOp::GeluTanh) => 19,
         Bin::Grad(UnaryOp::Softplus { beta, threshold }) => return Some((20, beta, threshold)),
+        Bin::Grad(UnaryOp::Tanh) => 21,
         Bin::Grad(_) => return None,
     };
     Some((code, 0.0, 0.0))

@@ -194,12 +194,13 @@ enum Binary : int {
   AND = 13,
   OR = 14,
   XOR = 15,
-  // g * f'(s): s is sigmoid's output, the other functions' input
+  // g * f'(s): s is sigmoid's and tanh's output, the other functions' input
   GRAD_SIGMOID = 16,
   GRAD_SILU = 17,
   GRAD_GELU = 18,
   GRAD_GELU_TANH = 19,
   GRAD_SOFTPLUS = 20,
+  GRAD_TANH = 21,
 };
 
 // max/min where a NaN in either operand wins (the first's if both), as the CPU kernel.
@@ -256,6 +257,7 @@ __device__ __forceinline__ void binary_float(long long n, In<T> a, In<T> b, T* o
     case MAX: return go([](C x, C y) { return nan_max(x, y); });
     case MIN: return go([](C x, C y) { return nan_min(x, y); });
     case GRAD_SIGMOID: return go([](C g, C y) { return g * y * (C(1) - y); });
+    case GRAD_TANH: return go([](C g, C y) { return g * (C(1) - y * y); });
     case GRAD_SILU:
       return go([](C g, C x) {
         const C s = gs_ew::sigmoid(x);
