@@ -151,7 +151,6 @@ pub struct PassGuard(Option<Position>);
 
 impl Drop for PassGuard {
     fn drop(&mut self) {
-        remat::restart_clock();
         POSITION.with(|p| p.set(self.0));
     }
 }

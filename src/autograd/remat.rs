@@ -18,7 +18,6 @@
 //! the running backward node ends, so the next of those recomputes finds it instead of
 //! rebuilding it again; scratch is the budget's first victim (see `budget`).
 
-use std::cell::Cell as LocalCell;
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 use std::time::Instant;
@@ -127,6 +126,9 @@ pub struct Cell {
     pub id: u64,
     /// The bytes of the buffer its output lives in (a view's: its base's).
     pub bytes: usize,
+    /// The output's version when the op made it: what the recipe makes. Written in place
+    /// since (`relu_`), the output holds something else, and the recipe is recomputed.
+    version: u64,
     /// For a view: the cell whose buffer it shares.
     root: Option<Arc<Cell>>,
     /// A view (of a cell's or a leaf's buffer): remaking it allocates nothing.
@@ -143,41 +145,117 @@ pub struct Cell {
 thread_local! {
     /// Cells whose recomputed data is scratch, dropped when the running backward node ends.
     static SCRATCH: std::cell::RefCell<Vec<Arc<Cell>>> = const { std::cell::RefCell::new(Vec::new()) };
-    /// When the previous cell on this thread was made: the time since is the next one's cost.
-    static LAST_OP: LocalCell<Option<Instant>> = const { LocalCell::new(None) };
 }
 
-/// A backward pass ended: the time until the next forward's first op is no op's cost.
-pub fn restart_clock() {
-    LAST_OP.with(|l| l.set(None));
+/// An op is starting: under a budget, the moment, so that its recipe's cost is the time the
+/// op took (inner ops with recipes of their own included; a composite's intermediates get
+/// their own cells with their own times).
+pub fn start() -> Option<Instant> {
+    budget::is_active().then(Instant::now)
 }
 
-fn op_seconds() -> f64 {
-    let now = Instant::now();
-    let prev = LAST_OP.with(|l| l.replace(Some(now)));
-    prev.map_or(0.0, |p| (now - p).as_secs_f64())
-}
-
-/// Give `out`, just computed by op `name` from `inputs`, a cell with `forward` as its
-/// recipe, when a budget is set and the op records a node. An input that is neither a
-/// leaf nor a cell's output (an op without a recipe made it) leaves `out` without one.
+/// Give `out`, just computed by op `name` from `inputs` since `started` (see `start`), a
+/// cell with `forward` as its recipe, when a budget is set and the op records a node. An
+/// input that is neither a leaf nor a cell's output (an op without a recipe made it)
+/// leaves `out` without one.
 pub fn note(
     name: &'static str,
     out: &Tensor,
     inputs: &[&Tensor],
+    started: Option<Instant>,
     forward: impl Fn(&[Tensor]) -> Result<Tensor> + Send + Sync + 'static,
 ) {
+    let Some(started) = started else { return };
     if !budget::is_active() || !crate::autograd::function::should_record(inputs) {
         return;
     }
-    let Some(memory_buffer) = memory::storage_key(&out.data()) else {
+    let Some(bytes) = own_bytes(out, inputs) else {
         return;
     };
-    let (key, bytes) = (memory_buffer.addr, memory_buffer.bytes);
-    if inputs.iter().any(|t| t.storage_key() == Some(key)) {
-        return; // an in-place result: no buffer of its own
+    let cost = started.elapsed().as_secs_f64();
+    attach(
+        name,
+        out,
+        inputs,
+        Box::new(forward),
+        bytes,
+        cost,
+        None,
+        false,
+    );
+}
+
+/// `note` for an op with several outputs (`max(dim)`'s values and indices, `sort`): each
+/// output gets a cell whose recipe runs the op and takes its own output.
+pub fn note_outputs(
+    name: &'static str,
+    outs: &[&Tensor],
+    inputs: &[&Tensor],
+    started: Option<Instant>,
+    forward: impl Fn(&[Tensor]) -> Result<Vec<Tensor>> + Send + Sync + 'static,
+) {
+    let Some(started) = started else { return };
+    if !budget::is_active() || !crate::autograd::function::should_record(inputs) {
+        return;
     }
-    attach(name, out, inputs, forward, bytes, None, false);
+    let cost = started.elapsed().as_secs_f64();
+    let forward = Arc::new(forward);
+    for (i, out) in outs.iter().enumerate() {
+        let Some(bytes) = own_bytes(out, inputs) else {
+            continue;
+        };
+        let f = forward.clone();
+        let pick: Forward = Box::new(move |ins: &[Tensor]| {
+            f(ins)?
+                .into_iter()
+                .nth(i)
+                .ok_or_else(|| Error::Runtime(format!("memory budget: {name} gave no output {i}")))
+        });
+        attach(name, out, inputs, pick, bytes, cost, None, false);
+    }
+}
+
+/// `note` for a write into `dst`'s buffer (`copy_`, `x[i] = v`, every in-place op that
+/// records): `dst` gets a new cell, `forward` remaking its value as written from `inputs`,
+/// the first of which may be `dst`'s value before the write (a detached alias that carries
+/// the old cell). The old cell no longer holds `dst` (its version moved) and remakes the
+/// value before the write when the new one needs it.
+pub fn note_write(
+    name: &'static str,
+    dst: &Tensor,
+    inputs: &[&Tensor],
+    started: Option<Instant>,
+    forward: impl Fn(&[Tensor]) -> Result<Tensor> + Send + Sync + 'static,
+) {
+    let Some(started) = started else { return };
+    if !budget::is_active() || !crate::autograd::function::should_record(inputs) {
+        return;
+    }
+    let Some(buffer) = memory::storage_key(&dst.data()) else {
+        return;
+    };
+    if dst.remat_cell().is_some_and(|c| c.root.is_some() || c.view) {
+        return; // a write through a view: its base's cell cannot see it
+    }
+    let cost = started.elapsed().as_secs_f64();
+    attach(
+        name,
+        dst,
+        inputs,
+        Box::new(forward),
+        buffer.bytes,
+        cost,
+        None,
+        false,
+    );
+}
+
+/// The bytes of `out`'s buffer, when it has one of its own (not an input's, written in
+/// place).
+fn own_bytes(out: &Tensor, inputs: &[&Tensor]) -> Option<usize> {
+    let buffer = memory::storage_key(&out.data())?;
+    let in_place = inputs.iter().any(|t| t.storage_key() == Some(buffer.addr));
+    (!in_place).then_some(buffer.bytes)
 }
 
 /// `note` for a view op: `out` shares `x`'s buffer, and `view` makes it again from `x`.
@@ -202,30 +280,29 @@ pub fn note_view(
     let root = shares
         .then(|| x.remat_cell().map(|c| c.root.clone().unwrap_or(c)))
         .flatten();
-    attach(
-        name,
-        out,
-        &[x],
-        move |ins| view(&ins[0]),
-        bytes,
-        root,
-        shares,
-    );
+    let forward: Forward = Box::new(move |ins: &[Tensor]| view(&ins[0]));
+    // Remaking a view costs nothing that matters beside the ops that make buffers.
+    attach(name, out, &[x], forward, bytes, 0.0, root, shares);
 }
 
+#[allow(clippy::too_many_arguments)]
 fn attach(
     name: &'static str,
     out: &Tensor,
     inputs: &[&Tensor],
-    forward: impl Fn(&[Tensor]) -> Result<Tensor> + Send + Sync + 'static,
+    forward: Forward,
     bytes: usize,
+    cost: f64,
     root: Option<Arc<Cell>>,
     view: bool,
 ) {
     let mut sources = Vec::with_capacity(inputs.len());
     for t in inputs {
         let source = match t.remat_cell() {
-            Some(c) => Source::Cell(c),
+            Some(c) if c.holds(t) => Source::Cell(c),
+            // Written since its op made it (through a view of it): its recipe remakes the
+            // value before the write, not the one this op read.
+            Some(_) => return,
             None if t.is_leaf() => Source::Fixed {
                 t: (*t).clone(),
                 version: t.version(),
@@ -234,9 +311,6 @@ fn attach(
         };
         sources.push(source);
     }
-    // Only now, so that the time of inner ops that made no cell (the product inside
-    // `linear` on a batch, whose reshape back has no recipe) counts toward the op that does.
-    let cost = op_seconds();
     for s in &sources {
         if let Source::Cell(c) = s {
             c.readers.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -247,9 +321,10 @@ fn attach(
         name,
         id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         bytes,
+        version: out.version(),
         root,
         view,
-        forward: Box::new(forward),
+        forward,
         autocast: crate::autocast::region(),
         inputs: sources,
         readers: std::sync::atomic::AtomicUsize::new(0),
@@ -267,6 +342,12 @@ fn attach(
 }
 
 impl Cell {
+    /// Whether `t`, this cell's output, still holds what the recipe makes (it was not
+    /// written in place since).
+    pub fn holds(&self, t: &Tensor) -> bool {
+        t.version() == self.version
+    }
+
     /// The node about to be made saves this cell's output `t`: keep an alias of it (`t` is
     /// alive, so this costs no bytes even if the cell was evicted before). Returns the
     /// node's sequence number, for `release`.
@@ -334,11 +415,11 @@ impl Cell {
         {
             let mut st = self.state.lock();
             st.last_use = budget::tick();
-            if let Some(d) = &st.data {
+            if let Some(d) = st.data.as_ref().filter(|d| self.holds(d)) {
                 return Ok(d.clone());
             }
-            if let Some(o) = st.out.upgrade() {
-                return Ok(Tensor(o));
+            if let Some(o) = st.out.upgrade().map(Tensor).filter(|o| self.holds(o)) {
+                return Ok(o);
             }
         }
         let inputs = self

@@ -109,7 +109,8 @@ impl SavedTensor {
                 };
             }
         }
-        if let Some(cell) = t.remat_cell().filter(|_| budget::is_active()) {
+        let cell = t.remat_cell().filter(|c| budget::is_active() && c.holds(t));
+        if let Some(cell) = cell {
             if let Ok(witness) = empty_view(t) {
                 let saver = cell.save(t);
                 return SavedTensor {

@@ -191,6 +191,7 @@ pub fn scaled_dot_product_attention(
     o: SdpaOptions,
     gen: &Generator,
 ) -> Result<Tensor> {
+    let started = remat::start();
     let (q, k, v) = (
         &crate::autocast::lower(q)?,
         &crate::autocast::lower(k)?,
@@ -232,7 +233,7 @@ pub fn scaled_dot_product_attention(
         let call = call.clone();
         let mut remat_inputs = vec![q, k, v];
         remat_inputs.extend(mask);
-        remat::note(OP, &out, &remat_inputs, move |ins| {
+        remat::note(OP, &out, &remat_inputs, started, move |ins| {
             Ok(call.forward(&ins[0], &ins[1], &ins[2], ins.get(3))?.0)
         });
     }

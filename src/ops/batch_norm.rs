@@ -61,6 +61,7 @@ pub fn batch_norm(
     training: bool,
     eps: f64,
 ) -> Result<Tensor> {
+    let started = remat::start();
     let dims = x.dims();
     if dims.len() < 2 {
         return Err(Error::index(format!(
@@ -139,7 +140,7 @@ pub fn batch_norm(
     inputs.extend(bias);
     // The recompute applies the batch's statistics again (the running ones move once).
     let (mu_r, scale_r, shift_r, dims_r) = (mu.clone(), scale.clone(), shift.clone(), dims.clone());
-    remat::note(OP, &out, &inputs, move |ins| {
+    remat::note(OP, &out, &inputs, started, move |ins| {
         let xd = compute_data(OP, &ins[0])?.0;
         let xd = xd.dense().and_then(|d| d.reshape((n, c, s))).op(OP)?;
         let y = backend::on(&xd).channel_affine(OP, &xd, &mu_r, &scale_r, &shift_r)?;

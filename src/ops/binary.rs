@@ -344,6 +344,7 @@ pub fn has_zero(t: &candle_core::Tensor) -> Result<bool> {
 
 /// `op(a, b)` on tensors or numbers.
 pub fn binary(op: BinaryOp, a: &Operand, b: &Operand) -> Result<Tensor> {
+    let started = remat::start();
     // Shapes are checked before dtypes, as PyTorch does.
     let shape = broadcast_shape(op.name(), &a.dims(), &b.dims())?;
     let dtype = op_dtype(op, a, b)?;
@@ -377,7 +378,7 @@ pub fn binary(op: BinaryOp, a: &Operand, b: &Operand) -> Result<Tensor> {
         return Ok(out);
     }
     let sv = op.saves(ta.requires_grad(), tb.requires_grad());
-    remat::note(op.name(), &out, &[ta, tb], move |ins| {
+    remat::note(op.name(), &out, &[ta, tb], started, move |ins| {
         let data = kernel2(op.name(), op.kernel(dtype), &ins[0], &ins[1])?;
         Ok(Tensor::new(data, dtype))
     });
@@ -527,6 +528,7 @@ pub fn logical(op: LogicalOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
 
 /// `where(cond, a, b)`: `a` where `cond` is true, else `b`, all broadcast together.
 pub fn where_(cond: &Tensor, a: &Operand, b: &Operand) -> Result<Tensor> {
+    let started = remat::start();
     if cond.dtype() != DType::Bool {
         return Err(Error::dtype(format!(
             "where expected condition to be a boolean tensor, but got a tensor with dtype {}",
@@ -545,6 +547,9 @@ pub fn where_(cond: &Tensor, a: &Operand, b: &Operand) -> Result<Tensor> {
     let x = ta.data().broadcast_as(shape.clone()).op("where")?;
     let y = tb.data().broadcast_as(shape).op("where")?;
     let out = Tensor::new(backend::on(&x).select("where", &c, &x, &y)?, dtype);
+    remat::note("where", &out, &[ta, tb, cond], started, |ins| {
+        where_(&ins[2], &(&ins[0]).into(), &(&ins[1]).into())
+    });
     record(
         "WhereBackward0",
         &out,
@@ -572,6 +577,7 @@ pub fn where_(cond: &Tensor, a: &Operand, b: &Operand) -> Result<Tensor> {
 
 /// `clamp(x, min, max)`: either bound may be absent, a number or a tensor.
 pub fn clamp(x: &Tensor, lo: Option<&Operand>, hi: Option<&Operand>) -> Result<Tensor> {
+    let started = remat::start();
     if lo.is_none() && hi.is_none() {
         return Err(Error::dtype(
             "clamp: At least one of 'min' or 'max' must not be None",
@@ -591,22 +597,30 @@ pub fn clamp(x: &Tensor, lo: Option<&Operand>, hi: Option<&Operand>) -> Result<T
     let tx = &ts[0];
     let tlo = lo.map(|_| ts[1].clone());
     let thi = hi.map(|_| ts[ts.len() - 1].clone());
-    let mut shape = tx.dims();
-    for t in tlo.iter().chain(thi.iter()) {
-        shape = broadcast_shape("clamp", &shape, &t.dims())?;
-    }
-    let mut cur = Tensor::new(tx.data().broadcast_as(shape.clone()).op("clamp")?, dtype);
-    if let Some(l) = &tlo {
-        cur = Tensor::new(kernel2("clamp", Bin::Max, &cur, l)?, dtype);
-    }
-    if let Some(h) = &thi {
-        cur = Tensor::new(kernel2("clamp", Bin::Min, &cur, h)?, dtype);
-    }
-    let out = cur;
+    let run = move |x: &Tensor, lo: Option<&Tensor>, hi: Option<&Tensor>| -> Result<Tensor> {
+        let mut shape = x.dims();
+        for t in lo.iter().chain(hi.iter()) {
+            shape = broadcast_shape("clamp", &shape, &t.dims())?;
+        }
+        let mut cur = Tensor::new(x.data().broadcast_as(shape).op("clamp")?, dtype);
+        if let Some(l) = lo {
+            cur = Tensor::new(kernel2("clamp", Bin::Max, &cur, l)?, dtype);
+        }
+        if let Some(h) = hi {
+            cur = Tensor::new(kernel2("clamp", Bin::Min, &cur, h)?, dtype);
+        }
+        Ok(cur)
+    };
+    let out = run(tx, tlo.as_ref(), thi.as_ref())?;
     let mut inputs = vec![tx];
     inputs.extend(tlo.iter());
     inputs.extend(thi.iter());
     let (has_lo, has_hi) = (tlo.is_some(), thi.is_some());
+    remat::note("clamp", &out, &inputs, started, move |ins| {
+        let lo = has_lo.then(|| &ins[1]);
+        let hi = has_hi.then(|| &ins[ins.len() - 1]);
+        run(&ins[0], lo, hi)
+    });
     let dims: Vec<Vec<usize>> = inputs.iter().map(|t| t.dims()).collect();
     record(
         "ClampBackward1",

@@ -415,6 +415,7 @@ fn product(
     bias: Option<&Tensor>,
     geo: ConvGeometry,
 ) -> Result<Tensor> {
+    let started = remat::start();
     let (op, node) = match p {
         Product::Forward => ("conv2d", "ConvolutionBackward0"),
         Product::InputGrad => ("conv_transpose2d", "ConvolutionBackward0"),
@@ -432,7 +433,7 @@ fn product(
     let out = finish(y, a.dtype())?;
     let mut inputs = vec![a, b];
     inputs.extend(bias);
-    remat::note(op, &out, &inputs, move |ins| {
+    remat::note(op, &out, &inputs, started, move |ins| {
         product(p, &ins[0], &ins[1], ins.get(2), geo)
     });
     let (na, nb) = (a.requires_grad(), b.requires_grad());

@@ -18,12 +18,16 @@ pub fn cast_data(t: &candle_core::Tensor, from: DType, to: DType) -> Result<cand
 
 /// `t.to(dtype)`: the same tensor when the dtype already matches.
 pub fn to_dtype(t: &Tensor, dtype: DType) -> Result<Tensor> {
+    let started = remat::start();
     let from = t.dtype();
     if from == dtype {
         return Ok(t.clone());
     }
     let out = Tensor::new(cast_data(&t.data(), from, dtype)?, dtype);
     if dtype.is_floating_point() && from.is_floating_point() {
+        remat::note("to", &out, &[t], started, move |ins| {
+            to_dtype(&ins[0], dtype)
+        });
         record("ToCopyBackward0", &out, &[t], Vec::new, move |_, g| {
             Ok(vec![Some(to_dtype(g, from)?)])
         });
@@ -34,6 +38,7 @@ pub fn to_dtype(t: &Tensor, dtype: DType) -> Result<Tensor> {
 /// `t.to(device)`: the same tensor when it is already there, else a copy on `device` whose
 /// gradient goes back to `t`'s device.
 pub fn to_device(t: &Tensor, device: &candle_core::Device) -> Result<Tensor> {
+    let started = remat::start();
     let from = t.device();
     if crate::device::same(&from, device) {
         return Ok(t.clone());
@@ -43,6 +48,10 @@ pub fn to_device(t: &Tensor, device: &candle_core::Device) -> Result<Tensor> {
         t.dtype(),
     );
     if t.dtype().is_floating_point() {
+        let to = device.clone();
+        remat::note("to", &out, &[t], started, move |ins| {
+            to_device(&ins[0], &to)
+        });
         record("ToCopyBackward0", &out, &[t], Vec::new, move |_, g| {
             Ok(vec![Some(to_device(g, &from)?)])
         });
@@ -58,8 +67,9 @@ pub fn dense_copy(t: &candle_core::Tensor) -> Result<candle_core::Tensor> {
 
 /// `clone()`: a new buffer, gradient passes through.
 pub fn clone(t: &Tensor) -> Result<Tensor> {
+    let started = remat::start();
     let out = Tensor::new(dense_copy(&t.data())?, t.dtype());
-    remat::note("clone", &out, &[t], |ins| clone(&ins[0]));
+    remat::note("clone", &out, &[t], started, |ins| clone(&ins[0]));
     record("CloneBackward0", &out, &[t], Vec::new, |_, g| {
         Ok(vec![Some(g.clone())])
     });

@@ -479,10 +479,12 @@ fn zero_region(
 /// The history of `dst` is rewritten as PyTorch's CopySlices does: the old value's
 /// gradient is the incoming one with the region zeroed, `src` gets the region's gradient.
 pub fn assign(dst: &Tensor, region: Option<ViewFn>, src: &Tensor) -> Result<()> {
+    let started = remat::start();
     let recording = should_record(&[dst, src]);
     if recording {
         dst.check_inplace("copy_")?;
     }
+    let old_cell = dst.remat_cell();
     let target = region_of(dst, region.as_ref())?;
     update_data("copy_", &target, src, Update::Assign)?;
     if !recording {
@@ -490,6 +492,8 @@ pub fn assign(dst: &Tensor, region: Option<ViewFn>, src: &Tensor) -> Result<()> 
     }
     let old = dst.detach();
     old.set_grad_fn(dst.grad_fn());
+    old.set_remat_cell(old_cell);
+    note_assign(dst, &old, region.clone(), src, started);
     let src_dims = src.dims();
     let src_dtype = src.dtype();
     let old_in_graph = old.grad_fn().is_some();
@@ -528,15 +532,46 @@ pub fn assign(dst: &Tensor, region: Option<ViewFn>, src: &Tensor) -> Result<()> 
     Ok(())
 }
 
+/// Under a budget, `dst` as `assign` wrote it gets a recipe: a copy of `src` (broadcast and
+/// cast to `dst`), written over a copy of `old` (its value before) when only `region` was.
+fn note_assign(
+    dst: &Tensor,
+    old: &Tensor,
+    region: Option<ViewFn>,
+    src: &Tensor,
+    started: Option<std::time::Instant>,
+) {
+    let (dims, dtype) = (dst.dims(), dst.dtype());
+    // A whole write does not read the value before it: its recompute does not remake it.
+    let (name, inputs) = match region {
+        Some(_) => ("copy_slices", vec![old, src]),
+        None => ("copy_", vec![src]),
+    };
+    remat::note_write(name, dst, &inputs, started, move |ins| {
+        let (out, src) = match region {
+            Some(_) => (convert::clone(&ins[0])?, &ins[1]),
+            None => (creation::zeros(&dims, dtype, &ins[0].device())?, &ins[0]),
+        };
+        let target = region_of(&out, region.as_ref())?;
+        update_data("copy_", &target, src, Update::Assign)?;
+        Ok(out)
+    });
+}
+
 // ---------------------------------------------------------------------------------------
 // take / index_put_: the two ops every advanced index goes through
 
 /// The elements `plan` names, as a new dense tensor. Backward: accumulate into zeros.
 pub fn take(x: &Tensor, plan: Arc<IndexPlan>, name: &'static str) -> Result<Tensor> {
+    let started = remat::start();
     let xd = x.data();
     let data = backend::on(&xd).take("index", &xd, &plan)?;
     let out = Tensor::new(data, x.dtype());
     let in_dims = x.dims();
+    let kept = plan.clone();
+    remat::note(name, &out, &[x], started, move |ins| {
+        take(&ins[0], kept.clone(), name)
+    });
     record(name, &out, &[x], Vec::new, move |_, g| {
         Ok(vec![Some(put_new(g, &in_dims, plan.clone())?)])
     });

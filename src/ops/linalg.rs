@@ -92,7 +92,15 @@ fn is_col_major(t: &candle_core::Tensor) -> bool {
 
 /// `a @ b` for operands of rank >= 2 with identical batch dims; records `name`.
 fn batched_mm(name: &'static str, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    let started = remat::start();
     let out = Tensor::new(product_data(&a.data(), &b.data(), a.dtype())?, a.dtype());
+    remat::note(name, &out, &[a, b], started, move |ins| {
+        let (a, b) = (&ins[0], &ins[1]);
+        Ok(Tensor::new(
+            product_data(&a.data(), &b.data(), a.dtype())?,
+            a.dtype(),
+        ))
+    });
     let (na, nb) = (a.requires_grad(), b.requires_grad());
     let (a_col_major, b_col_major) = (is_col_major(&a.data()), is_col_major(&b.data()));
     record(
@@ -287,10 +295,11 @@ pub fn dot(a: &Tensor, b: &Tensor) -> Result<Tensor> {
              number of elements, but got {n} and {m} elements respectively"
         )));
     }
-    let row = a.data().reshape((1, n)).op("dot")?;
-    let col = b.data().reshape((n, 1)).op("dot")?;
-    let data = product_data(&row, &col, a.dtype())?.reshape(()).op("dot")?;
-    let out = Tensor::new(data, a.dtype());
+    let started = remat::start();
+    let out = dot_product(a, b)?;
+    remat::note("dot", &out, &[a, b], started, |ins| {
+        dot_product(&ins[0], &ins[1])
+    });
     let (na, nb) = (a.requires_grad(), b.requires_grad());
     record(
         "DotBackward0",
@@ -303,6 +312,14 @@ pub fn dot(a: &Tensor, b: &Tensor) -> Result<Tensor> {
         },
     );
     Ok(out)
+}
+
+fn dot_product(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    let n = a.numel();
+    let row = a.data().reshape((1, n)).op("dot")?;
+    let col = b.data().reshape((n, 1)).op("dot")?;
+    let data = product_data(&row, &col, a.dtype())?.reshape(()).op("dot")?;
+    Ok(Tensor::new(data, a.dtype()))
 }
 
 /// `outer(a, b)`: `a[:, None] * b[None, :]`, as PyTorch computes it (grad_fn `MulBackward0`).
@@ -364,10 +381,11 @@ pub fn addmm(input: &Tensor, m1: &Tensor, m2: &Tensor, beta: f64, alpha: f64) ->
 /// `linear(x, w, b)`: `x @ w.T + b`. The bias is added into the product's fresh buffer, so
 /// a layer allocates one output instead of two (the product is saved by no one).
 pub fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
+    let started = remat::start();
     let out = linear_product(x, w, b)?;
     let mut inputs = vec![x, w];
     inputs.extend(b);
-    remat::note("linear", &out, &inputs, |ins| {
+    remat::note("linear", &out, &inputs, started, |ins| {
         linear_product(&ins[0], &ins[1], ins.get(2))
     });
     Ok(out)

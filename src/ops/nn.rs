@@ -71,6 +71,7 @@ pub fn layer_norm(
     bias: Option<&Tensor>,
     eps: f64,
 ) -> Result<Tensor> {
+    let started = remat::start();
     let dims = x.dims();
     if k == 0 || k > dims.len() {
         return Err(Error::shape(format!(
@@ -124,7 +125,7 @@ pub fn layer_norm(
     let mut inputs = vec![x];
     inputs.extend(weight);
     inputs.extend(bias);
-    remat::note("layer_norm", &out, &inputs, move |ins| {
+    remat::note("layer_norm", &out, &inputs, started, move |ins| {
         let w = has_w.then(|| &ins[1]);
         let b = has_b.then(|| &ins[1 + usize::from(has_w)]);
         finish(run(&ins[0], w, b)?.0, ins[0].dtype())
@@ -266,6 +267,7 @@ fn targets(classes: &candle_core::Tensor, ignore: i64) -> Targets<'_> {
 
 /// `out[i] = x[i, target[i]]` for a 2-d `x` (0 where `target[i] == ignore_index`).
 pub fn gather_rows(x: &Tensor, target: &Tensor, ignore_index: i64) -> Result<Tensor> {
+    let started = remat::start();
     let dims = x.dims();
     if dims.len() != 2 || target.dims() != [dims[0]] {
         return Err(Error::shape(format!(
@@ -285,6 +287,9 @@ pub fn gather_rows(x: &Tensor, target: &Tensor, ignore_index: i64) -> Result<Ten
     let (xd, _) = compute_data("nll_loss", x)?;
     let data = backend::on(&xd).gather_rows("nll_loss", &xd, targets(&t, ignore_index))?;
     let out = finish(data, x.dtype())?;
+    remat::note("nll_loss", &out, &[x, target], started, move |ins| {
+        gather_rows(&ins[0], &ins[1], ignore_index)
+    });
     record(
         "NllGatherBackward0",
         &out,
@@ -325,6 +330,7 @@ pub fn embedding(
     padding_idx: Option<i64>,
     zero_index: Option<i64>,
 ) -> Result<Tensor> {
+    let started = remat::start();
     let wd = weight.dims();
     if wd.len() != 2 {
         return Err(Error::shape(format!(
@@ -348,6 +354,9 @@ pub fn embedding(
         .reshape(out_dims)
         .op("embedding")?;
     let out = finish(data, weight.dtype())?;
+    remat::note("embedding", &out, &[weight, idx], started, move |ins| {
+        embedding(&ins[0], &ins[1], padding_idx, zero_index)
+    });
     record(
         "EmbeddingBackward0",
         &out,
@@ -403,6 +412,7 @@ pub fn embedding_backward(
 /// Inverted dropout: zero each element with probability `p`, scale the rest by
 /// `1 / (1 - p)`. Saves a one-byte-per-element mask.
 pub fn dropout(x: &Tensor, p: f64, draw: impl FnOnce(usize) -> Vec<u8>) -> Result<Tensor> {
+    let started = remat::start();
     if !(0.0..=1.0).contains(&p) {
         return Err(Error::value(format!(
             "dropout probability has to be between 0 and 1, but got {p}"
@@ -419,7 +429,7 @@ pub fn dropout(x: &Tensor, p: f64, draw: impl FnOnce(usize) -> Vec<u8>) -> Resul
         mul_scalar(&mul(x, &m)?, scale)?
     };
     let kept = mask.clone();
-    remat::note("dropout", &out, &[x], move |ins| {
+    remat::note("dropout", &out, &[x], started, move |ins| {
         let m = to_dtype(&kept, ins[0].dtype())?;
         mul_scalar(&mul(&ins[0], &m)?, scale)
     });

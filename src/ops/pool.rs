@@ -226,6 +226,7 @@ fn max_pool_over(
     w: Window,
     return_indices: bool,
 ) -> Result<(Tensor, Option<Tensor>)> {
+    let started = remat::start();
     let xd = p.data(op, x)?;
     let (out, argmax) = backend::on(&xd).max_pool(op, &xd, w)?;
     let out_dims = p.dims([w.h.output, w.w.output]);
@@ -246,7 +247,7 @@ fn max_pool_over(
     };
     let argmax = Tensor::new(argmax, arg_dtype);
     let (spatial, dtype) = (p.spatial, x.dtype());
-    remat::note(op, &out, &[x], move |ins| {
+    remat::note(op, &out, &[x], started, move |ins| {
         let xd = Planes::of(op, &ins[0], spatial)?.data(op, &ins[0])?;
         let (out, _) = backend::on(&xd).max_pool(op, &xd, w)?;
         planes_tensor(out, &out_dims, dtype)
@@ -299,6 +300,7 @@ pub(crate) fn resample(
     out_dims: Vec<usize>,
     adjoint: bool,
 ) -> Result<Tensor> {
+    let started = remat::start();
     let (xd, _) = compute_data(op, x)?;
     let (pi, po) = if adjoint {
         ((rows.output(), cols.output()), (rows.input, cols.input))
@@ -318,6 +320,10 @@ pub(crate) fn resample(
         backend::on(&xd).resample(op, &xd, &rows, &cols)?
     };
     let out = planes_tensor(data, &out_dims, x.dtype())?;
+    let (r, c, d) = (rows.clone(), cols.clone(), out_dims.clone());
+    remat::note(op, &out, &[x], started, move |ins| {
+        resample(op, &ins[0], r.clone(), c.clone(), d.clone(), adjoint)
+    });
     let in_dims = x.dims();
     let name = if adjoint {
         "ResampleBackwardBackward0"

@@ -8,6 +8,7 @@ pub mod minmax;
 pub mod softmax;
 
 use crate::autograd::function::{record, record_with_input_and_output};
+use crate::autograd::remat;
 use crate::autograd::saved::SavedTensor;
 use crate::backend;
 use crate::backend::cast::Convert;
@@ -108,6 +109,7 @@ fn sum_data(x: &candle_core::Tensor, reduced: &[usize]) -> Result<candle_core::T
 
 /// `sum` over `dims` (normalised; `None` = all). Integers and bools sum to int64.
 pub fn sum(x: &Tensor, dims: Option<&[usize]>, keepdim: bool) -> Result<Tensor> {
+    let started = remat::start();
     let in_dims = x.dims();
     let reduced = all_dims(dims, in_dims.len());
     let x = int_to_i64(x)?;
@@ -115,6 +117,10 @@ pub fn sum(x: &Tensor, dims: Option<&[usize]>, keepdim: bool) -> Result<Tensor> 
         .reshape(reduced_shape(&in_dims, &reduced, keepdim))
         .op("sum")?;
     let out = Tensor::new(data, x.dtype());
+    let kept = dims.map(<[usize]>::to_vec);
+    remat::note("sum", &out, &[&x], started, move |ins| {
+        sum(&ins[0], kept.as_deref(), keepdim)
+    });
     record("SumBackward1", &out, &[&x], Vec::new, move |_, g| {
         Ok(vec![Some(expand_reduced(g, &in_dims, &reduced)?)])
     });
@@ -165,12 +171,16 @@ pub fn prod_of_others(x: &Tensor, dim: usize) -> Result<Tensor> {
 }
 
 fn prod_dim(x: &Tensor, dim: usize, keepdim: bool) -> Result<Tensor> {
+    let started = remat::start();
     let in_dims = x.dims();
     let kd = keepdim_shape(&in_dims, &[dim]);
     let data = line_op(&x.data(), dim, LineKernel::Prod)?
         .reshape(reduced_shape(&in_dims, &[dim], keepdim))
         .op("prod")?;
     let out = Tensor::new(data, x.dtype());
+    remat::note("prod", &out, &[x], started, move |ins| {
+        prod_dim(&ins[0], dim, keepdim)
+    });
     record(
         "ProdBackward1",
         &out,
@@ -209,11 +219,16 @@ pub fn var(x: &Tensor, dims: Option<&[usize]>, correction: f64, keepdim: bool) -
 /// `std`: the square root of `var`, whose backward is zero where the deviation is (PyTorch's
 /// `std_backward`; the root's own derivative is infinite there).
 pub fn std(x: &Tensor, dims: Option<&[usize]>, correction: f64, keepdim: bool) -> Result<Tensor> {
+    let started = remat::start();
     let v = var(x, dims, correction, keepdim)?;
     let out = {
         let _plain = crate::autograd::grad_mode::GradModeGuard::new(false);
         unary(UnaryOp::Sqrt, &v)?
     };
+    let kept = dims.map(<[usize]>::to_vec);
+    remat::note("std", &out, &[x], started, move |ins| {
+        std(&ins[0], kept.as_deref(), correction, keepdim)
+    });
     record(
         "StdBackward0",
         &out,
@@ -289,6 +304,7 @@ pub(crate) fn extreme_data(
 
 /// `logsumexp` over `dims`, shifted by the max for stability. Integers promote to float.
 pub fn logsumexp(x: &Tensor, dims: Option<&[usize]>, keepdim: bool) -> Result<Tensor> {
+    let started = remat::start();
     let x = if x.dtype().is_floating_point() {
         x.clone()
     } else {
@@ -327,6 +343,10 @@ pub fn logsumexp(x: &Tensor, dims: Option<&[usize]>, keepdim: bool) -> Result<Te
             .op(op)?
     };
     let out = Tensor::new(data, x.dtype());
+    let kept = dims.map(<[usize]>::to_vec);
+    remat::note("logsumexp", &out, &[&x], started, move |ins| {
+        logsumexp(&ins[0], kept.as_deref(), keepdim)
+    });
     record(
         "LogsumexpBackward0",
         &out,
@@ -351,8 +371,10 @@ fn sign(x: &Tensor) -> Result<Tensor> {
 
 /// `|x|^e` for a constant `e`, with its own backward `e * sign(x) * |x|^(e-1)`.
 fn abs_pow(x: &Tensor, e: f64) -> Result<Tensor> {
+    let started = remat::start();
     let data = x.data().abs().op("pow")?.powf(e).op("pow")?;
     let out = Tensor::new(data, x.dtype());
+    remat::note("pow", &out, &[x], started, move |ins| abs_pow(&ins[0], e));
     record(
         "PowBackward0",
         &out,
@@ -370,6 +392,7 @@ fn abs_pow(x: &Tensor, e: f64) -> Result<Tensor> {
 /// `norm` / `linalg.vector_norm` of order `p` (`inf`, `-inf`, 0, or any other number)
 /// over `dims`. The gradient at a zero norm is 0, never NaN.
 pub fn norm(x: &Tensor, p: f64, dims: Option<&[usize]>, keepdim: bool) -> Result<Tensor> {
+    let started = remat::start();
     require_float(
         "linalg.vector_norm",
         x,
@@ -412,6 +435,10 @@ pub fn norm(x: &Tensor, p: f64, dims: Option<&[usize]>, keepdim: bool) -> Result
             .op(op)?
     };
     let out = Tensor::new(data.reshape(out_dims).op(op)?, x.dtype());
+    let kept = dims.map(<[usize]>::to_vec);
+    remat::note("linalg.vector_norm", &out, &[x], started, move |ins| {
+        norm(&ins[0], p, kept.as_deref(), keepdim)
+    });
     record_with_input_and_output("LinalgVectorNormBackward0", &out, x, move |x, y, g| {
         let g = reshape(g, &kd)?;
         let y = reshape(y, &kd)?;

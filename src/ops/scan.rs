@@ -8,6 +8,7 @@
 //! - the linear recurrence `h[i] = a[i] h[i-1] + b[i]` is its own adjoint, reversed.
 
 use crate::autograd::function::{record, record_with_input_and_output};
+use crate::autograd::remat;
 use crate::autograd::saved::SavedTensor;
 use crate::dtype::DType;
 use crate::error::{CandleContext, Error, Result};
@@ -47,11 +48,15 @@ pub fn cumprod(x: &Tensor, dim: usize) -> Result<Tensor> {
 
 /// Running sum along `dim` (rank >= 1), front to back or (`reverse`) back to front.
 pub fn cumsum_dir(x: &Tensor, dim: usize, reverse: bool) -> Result<Tensor> {
+    let started = remat::start();
     let k = LineKernel::Scan {
         prod: false,
         reverse,
     };
     let out = Tensor::new(line_op(&x.data(), dim, k)?, x.dtype());
+    remat::note("cumsum", &out, &[x], started, move |ins| {
+        cumsum_dir(&ins[0], dim, reverse)
+    });
     record("CumsumBackward0", &out, &[x], Vec::new, move |_, g| {
         Ok(vec![Some(cumsum_dir(g, dim, !reverse)?)])
     });
@@ -60,11 +65,15 @@ pub fn cumsum_dir(x: &Tensor, dim: usize, reverse: bool) -> Result<Tensor> {
 
 /// Running product along `dim` (rank >= 1), front to back or (`reverse`) back to front.
 pub fn cumprod_dir(x: &Tensor, dim: usize, reverse: bool) -> Result<Tensor> {
+    let started = remat::start();
     let k = LineKernel::Scan {
         prod: true,
         reverse,
     };
     let out = Tensor::new(line_op(&x.data(), dim, k)?, x.dtype());
+    remat::note("cumprod", &out, &[x], started, move |ins| {
+        cumprod_dir(&ins[0], dim, reverse)
+    });
     record_with_input_and_output("CumprodBackward0", &out, x, move |x, y, g| {
         // Toward the scan's direction: `before[i]` is the product of the elements
         // scanned before i; `r` gathers the gradients of the outputs after i.
@@ -79,6 +88,7 @@ pub fn cumprod_dir(x: &Tensor, dim: usize, reverse: bool) -> Result<Tensor> {
 /// `h[i] = a[i] * h[i-1] + b[i]` along `dim` with `h[-1] = 0` (or from the back when
 /// `reverse`); `a` and `b` have one shape and one floating dtype.
 pub fn linear_scan(a: &Tensor, b: &Tensor, dim: usize, reverse: bool) -> Result<Tensor> {
+    let started = remat::start();
     if a.dims() != b.dims() || a.dtype() != b.dtype() {
         return Err(Error::shape(format!(
             "linear_scan: a and b must match, got {} {} and {} {}",
@@ -91,6 +101,9 @@ pub fn linear_scan(a: &Tensor, b: &Tensor, dim: usize, reverse: bool) -> Result<
     let k = LineKernel::LinearScan { reverse };
     let out = Tensor::new(line_op2(&a.data(), &b.data(), dim, k)?, b.dtype());
     let need_a = a.requires_grad();
+    remat::note("linear_scan", &out, &[a, b], started, move |ins| {
+        linear_scan(&ins[0], &ins[1], dim, reverse)
+    });
     record(
         "LinearScanBackward",
         &out,
@@ -121,6 +134,7 @@ pub fn linear_scan(a: &Tensor, b: &Tensor, dim: usize, reverse: bool) -> Result<
 /// Move every element one place along `dim`: `step = 1` gives `out[i] = x[i-1]`,
 /// `step = -1` gives `out[i] = x[i+1]`; the vacated end is 1 (`fill_one`) or 0.
 pub fn shift(x: &Tensor, dim: usize, step: i64, fill_one: bool) -> Result<Tensor> {
+    let started = remat::start();
     let d = x.data();
     let n = d.dims()[dim];
     let data = if n == 0 {
@@ -140,6 +154,9 @@ pub fn shift(x: &Tensor, dim: usize, step: i64, fill_one: bool) -> Result<Tensor
         }
     };
     let out = Tensor::new(data, x.dtype());
+    remat::note("shift", &out, &[x], started, move |ins| {
+        shift(&ins[0], dim, step, fill_one)
+    });
     record("ShiftBackward", &out, &[x], Vec::new, move |_, g| {
         Ok(vec![Some(shift(g, dim, -step, false)?)])
     });

@@ -330,6 +330,7 @@ pub fn expand_sizes(x: &Tensor, req: &[i64]) -> Result<Tensor> {
 
 /// `flip(dims)`: a copy with those dims reversed.
 pub fn flip<D: Dim>(x: &Tensor, dims: &[D]) -> Result<Tensor> {
+    let started = remat::start();
     let dims = &wrap_dims("flip", dims, x.rank())?;
     let src = x.contiguous_data()?;
     let data = if dims
@@ -342,6 +343,8 @@ pub fn flip<D: Dim>(x: &Tensor, dims: &[D]) -> Result<Tensor> {
     };
     let out = Tensor::new(data, x.dtype());
     let dims = dims.to_vec();
+    let kept = dims.clone();
+    remat::note("flip", &out, &[x], started, move |ins| flip(&ins[0], &kept));
     record("FlipBackward0", &out, &[x], Vec::new, move |_, g| {
         Ok(vec![Some(flip(g, &dims)?)])
     });
@@ -350,6 +353,7 @@ pub fn flip<D: Dim>(x: &Tensor, dims: &[D]) -> Result<Tensor> {
 
 /// `roll(shifts, dims)` on normalised dims; with no dims, rolls the flattened tensor.
 pub fn roll(x: &Tensor, shifts: &[i64], dims: Option<&[usize]>) -> Result<Tensor> {
+    let started = remat::start();
     let Some(dims) = dims else {
         if shifts.len() != 1 {
             return Err(Error::shape(format!(
@@ -392,6 +396,10 @@ pub fn roll(x: &Tensor, shifts: &[i64], dims: Option<&[usize]>) -> Result<Tensor
     let out = Tensor::new(data, x.dtype());
     let back: Vec<i64> = shifts.iter().map(|s| -s).collect();
     let dims = dims.to_vec();
+    let (kept_shifts, kept_dims) = (shifts.to_vec(), dims.clone());
+    remat::note("roll", &out, &[x], started, move |ins| {
+        roll(&ins[0], &kept_shifts, Some(&kept_dims))
+    });
     record("RollBackward0", &out, &[x], Vec::new, move |_, g| {
         Ok(vec![Some(roll(g, &back, Some(&dims))?)])
     });
@@ -401,6 +409,7 @@ pub fn roll(x: &Tensor, shifts: &[i64], dims: Option<&[usize]>) -> Result<Tensor
 /// `tril(diagonal)` (`upper = false`) / `triu(diagonal)`: zero the elements above (below)
 /// the given diagonal of the last two dims.
 pub fn tri(x: &Tensor, diagonal: i64, upper: bool) -> Result<Tensor> {
+    let started = remat::start();
     let op = if upper { "triu" } else { "tril" };
     let dims = x.dims();
     if dims.len() < 2 {
@@ -429,6 +438,9 @@ pub fn tri(x: &Tensor, diagonal: i64, upper: bool) -> Result<Tensor> {
         .op(op)?,
         x.dtype(),
     );
+    remat::note(op, &out, &[x], started, move |ins| {
+        tri(&ins[0], diagonal, upper)
+    });
     record(
         if upper {
             "TriuBackward0"

@@ -6,6 +6,7 @@
 //! The values of `sort`/`topk`/`kthvalue`/`msort` are read through the indices with the
 //! indexing `take`, whose backward accumulates the gradient back at the source positions.
 
+use crate::autograd::remat;
 use crate::backend::cast::Convert;
 use candle_core::DType as CDType;
 
@@ -73,6 +74,7 @@ fn narrow_idx(all: &candle_core::Tensor, dim: usize, start: usize, len: usize) -
 /// `keep`. Backward: the gradient accumulated into zeros at the source positions, as the
 /// indexing `take` does, under the op's own node name.
 fn read(x: &Tensor, dim: usize, idx: &Tensor, node: &'static str, keep: bool) -> Result<Tensor> {
+    let started = remat::start();
     let plan = gather_plan("sort", &x.dims(), &x.device(), dim, idx)?;
     if keep {
         return take(x, plan, node);
@@ -84,6 +86,10 @@ fn read(x: &Tensor, dim: usize, idx: &Tensor, node: &'static str, keep: bool) ->
         .op("kthvalue")?;
     let out = Tensor::new(data, x.dtype());
     let in_dims = x.dims();
+    let kept = idx.clone();
+    remat::note(node, &out, &[x], started, move |ins| {
+        read(&ins[0], dim, &kept, node, keep)
+    });
     record(node, &out, &[x], Vec::new, move |_, g| {
         Ok(vec![Some(put_new(
             &unsqueeze(g, dim)?,

@@ -60,6 +60,7 @@ fn threshold_op(
     th: f64,
     value: f64,
 ) -> Result<Tensor> {
+    let started = remat::start();
     if x.dtype() == DType::Bool {
         // PyTorch's classes: relu checks its input, threshold finds no bool kernel.
         return Err(if name == "relu" {
@@ -76,7 +77,7 @@ fn threshold_op(
     if !recording {
         return Ok(out);
     }
-    remat::note(name, &out, &[x], move |ins| {
+    remat::note(name, &out, &[x], started, move |ins| {
         let x = &ins[0];
         if remat::is_transient(x) {
             // The linear before a relu, recomputed for it: relu it where it lies.

@@ -311,6 +311,7 @@ pub fn apply_kernel(name: &'static str, x: &Tensor, k: UnaryOp) -> Result<candle
 }
 
 pub fn unary(op: UnaryOp, x: &Tensor) -> Result<Tensor> {
+    let started = remat::start();
     let x = prepare(op, x)?;
     let data = if !x.dtype().is_floating_point() && op.int_inputs() == IntInputs::Identity {
         crate::ops::convert::dense_copy(&x.data())?
@@ -319,7 +320,9 @@ pub fn unary(op: UnaryOp, x: &Tensor) -> Result<Tensor> {
     };
     let out = Tensor::new(data, x.dtype());
     let saves = op.saves();
-    remat::note(op.name(), &out, &[&x], move |ins| unary(op, &ins[0]));
+    remat::note(op.name(), &out, &[&x], started, move |ins| {
+        unary(op, &ins[0])
+    });
     record(
         op.node_name(),
         &out,

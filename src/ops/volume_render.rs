@@ -16,6 +16,7 @@
 
 use crate::autograd::function::record;
 use crate::autograd::grad_mode;
+use crate::autograd::remat;
 use crate::autograd::saved::SavedTensor;
 use crate::backend::cast::Convert;
 use crate::backend::{self, RenderInputs, RenderShape};
@@ -197,6 +198,7 @@ pub fn volume_render(
     noise: Option<&Tensor>,
     white: bool,
 ) -> Result<Tensor> {
+    let started = remat::start();
     let s = check(raw, z, rays_d, noise)?;
     let dt = raw.dtype();
     let cdt = dt.compute();
@@ -212,6 +214,11 @@ pub fn volume_render(
     let mut inputs = vec![raw, z];
     inputs.extend(rays_d);
     inputs.extend(noise);
+    remat::note(OP, &out, &inputs, started, move |ins| {
+        let dir = has_dir.then(|| &ins[2]);
+        let noise = has_noise.then(|| &ins[2 + usize::from(has_dir)]);
+        volume_render(&ins[0], &ins[1], dir, noise, white)
+    });
     record(
         "VolumeRenderBackward",
         &out,

@@ -1,6 +1,7 @@
 //! `amax`/`amin`, `max`/`min` (of everything, or along a dim with indices), `argmax`/`argmin`.
 
 use crate::autograd::function::{record, record_with_input_and_output};
+use crate::autograd::remat;
 use crate::autograd::saved::SavedTensor;
 use crate::dtype::DType;
 use crate::error::{CandleContext, Error, Result};
@@ -60,6 +61,7 @@ fn extreme(
     max: bool,
     node: &'static str,
 ) -> Result<Tensor> {
+    let started = remat::start();
     if dims.is_none() && x.numel() == 0 {
         let op = if max { "amax" } else { "amin" };
         return Err(Error::Runtime(format!(
@@ -75,6 +77,10 @@ fn extreme(
         .reshape(reduced_shape(&in_dims, &reduced, keepdim))
         .op(op_name(max))?;
     let out = Tensor::new(data, x.dtype());
+    let kept = dims.map(<[usize]>::to_vec);
+    remat::note(op_name(max), &out, &[x], started, move |ins| {
+        extreme(&ins[0], kept.as_deref(), keepdim, max, node)
+    });
     record_with_input_and_output(node, &out, x, move |x, y, g| {
         let y = reshape(y, &kd)?;
         let hit = to_dtype(&compare(CompareOp::Eq, &x.into(), &(&y).into())?, x.dtype())?;
@@ -94,6 +100,7 @@ fn empty_dim_error(op: &str, dim: usize, dims: &[usize]) -> Error {
 /// `x.max(dim)`: the values and the int64 indices of the first extreme (or first NaN) of
 /// each line. The gradient goes to that index only.
 pub fn max_dim(x: &Tensor, dim: usize, keepdim: bool, max: bool) -> Result<(Tensor, Tensor)> {
+    let started = remat::start();
     let op = op_name(max);
     if x.rank() == 0 {
         let (v, i) = max_dim(&reshape(x, &[1])?, 0, false, max)?;
@@ -116,6 +123,10 @@ pub fn max_dim(x: &Tensor, dim: usize, keepdim: bool, max: bool) -> Result<(Tens
     let indices = Tensor::new(idx, DType::Int64);
     let n = in_dims[dim];
     let rank = in_dims.len();
+    remat::note_outputs(op, &[&values, &indices], &[x], started, move |ins| {
+        let (v, i) = max_dim(&ins[0], dim, keepdim, max)?;
+        Ok(vec![v, i])
+    });
     record(
         if max { "MaxBackward0" } else { "MinBackward0" },
         &values,

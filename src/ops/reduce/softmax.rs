@@ -2,6 +2,7 @@
 //! line (rayon over lines); the backward reads only the saved output.
 
 use crate::autograd::function::record;
+use crate::autograd::remat;
 use crate::autograd::saved::SavedTensor;
 use crate::error::{CandleContext, Error, Result};
 use crate::ops::binary::{mul, sub};
@@ -12,6 +13,7 @@ use crate::tensor::{shape_str, Tensor};
 
 /// `softmax(x, dim)` (`log` = `log_softmax`) on a floating point tensor; `dim` normalised.
 pub fn softmax(x: &Tensor, dim: usize, log: bool) -> Result<Tensor> {
+    let started = remat::start();
     let op = if log { "log_softmax" } else { "softmax" };
     if !x.dtype().is_floating_point() {
         return Err(Error::NotImplemented(format!(
@@ -29,6 +31,9 @@ pub fn softmax(x: &Tensor, dim: usize, log: bool) -> Result<Tensor> {
         line_op(&d, dim, k)?
     };
     let out = Tensor::new(data, x.dtype());
+    remat::note(op, &out, &[x], started, move |ins| {
+        softmax(&ins[0], dim, log)
+    });
     record(
         if log {
             "LogSoftmaxBackward0"

@@ -15,6 +15,7 @@ use crate::tensor::{shape_str, Tensor};
 /// `cat(tensors, dim)`: tensors promoted to their common dtype, as in PyTorch. 1-d empty
 /// tensors are skipped (PyTorch's legacy rule), whatever the others' shape.
 pub fn cat(ts: &[Tensor], dim: i64) -> Result<Tensor> {
+    let started = remat::start();
     if ts.is_empty() {
         return Err(Error::shape("cat(): expected a non-empty list of Tensors"));
     }
@@ -83,7 +84,7 @@ pub fn cat(ts: &[Tensor], dim: i64) -> Result<Tensor> {
         }
     }
     let inputs: Vec<&Tensor> = promoted.iter().collect();
-    remat::note("cat", &out, &inputs, move |ins| cat(ins, d as i64));
+    remat::note("cat", &out, &inputs, started, move |ins| cat(ins, d as i64));
     record("CatBackward0", &out, &inputs, Vec::new, move |ctx, g| {
         parts
             .iter()
