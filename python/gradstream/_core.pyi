@@ -1338,7 +1338,8 @@ def _memory_budget() -> _int | None:
 def _memory_budget_stats() -> dict[str, _float]:
     """
     What the budget did since the last reset: evictions, evicted_bytes, recomputations,
-    recomputed_bytes, recompute_seconds.
+    recomputed_bytes, recompute_seconds, and kept: the bytes of saved
+    tensors that have no recipe (so no budget can evict them), by the op that made them.
     """
 def _memory_by_category(device: _Device | None = ...) -> dict[str, _int]:
     """

@@ -31,6 +31,7 @@ use parking_lot::{Mutex, MutexGuard};
 use crate::autograd::remat::{self, Cell};
 use crate::error::{Error, Result};
 use crate::memory::{self, Category};
+use crate::tensor::Tensor;
 
 static CLOCK: AtomicU64 = AtomicU64::new(0);
 
@@ -71,12 +72,43 @@ static STATS: Mutex<Stats> = Mutex::new(Stats {
     recompute_seconds: 0.0,
 });
 
+/// Saved tensors the budget could not make evictable, by the op that made them: bytes and
+/// count since the last `reset_stats` (an output written in place, an op without a recipe,
+/// a tensor an op made for its backward alone).
+static KEPT: Mutex<std::collections::BTreeMap<String, (u64, u64)>> =
+    Mutex::new(std::collections::BTreeMap::new());
+
+/// A node saved `t`, which has no recipe: it stays until the node runs.
+pub fn note_kept(t: &Tensor) {
+    let name = t.grad_fn().map_or_else(
+        || "saved for backward only (mask, indices)".to_string(),
+        |n| n.name().to_string(),
+    );
+    let bytes = memory::storage_key(&t.data()).map_or(0, |b| b.bytes) as u64;
+    let mut kept = KEPT.lock();
+    let e = kept.entry(name).or_default();
+    e.0 += bytes;
+    e.1 += 1;
+}
+
+/// What `note_kept` counted: (op, bytes, tensors), most bytes first.
+pub fn kept() -> Vec<(String, u64, u64)> {
+    let mut v: Vec<_> = KEPT
+        .lock()
+        .iter()
+        .map(|(k, &(b, n))| (k.clone(), b, n))
+        .collect();
+    v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    v
+}
+
 pub fn stats() -> Stats {
     *STATS.lock()
 }
 
 pub fn reset_stats() {
     *STATS.lock() = Stats::default();
+    KEPT.lock().clear();
 }
 
 pub fn count_recompute(bytes: usize, seconds: f64) {
@@ -297,10 +329,24 @@ fn message(bytes: usize, budget: u64) -> String {
     let held = memory::memory_allocated(memory::budget_slot()).max(0) as u64;
     let by = memory::bytes_by_category(memory::budget_slot());
     let of = |c: Category| by.iter().find(|(k, _)| *k == c).map_or(0, |(_, b)| *b);
+    let kept = kept();
+    let kept = if kept.is_empty() {
+        String::new()
+    } else {
+        let top: Vec<String> = kept
+            .iter()
+            .take(3)
+            .map(|(op, b, n)| format!("{op}: {} in {n}", fmt_bytes(*b)))
+            .collect();
+        format!(
+            "; saved tensors without a recipe, which no budget can evict: {}",
+            top.join(", ")
+        )
+    };
     format!(
         "memory budget of {} exceeded: a new tensor of {} does not fit beside the {} that \
          cannot be evicted now (parameters {}, optimizer state {}, gradients {}, saved \
-         activations {}, other {}); this step needs a budget of at least {} ({} bytes)",
+         activations {}, other {}); this step needs a budget of at least {} ({} bytes){kept}",
         fmt_bytes(budget),
         fmt_bytes(bytes as u64),
         fmt_bytes(held),

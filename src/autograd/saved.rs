@@ -137,6 +137,9 @@ impl SavedTensor {
                 version,
             };
         }
+        if budget::is_active() && (kind == Kind::Internal || !t.is_leaf()) {
+            budget::note_kept(t);
+        }
         data.set_role(Role::Activation, true);
         SavedTensor {
             store: Store::Plain {

@@ -27,7 +27,8 @@ functions! { mod functions;
     /// The memory budget in bytes, or None.
     fn _memory_budget["_memory_budget"]() -> Option<u64> { Ok(memory::budget()) }
     /// What the budget did since the last reset: evictions, evicted_bytes, recomputations,
-    /// recomputed_bytes, recompute_seconds.
+    /// recomputed_bytes, recompute_seconds, and kept: the bytes of saved
+    /// tensors that have no recipe (so no budget can evict them), by the op that made them.
     fn _memory_budget_stats["_memory_budget_stats"](py: Python<'_>) -> Bound<'py, PyDict> {
         let s = budget::stats();
         let d = PyDict::new(py);
@@ -36,6 +37,11 @@ functions! { mod functions;
         d.set_item("recomputations", s.recomputations)?;
         d.set_item("recomputed_bytes", s.recomputed_bytes)?;
         d.set_item("recompute_seconds", s.recompute_seconds)?;
+        let kept = PyDict::new(py);
+        for (op, bytes, _) in budget::kept() {
+            kept.set_item(op, bytes)?;
+        }
+        d.set_item("kept", kept)?;
         Ok(d)
     }
     /// Reset the counters of `_memory_budget_stats`.

@@ -14,15 +14,19 @@ reads it (directly, or to recompute an evicted tensor made from it). So cheap, l
 activations that are needed last go first.
 
 Never evicted: parameters, gradients, optimizer state, and any tensor that something else
-holds (a Python reference, a view the user keeps). Ops that recompute: linear, conv1d/2d and
-their transposes, batch norm (with the batch's statistics; the running ones move once),
-layer norm, max pool, scaled_dot_product_attention (with the same dropout seed), relu and
-GELU and the other element-wise unary and binary ops, dropout (with the same mask), cat,
-clone/contiguous, and the views (view, reshape, transpose, permute, split, slicing,
-unsqueeze, squeeze, expand). A buffer and the saved views of it are evicted together. The
-output of any other op is kept, as are the outputs of ops that depend on it. A recomputed
-input that other ops read too (a fused qkv projection) is kept, while there is room, until
-the backward node that needed it ends, so it is recomputed once for all its readers.
+holds (a Python reference, a view the user keeps). Every deterministic op that records a
+node leaves a recipe: products (matmul, mm, bmm, einsum, addmm, dot, linear, conv), norms,
+pooling and interpolation, attention (with the same dropout seed), softmax and log_softmax,
+the element-wise ops, the reductions and scans, indexing, gather and embedding, sort and
+topk, where and clamp, casts, views, and the NeRF volume renderer; the losses are made of
+these. Ops with random draws (dropout) recompute with the same draw. A write into a tensor
+(``copy_``, ``x[i] = v``, ``relu_``, ``x += y``) gives it a recipe of its own: the write
+over the value before it. A buffer and the saved views of it are evicted together. What
+cannot be recomputed is kept and named in ``budget_stats()["kept"]`` with its bytes: the
+small masks and indices some ops save for their backward alone, and the outputs of custom
+``autograd.Function``s and of the linear-algebra decompositions. A recomputed input that other ops
+read too (a fused qkv projection) is kept, while there is room, until the backward node
+that needed it ends, so it is recomputed once for all its readers.
 
 When the budget cannot be met, `gradstream.OutOfMemoryError` (a RuntimeError) is raised
 with the budget and the least the step needs at that point. When a leaf's gradient has
@@ -106,7 +110,9 @@ def budget(size: int | float | str | None, device=None) -> Iterator[None]:
 
 def budget_stats() -> dict[str, float]:
     """What budgets did since the last reset: ``evictions``, ``evicted_bytes``,
-    ``recomputations``, ``recomputed_bytes``, ``recompute_seconds``."""
+    ``recomputations``, ``recomputed_bytes``, ``recompute_seconds``, and ``kept``: the bytes
+    of saved tensors that had no recipe, so no budget could evict them, by the op (node)
+    that made them."""
     return dict(_core._memory_budget_stats())
 
 
