@@ -119,6 +119,7 @@ PARAMS = {
     "states": "list[_ParamState]",
     "backward": "Callable[[Tensor], Sequence[Tensor | None]]",
     "release": "Callable[[], object] | None",
+    "recompute": "Callable[[list[Tensor]], Tensor] | None",
     "spec": "str | device",
     "upper": "bool",
     "offset": "int",

@@ -1227,10 +1227,14 @@ def _empty_cache() -> None:
     """
     Give every cached block back to the system.
     """
-def _function_node(output: Tensor, inputs: Sequence[Tensor], backward: Callable[[Tensor], Sequence[Tensor | None]], release: Callable[[], object] | None, name: str) -> None:
+def _function_node(output: Tensor, inputs: Sequence[Tensor], backward: Callable[[Tensor], Sequence[Tensor | None]], release: Callable[[], object] | None, name: str, recompute: Callable[[list[Tensor]], Tensor] | None = ..., seconds: _float = ...) -> None:
     """
     Attach a Python-defined backward to `output`: gradients flow to `inputs` (those that
     require grad). The caller ran the forward without recording.
+
+    `recompute(inputs) -> output`, when given, is the forward again on the inputs' values
+    (grad mode off), and `seconds` what the forward took: under a memory budget the
+    output can then be evicted and remade like any op's (a checkpointed region's).
     """
 def _graph_leaves(t: Tensor) -> list[Tensor]:
     """

@@ -7,6 +7,7 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 
 use crate::autograd::node::{EdgeGrads, Node, NodeBase, Run};
+use crate::autograd::remat;
 use crate::bindings::convert::extract_tensor;
 use crate::bindings::op::functions;
 use crate::bindings::Obj;
@@ -85,8 +86,13 @@ impl Node for PyFunctionNode {
 functions! { mod functions;
     /// Attach a Python-defined backward to `output`: gradients flow to `inputs` (those that
     /// require grad). The caller ran the forward without recording.
+    ///
+    /// `recompute(inputs) -> output`, when given, is the forward again on the inputs' values
+    /// (grad mode off), and `seconds` what the forward took: under a memory budget the
+    /// output can then be evicted and remade like any op's (a checkpointed region's).
     fn _function_node["Function"](output: Object, inputs: List, backward: Py<PyAny>,
-        release: Py<PyAny>, name: String) -> () {
+        release: Py<PyAny>, name: String, recompute: Option<Py<PyAny>> = None,
+        seconds: f64 = 0.0) -> () {
         let out = extract_tensor(&name, "output", output)?;
         if !out.is_leaf() || out.requires_grad() {
             return Err(PyTypeError::new_err(format!(
@@ -105,6 +111,19 @@ functions! { mod functions;
                 "{name}: only floating point outputs can have a gradient (got {})",
                 out.dtype().name()
             )));
+        }
+        if let Some(recompute) = recompute {
+            let started = remat::start().and_then(|now| {
+                now.checked_sub(std::time::Duration::from_secs_f64(seconds.max(0.0)))
+            });
+            let label = name.clone();
+            let refs: Vec<&Tensor> = ins.iter().collect();
+            remat::note("function", &out, &refs, started, move |values: &[Tensor]| {
+                Python::attach(|py| {
+                    let r = recompute.call1(py, (values.to_vec(),))?;
+                    Ok(extract_tensor(&label, "recomputed output", r.bind(py))?)
+                })
+            });
         }
         let node = PyFunctionNode {
             base: NodeBase::new(ins.iter().map(Tensor::gradient_edge).collect()),

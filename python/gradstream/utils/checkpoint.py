@@ -11,11 +11,12 @@ point-wise networks such as NeRF's MLP.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Sequence
 
 from .. import _core
 from ..autograd.backward import grad as autograd_grad
-from ..autograd.grad_mode import enable_grad
+from ..autograd.grad_mode import enable_grad, no_grad
 
 __all__ = ["checkpoint", "checkpoint_sequential", "checkpoint_chunks"]
 
@@ -113,8 +114,10 @@ def checkpoint(
     tensors = [a for a in args if isinstance(a, _core.Tensor)]
     rng = _core.get_rng_state() if preserve_rng_state else None
     before = _versions(tensors)
+    started = time.perf_counter()
     with _structure_only():
         out, layout = _pack(function(*args, **kwargs))
+    seconds = time.perf_counter() - started
     if _versions(tensors) != before:
         raise RuntimeError(
             "checkpoint: the checkpointed function modified one of its inputs in place; the "
@@ -127,36 +130,49 @@ def checkpoint(
     leaves = [p for p in _core._graph_leaves(out) if id(p) not in ids]
     grad_args = [t for t in tensors if t.requires_grad]
     out = out.detach()
-    saved = {"versions": _versions(tensors)}
+    # The inputs are held as an op's saved tensors are: version-checked, and under a memory
+    # budget evictable (remade from their recipes) until the backward needs them.
+    saved = {"args": [_core._SavedTensor(a) if isinstance(a, _core.Tensor) else a for a in args]}
+    requires = [isinstance(a, _core.Tensor) and a.requires_grad for a in args]
+    # What the recompute does not get from the engine: the arguments that need no grad.
+    plain = [None if req else a for a, req in zip(args, requires, strict=True)]
+    name = "CheckpointBackward"
 
     def backward(grad):
-        if saved is None or "versions" not in saved:
+        if "args" not in saved:
             raise RuntimeError("checkpoint: backward through the graph a second time")
-        if _versions(tensors) != saved["versions"]:
-            raise RuntimeError(
-                "one of the variables needed for gradient computation has been modified by an "
-                "inplace operation: an input of a checkpointed function changed after its forward"
-            )
         detached = []
-        for a in args:
-            if isinstance(a, _core.Tensor):
-                d = a.detach()
-                d.requires_grad_(a.requires_grad)
+        for a, req in zip(saved["args"], requires, strict=True):
+            if isinstance(a, _core._SavedTensor):
+                d = a.unpack(name).detach()
+                d.requires_grad_(req)
                 detached.append(d)
             else:
                 detached.append(a)
         with _rng_state(rng), enable_grad(), _recompute_phase():
             recomputed, _ = _pack(function(*detached, **kwargs))
-        targets = [d for d in detached if isinstance(d, _core.Tensor) and d.requires_grad]
+        targets = [d for d, req in zip(detached, requires, strict=True) if req]
         grads = autograd_grad(
             [recomputed], targets + leaves, grad_outputs=[grad], allow_unused=True
         )
         return list(grads)
 
     def release():
+        for a in saved.get("args", ()):
+            if isinstance(a, _core._SavedTensor):
+                a.release()
         saved.clear()
 
-    _core._function_node(out, grad_args + leaves, backward, release, "CheckpointBackward")
+    def recompute(values):
+        # Under a memory budget the region's output is evictable: remade from the values
+        # of its inputs (the arguments that require grad, then the leaves it reads).
+        values = iter(values)
+        call = [next(values) if req else a for a, req in zip(plain, requires, strict=True)]
+        with _rng_state(rng), no_grad():
+            remade, _ = _pack(function(*call, **kwargs))
+        return remade
+
+    _core._function_node(out, grad_args + leaves, backward, release, name, recompute, seconds)
     return _unpack(out, layout)
 
 
