@@ -434,6 +434,25 @@ pub fn budget() -> Option<u64> {
     }
 }
 
+/// A budget still to be set, as a fraction of the peak when the first backward pass ends
+/// (`python -m gradstream.alias --memory-budget 60%`), and the device it bounds.
+static FIRST_STEP_FRACTION: parking_lot::Mutex<Option<(f64, Slot)>> = parking_lot::Mutex::new(None);
+
+/// Set the budget of device `slot` to `fraction` of its exact peak when the next backward
+/// pass ends (the first step of a training loop, run unconstrained); `None` cancels.
+pub fn set_budget_fraction(fraction: Option<f64>, slot: Slot) {
+    *FIRST_STEP_FRACTION.lock() = fraction.map(|f| (f, slot));
+}
+
+/// A backward pass ended: set the budget a fraction waited for.
+pub fn backward_ended() {
+    let Some((fraction, slot)) = FIRST_STEP_FRACTION.lock().take() else {
+        return;
+    };
+    let peak = max_memory_allocated(slot).max(0) as f64;
+    set_budget(Some((peak * fraction) as u64), slot);
+}
+
 /// The device slot the budget bounds.
 pub fn budget_slot() -> Slot {
     BUDGET_SLOT.load(Ordering::Relaxed)

@@ -819,6 +819,7 @@ __all__ = [
     '_backward_calls',
     'OutOfMemoryError',
     '_set_memory_budget',
+    '_set_memory_budget_fraction',
     '_memory_budget',
     '_memory_budget_stats',
     '_reset_memory_budget_stats',
@@ -1541,6 +1542,11 @@ def _set_memory_budget(bytes: _int | None, device: _Device | None = ...) -> _int
     Args:
         bytes: live tensor bytes to stay within, or None.
         device: the device whose tensors the budget bounds (the default device when None).
+    """
+def _set_memory_budget_fraction(fraction: _float | None, device: _Device | None = ...) -> None:
+    """
+    Set the memory budget to `fraction` of the exact peak when the next backward pass
+    ends (`None` cancels a pending one).
     """
 def _set_memory_context(label: str) -> None:
     """

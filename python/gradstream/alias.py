@@ -20,6 +20,7 @@ Three ways to use it::
 
     $ python -m gradstream.alias train.py --steps 100    # run a script under the alias
     $ python -m gradstream.alias -m package.module args  # or a module, like `python -m`
+    $ python -m gradstream.alias --memory-budget 60% train.py  # within 60% of step 1's peak
 
 While the alias is installed, processes started with the "spawn" and "forkserver" methods
 (gradstream's DataLoader workers, ``multiprocessing`` pools and processes,
@@ -232,12 +233,30 @@ def torch_alias() -> Iterator[ModuleType]:
         uninstall()
 
 
-_USAGE = "usage: python -m gradstream.alias (script.py | -m module) [args ...]"
+_USAGE = (
+    "usage: python -m gradstream.alias [--memory-budget SIZE] (script.py | -m module) "
+    "[args ...]\n\n"
+    "  --memory-budget SIZE  run within a memory budget: bytes (300MiB, 2GB) or a\n"
+    "                        percentage of the first step's exact peak (60%)"
+)
+
+
+def _budget_option(argv: list[str]) -> tuple[str | None, list[str]]:
+    """``--memory-budget SIZE`` (or ``=SIZE``) before the script: (SIZE, the rest)."""
+    if argv and argv[0].startswith("--memory-budget="):
+        return argv[0].split("=", 1)[1], argv[1:]
+    if argv and argv[0] == "--memory-budget":
+        if len(argv) < 2:
+            print(_USAGE, file=sys.stderr)
+            raise SystemExit(2)
+        return argv[1], argv[2:]
+    return None, argv
 
 
 def main(argv: list[str] | None = None) -> None:
     """Run a script (or ``-m module``) as ``__main__`` with ``import torch`` -> gradstream."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    size, argv = _budget_option(argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(_USAGE, file=sys.stderr if not argv else sys.stdout)
         raise SystemExit(0 if argv else 2)
@@ -249,6 +268,14 @@ def main(argv: list[str] | None = None) -> None:
         target, args = argv[1], argv[2:]
     else:
         target, args = argv[0], argv[1:]
+    if size is not None:
+        import gradstream.memory
+
+        try:
+            gradstream.memory.set_budget(size)
+        except (TypeError, ValueError) as e:
+            print(f"python -m gradstream.alias: --memory-budget: {e}", file=sys.stderr)
+            raise SystemExit(2) from None
     old_argv, old_path = sys.argv, list(sys.path)
     with torch_alias():
         try:

@@ -306,6 +306,9 @@ pub fn run_backward(
     if run.is_err() && !opts.retain_graph {
         graph.release_unrun();
     }
+    if run.is_ok() {
+        crate::memory::backward_ended();
+    }
     run.map(|()| results)
 }
 

@@ -24,6 +24,14 @@ functions! { mod functions;
         budget::check()?;
         Ok(prev)
     }
+    /// Set the memory budget to `fraction` of the exact peak when the next backward pass
+    /// ends (`None` cancels a pending one).
+    fn _set_memory_budget_fraction["_set_memory_budget_fraction"](fraction: Option<f64>,
+        device: Option<Device> = None) -> () {
+        let device = device.unwrap_or_else(crate::device::default_device);
+        memory::set_budget_fraction(fraction, memory::slot(&device));
+        Ok(())
+    }
     /// The memory budget in bytes, or None.
     fn _memory_budget["_memory_budget"]() -> Option<u64> { Ok(memory::budget()) }
     /// What the budget did since the last reset: evictions, evicted_bytes, recomputations,

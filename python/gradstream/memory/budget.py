@@ -83,12 +83,33 @@ def parse_bytes(size: int | float | str) -> int:
     return int(n)
 
 
+def _fraction(size) -> float | None:
+    """``"60%"`` -> 0.6; None for anything that is not a percentage."""
+    if not isinstance(size, str) or not size.strip().endswith("%"):
+        return None
+    try:
+        f = float(size.strip()[:-1]) / 100
+    except ValueError:
+        raise ValueError(f"memory budget: cannot read {size!r} as a percentage") from None
+    if not 0 < f <= 1:
+        raise ValueError(f"memory budget: a percentage must be in (0%, 100%], got {size!r}")
+    return f
+
+
 def set_budget(size: int | float | str | None, device=None) -> int | None:
     """Keep live tensor bytes on `device` (the default device when None) within `size`
     (bytes or ``"300MiB"``); None removes the budget.
 
+    A percentage (``"60%"``) is a fraction of the first step's exact peak: the program runs
+    unconstrained until its next backward pass ends, and the budget is set then (this is
+    what ``python -m gradstream.alias --memory-budget 60% script.py`` does).
+
     Returns the previous budget in bytes (or None).
     """
+    fraction = _fraction(size)
+    _core._set_memory_budget_fraction(fraction, device)
+    if fraction is not None:
+        return get_budget()
     return _core._set_memory_budget(None if size is None else parse_bytes(size), device)
 
 
@@ -101,6 +122,11 @@ def get_budget() -> int | None:
 def budget(size: int | float | str | None, device=None) -> Iterator[None]:
     """Run the block within a memory budget (bytes or ``"300MiB"``) on `device` (the default
     device when None); restores the previous one."""
+    if _fraction(size) is not None:
+        raise ValueError(
+            f"memory budget: {size!r} is a fraction of a step's peak, which a block cannot "
+            "know before it runs; use set_budget for a whole program, or bytes here"
+        )
     prev = set_budget(size, device)
     try:
         yield
