@@ -87,9 +87,11 @@ def assert_same_step(got, want):
 
 
 # Dropout's masks are not evicted (they are the random state the recompute reuses), and
-# its forward converts a mask to float: it needs more room than the plain model.
+# its forward converts a mask to float: it needs more room than the plain model (its least
+# feasible budget is about 67% of the way from the step's base to its peak, with each op's
+# cost measured from its start to its end).
 @pytest.mark.parametrize(
-    ("p", "fractions"), [(0.0, [1.0, 0.8, 0.65, TIGHT]), (0.3, [1.0, 0.8, 0.65])]
+    ("p", "fractions"), [(0.0, [1.0, 0.8, 0.65, TIGHT]), (0.3, [1.0, 0.8, 0.7])]
 )
 def test_sweep_peak_within_budget_and_bit_identical(p, fractions):
     m = Model(p=p)
