@@ -21,6 +21,8 @@ run, unless the graph is retained.
 
 from __future__ import annotations
 
+import time
+
 from .. import _core
 from .grad_mode import no_grad
 
@@ -98,8 +100,12 @@ class Function:
         tensors = [args[i] for i in positions]
         needs = tuple(isinstance(a, _core.Tensor) and a.requires_grad for a in args)
         ctx = FunctionCtx(needs)
+        budgeted = _core._memory_budget() is not None
+        rng = _core.get_rng_state() if budgeted else None
+        started = time.perf_counter()
         with no_grad():
             out = cls.forward(ctx, *args, **kwargs)
+        seconds = time.perf_counter() - started
         if not isinstance(out, _core.Tensor):
             raise TypeError(
                 f"{cls.__name__}.forward must return a Tensor (got {type(out).__name__}); "
@@ -115,18 +121,39 @@ class Function:
             ctx._saved = tuple(t.detach() if t is out else t for t in ctx._saved)
             ctx._store(f"{cls.__name__}Backward")
 
-        # The engine calls a node only with a gradient. This closure must not capture `out`:
-        # `out` owns the node, and the node owns the closure.
+        # The engine calls a node only with a gradient. This closure must not capture `out`
+        # (`out` owns the node, and the node owns the closure), nor the inputs: what the
+        # backward reads it saved, and a memory budget may evict that until it is unpacked.
+        nargs = len(args)
+
         def backward(grad):
             grads = cls.backward(ctx, grad)
             if not isinstance(grads, tuple):
                 grads = (grads,)
-            if len(grads) != len(args):
+            if len(grads) != nargs:
                 raise RuntimeError(
                     f"function {cls.__name__}Backward returned an incorrect number of gradients "
-                    f"(expected {len(args)}, got {len(grads)})"
+                    f"(expected {nargs}, got {len(grads)})"
                 )
             return [grads[i] for i in positions]
 
-        _core._function_node(out, tensors, backward, ctx._release, f"{cls.__name__}Backward")
+        recompute = None
+        if budgeted:
+            # Under a memory budget the output is evictable: forward runs again on the
+            # inputs' values, with the RNG state it first ran with.
+            plain = [None if isinstance(a, _core.Tensor) else a for a in args]
+
+            def recompute(values):
+                values = iter(values)
+                call = [next(values) if i in positions else a for i, a in enumerate(plain)]
+                current = _core.get_rng_state()
+                _core.set_rng_state(rng)
+                try:
+                    with no_grad():
+                        return cls.forward(FunctionCtx(needs), *call, **kwargs)
+                finally:
+                    _core.set_rng_state(current)
+
+        name = f"{cls.__name__}Backward"
+        _core._function_node(out, tensors, backward, ctx._release, name, recompute, seconds)
         return out

@@ -23,8 +23,9 @@ these. Ops with random draws (dropout) recompute with the same draw. A write int
 (``copy_``, ``x[i] = v``, ``relu_``, ``x += y``) gives it a recipe of its own: the write
 over the value before it. A buffer and the saved views of it are evicted together. What
 cannot be recomputed is kept and named in ``budget_stats()["kept"]`` with its bytes: the
-small masks and indices some ops save for their backward alone, and the outputs of custom
-``autograd.Function``s and of the linear-algebra decompositions. A recomputed input that other ops
+small masks and indices some ops save for their backward alone, and the outputs of the
+linear-algebra decompositions. Checkpointed regions and custom ``autograd.Function``s run
+again, with the RNG state they first ran with. A recomputed input that other ops
 read too (a fused qkv projection) is kept, while there is room, until the backward node
 that needed it ends, so it is recomputed once for all its readers.
 
