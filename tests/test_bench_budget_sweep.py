@@ -73,3 +73,42 @@ def test_budget_sweep_lora_and_cnn_stages(tmp_path, torch_ref):
     for r in seq:
         assert r["status"] == "ok", r
         assert r["losses"][0] == pytest.approx(torch_loss, rel=1e-5)
+
+
+def _records(overhead_at_half):
+    """lora's records: unconstrained, 60% and 50% (or, with None, 50% infeasible)."""
+    mib = 2**20
+    base = {"workload": "lora", "system": "gradstream", "status": "ok", "budget": None}
+    recs = [
+        {**base, "peak_bytes": 100 * mib, "exact_peak_bytes": 90 * mib, "step_seconds": 1.0},
+        {**base, "budget": 54 * mib, "fraction": 0.6, "peak_bytes": 60 * mib,
+         "exact_peak_bytes": 53 * mib, "step_seconds": 1.2},
+    ]  # fmt: skip
+    half = {**base, "budget": 45 * mib, "fraction": 0.5}
+    if overhead_at_half is None:
+        half.update(status="failed", reason="OutOfMemoryError: ...", infeasible=True)
+    else:
+        half.update(peak_bytes=50 * mib, exact_peak_bytes=44 * mib, step_seconds=overhead_at_half)
+    return [*recs, half]
+
+
+@pytest.mark.parametrize(
+    ("overhead", "met", "cell"),
+    [(1.5, True, "≤ 1.60×: met"), (3.2, False, "≤ 1.60×: missed"), (None, False, "infeasible")],
+)
+def test_target_in_findings_table_and_plot(tmp_path, overhead, met, cell):
+    from gradstream.bench import budget_sweep
+
+    records = _records(overhead)
+    budget_sweep._relate(records)
+    findings = budget_sweep._findings(records)
+    target = findings["lora"]["target"]
+    assert (target["fraction"], target["most_overhead"]) == budget_sweep.TARGETS["lora"]
+    assert target["met"] is met
+    assert target["overhead"] == (pytest.approx(overhead) if overhead else None)
+    result = {"meta": {"command": "x", "date": "d"}, "records": records, "findings": findings}
+    rows = [line for line in budget_sweep.table(result).splitlines() if "| 45.00 |" in line]
+    assert len(rows) == 1 and cell in rows[0]
+    pytest.importorskip("matplotlib")
+    assert budget_sweep.plot(result, tmp_path / "sweep.png")
+    assert (tmp_path / "sweep.png").stat().st_size > 0

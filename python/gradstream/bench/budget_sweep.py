@@ -31,6 +31,10 @@ FRACTIONS += (0.6, 0.5875, 0.575, 0.5625, 0.55, 0.5375, 0.525, 0.5125, 0.5)
 FRACTIONS += (0.45, 0.4, 0.35, 0.3, 0.25, 0.2, 0.15, 0.1)
 SWEPT = ("nerf", "mlp", "cnn", "lora")
 MIB = 2**20
+# The step each workload should take within a budget of a fraction of its exact
+# unconstrained peak, over its own unconstrained step (DTR's paper and Checkmate put the
+# optimum near these): (fraction, most overhead).
+TARGETS = {"lora": (0.5, 1.6), "nerf": (0.4, 1.4)}
 
 
 def stages(wl) -> int:
@@ -145,8 +149,9 @@ def _relate(records: list[dict]) -> None:
 
 
 def _findings(records: list[dict]) -> dict:
-    """nerf at half its unconstrained peak: time against unconstrained; and at each
-    checkpoint_sequential setting, gradstream's fastest run with no larger peak."""
+    """Each workload at half its unconstrained peak: time against unconstrained; its target
+    (`TARGETS`), met or not; and at each checkpoint_sequential setting, gradstream's fastest
+    run with no larger peak."""
     out: dict = {}
     for w in {r["workload"] for r in records}:
         mine = [r for r in records if _ok(r) and r["workload"] == w and r["system"] == "gradstream"]
@@ -178,13 +183,47 @@ def _findings(records: list[dict]) -> dict:
                 }
             )
         f["at_equal_peak"] = pairs
+        if w in TARGETS:
+            f["target"] = _target(w, records)
         out[w] = f
     return out
 
 
+def _target(workload: str, records: list[dict]) -> dict:
+    """The workload's target and how its run at the target fraction did: met, missed, or
+    infeasible (the budget raised OutOfMemoryError, or the sweep stopped before it)."""
+    fraction, most = TARGETS[workload]
+    run = next(
+        (
+            r
+            for r in records
+            if r["workload"] == workload
+            and r["system"] == "gradstream"
+            and r.get("fraction") == fraction
+        ),
+        None,
+    )
+    overhead = run.get("overhead") if run and _ok(run) else None
+    return {
+        "fraction": fraction,
+        "most_overhead": most,
+        "overhead": overhead,
+        "met": overhead is not None and overhead <= most,
+    }
+
+
+def _target_cell(r: dict) -> str:
+    target = TARGETS.get(r["workload"])
+    if r["system"] != "gradstream" or not target or r.get("fraction") != target[0]:
+        return ""
+    if "overhead" not in r:
+        return f"≤ {target[1]:.2f}×: infeasible"
+    return f"≤ {target[1]:.2f}×: {'met' if r['overhead'] <= target[1] else 'missed'}"
+
+
 def table(result: dict) -> str:
     head = ["workload", "system", "budget MiB", "segments", "peak MiB", "exact MiB", "step s"]
-    head += ["× own unconstrained", "evictions/step", "same losses", "status"]
+    head += ["× own unconstrained", "target", "evictions/step", "same losses", "status"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in result["records"]:
         ok = _ok(r)
@@ -199,6 +238,7 @@ def table(result: dict) -> str:
             f"{r['exact_peak_bytes'] / MIB:.1f}" if ok and "exact_peak_bytes" in r else "",
             f"{r['step_seconds']:.3f}" if ok else "",
             f"{r['overhead']:.2f}" if "overhead" in r else "",
+            _target_cell(r),
             f"{stats.get('evictions', 0) / steps:.0f}" if stats else "",
             {True: "yes", False: "no"}.get(r.get("same_losses"), ""),
             "ok" if ok else ("OutOfMemoryError" if r.get("infeasible") else str(r.get("reason"))),
@@ -245,6 +285,23 @@ def plot(result: dict, png: Path) -> bool:
                     color=colors["torch"],
                     label="PyTorch unconstrained",
                 )
+        target = result.get("findings", {}).get(w, {}).get("target")
+        exact = next(
+            (
+                r["exact_peak_bytes"]
+                for r in result["records"]
+                if _ok(r) and r["workload"] == w and r["system"] == "gradstream"
+                and r.get("budget") is None and "exact_peak_bytes" in r
+            ),
+            None,
+        )  # fmt: skip
+        if target and exact:
+            # The target: at most this overhead within the target fraction of the peak.
+            x = target["fraction"] * exact / MIB
+            ax.plot([x], [target["most_overhead"]], "*", ms=14, color="black", zorder=5,
+                    label=f"target: ≤ {target['most_overhead']}× at "
+                          f"{target['fraction']:.0%} of the exact peak")  # fmt: skip
+            ax.vlines(x, 1.0, target["most_overhead"], colors="black", lw=0.8, ls=":")
         ax.axhline(1.0, color="grey", lw=0.6)
         ax.set_title(f"{w}: time overhead against peak memory")
         ax.set_xlabel("peak RSS above baseline (MiB)")
