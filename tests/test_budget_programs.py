@@ -239,7 +239,9 @@ def test_program_meets_budget_bit_identical(unconstrained, cls, fraction):
 @pytest.mark.parametrize("cls", [ResidualMLP, Transformer], ids=lambda c: c.__name__)
 def test_below_the_floor_raises_and_says_what_it_needs(unconstrained, cls):
     prog, want = unconstrained(cls)
-    budget = int(0.35 * want[2])
+    # Below every backend's floor (the generic path's kernels leave the residual MLP a lower
+    # one than the CPU backend's): the input, the weights and two activations.
+    budget = int(0.2 * want[2])
     with pytest.raises(gs.OutOfMemoryError, match=r"needs a budget of at least") as e:
         prog.step(budget)
     need = int(re.search(r"at least .* \((\d+) bytes\)", str(e.value)).group(1))
