@@ -19,15 +19,16 @@ node leaves a recipe: products (matmul, mm, bmm, einsum, addmm, dot, linear, con
 pooling and interpolation, attention (with the same dropout seed), softmax and log_softmax,
 the element-wise ops, the reductions and scans, indexing, gather and embedding, sort and
 topk, where and clamp, casts, views, and the NeRF volume renderer; the losses are made of
-these. Ops with random draws (dropout) recompute with the same draw. A write into a tensor
-(``copy_``, ``x[i] = v``, ``relu_``, ``x += y``) gives it a recipe of its own: the write
-over the value before it. A buffer and the saved views of it are evicted together. What
-cannot be recomputed is kept and named in ``budget_stats()["kept"]`` with its bytes: the
-small masks and indices some ops save for their backward alone, and the outputs of the
-linear-algebra decompositions. Checkpointed regions and custom ``autograd.Function``s run
-again, with the RNG state they first ran with. A recomputed input that other ops
-read too (a fused qkv projection) is kept, while there is room, until the backward node
-that needed it ends, so it is recomputed once for all its readers.
+these. Ops with random draws (dropout) recompute with the same draw. A whole write into a
+tensor (``copy_``, ``relu_``, ``x += y``) gives it a recipe of its own: a copy of what was
+written. A buffer and the saved views of it are evicted together. What cannot be recomputed
+is kept and named in ``budget_stats()["kept"]`` with its bytes: tensors written in a region
+(``x[i] = v``, or through a view) and what reads them, the small masks and indices some ops
+save for their backward alone, and the outputs of the linear-algebra decompositions.
+Checkpointed regions and custom ``autograd.Function``s run again, with the RNG state they
+first ran with. A recomputed input that other ops read too (a fused qkv projection) is kept,
+while there is room, until the backward node that needed it ends, so it is recomputed once
+for all its readers.
 
 When the budget cannot be met, `gradstream.OutOfMemoryError` (a RuntimeError) is raised
 with the budget and the least the step needs at that point. When a leaf's gradient has
