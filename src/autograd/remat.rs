@@ -154,6 +154,14 @@ pub fn start() -> Option<Instant> {
     budget::is_active().then(Instant::now)
 }
 
+/// The seconds an op that began at `started` took, when under a budget it records a node on
+/// `inputs`; `None`: it leaves no recipe.
+fn recorded_cost(started: Option<Instant>, inputs: &[&Tensor]) -> Option<f64> {
+    let started = started?;
+    let recorded = budget::is_active() && crate::autograd::function::should_record(inputs);
+    recorded.then(|| started.elapsed().as_secs_f64())
+}
+
 /// Give `out`, just computed by op `name` from `inputs` since `started` (see `start`), a
 /// cell with `forward` as its recipe, when a budget is set and the op records a node. An
 /// input that is neither a leaf nor a cell's output (an op without a recipe made it)
@@ -165,14 +173,12 @@ pub fn note(
     started: Option<Instant>,
     forward: impl Fn(&[Tensor]) -> Result<Tensor> + Send + Sync + 'static,
 ) {
-    let Some(started) = started else { return };
-    if !budget::is_active() || !crate::autograd::function::should_record(inputs) {
+    let Some(cost) = recorded_cost(started, inputs) else {
         return;
-    }
+    };
     let Some(bytes) = own_bytes(out, inputs) else {
         return;
     };
-    let cost = started.elapsed().as_secs_f64();
     attach(
         name,
         out,
@@ -194,11 +200,9 @@ pub fn note_outputs(
     started: Option<Instant>,
     forward: impl Fn(&[Tensor]) -> Result<Vec<Tensor>> + Send + Sync + 'static,
 ) {
-    let Some(started) = started else { return };
-    if !budget::is_active() || !crate::autograd::function::should_record(inputs) {
+    let Some(cost) = recorded_cost(started, inputs) else {
         return;
-    }
-    let cost = started.elapsed().as_secs_f64();
+    };
     let forward = Arc::new(forward);
     for (i, out) in outs.iter().enumerate() {
         let Some(bytes) = own_bytes(out, inputs) else {
@@ -227,17 +231,15 @@ pub fn note_write(
     started: Option<Instant>,
     forward: impl Fn(&[Tensor]) -> Result<Tensor> + Send + Sync + 'static,
 ) {
-    let Some(started) = started else { return };
-    if !budget::is_active() || !crate::autograd::function::should_record(inputs) {
+    let Some(cost) = recorded_cost(started, inputs) else {
         return;
-    }
+    };
     let Some(buffer) = memory::storage_key(&dst.data()) else {
         return;
     };
     if dst.remat_cell().is_some_and(|c| c.root.is_some() || c.view) {
         return; // a write through a view: its base's cell cannot see it
     }
-    let cost = started.elapsed().as_secs_f64();
     attach(
         name,
         dst,
