@@ -24,6 +24,24 @@ def _param(rng, *shape, scale=None):
     return gs.from_numpy(w).requires_grad_()
 
 
+def run_step(params, loss_fn, budget=None, seed=0):
+    """One forward and backward of `loss_fn()` within `budget` from a seeded RNG and no
+    gradients: (loss, the gradients of `params`, exact peak)."""
+    for p in params:
+        p.grad = None
+    gs.manual_seed(seed)
+    gc.collect()
+    memory.reset_peak_memory_stats()
+    with memory.budget(budget):
+        loss = loss_fn()
+        loss.backward()
+    peak = memory.max_memory_allocated()
+    grads = [p.grad.numpy().copy() for p in params]
+    for p in params:
+        p.grad = None
+    return loss.item(), grads, peak
+
+
 class Program:
     """A forward (`loss`) over `params` and fixed inputs; `step` runs it once."""
 
@@ -34,19 +52,7 @@ class Program:
 
     def step(self, budget=None):
         """One forward and backward: (loss, grads, exact peak)."""
-        for p in self.params:
-            p.grad = None
-        gs.manual_seed(0)
-        gc.collect()
-        memory.reset_peak_memory_stats()
-        with memory.budget(budget):
-            loss = self.loss()
-            loss.backward()
-        peak = memory.max_memory_allocated()
-        grads = [p.grad.numpy().copy() for p in self.params]
-        for p in self.params:
-            p.grad = None
-        return loss.item(), grads, peak
+        return run_step(self.params, self.loss, budget)
 
 
 class ResidualMLP(Program):
@@ -290,18 +296,15 @@ def test_outputs_written_in_place_are_recomputed_as_written():
     ws = [_param(rng, 256, 256) for _ in range(6)]
     x = _x(rng, 4096, 256)
 
-    def step(budget):
+    def loss():
+        h = x
         for w in ws:
-            w.grad = None
-        gc.collect()
-        memory.reset_peak_memory_stats()
-        with memory.budget(budget):
-            h = x
-            for w in ws:
-                h = h @ w
-                h.relu_()
-            h.tanh().sum().backward()
-        return [w.grad.numpy().copy() for w in ws], memory.max_memory_allocated()
+            h = h @ w
+            h.relu_()
+        return h.tanh().sum()
+
+    def step(budget):
+        return run_step(ws, loss, budget)[1:]
 
     want, peak = step(None)
     memory.reset_budget_stats()
@@ -406,21 +409,17 @@ def test_a_write_through_a_view_is_never_undone_by_a_recompute():
     ws = [_param(rng, 128, 128) for _ in range(4)]
     x = _x(rng, 2048, 128)
 
-    def step(budget):
+    def loss():
+        h = x
         for w in ws:
-            w.grad = None
-        with memory.budget(budget):
-            h = x
-            for w in ws:
-                a = h @ w
-                a[:, :8] = 0.0
-                h = gs.tanh(a)
-            h.square().sum().backward()
-        return [w.grad.numpy().copy() for w in ws]
+            a = h @ w
+            a[:, :8] = 0.0
+            h = gs.tanh(a)
+        return h.square().sum()
 
-    want = step(None)
+    want = run_step(ws, loss)[1]
     memory.reset_budget_stats()
-    got = step(1 << 40)
+    got = run_step(ws, loss, 1 << 40)[1]
     assert memory.budget_stats()["kept"].get("TanhBackward0", 0) == 4 * 2048 * 128 * 4
     for g, w in zip(got, want, strict=True):
         np.testing.assert_array_equal(g, w)
@@ -452,25 +451,21 @@ def test_any_chain_under_any_budget_is_bit_identical(chain, fraction):
     w = _x(rng, 16, 16).requires_grad_()
     x = _x(rng, 2048, 16)
 
-    def step(budget):
-        w.grad = None
-        memory.reset_peak_memory_stats()
-        with memory.budget(budget):
-            h = gs.tanh(x @ w)
-            for name in chain:
-                h = _chain_op(name, h, w * 0.25)
-            (h * h).sum().backward()
-        return w.grad.numpy().copy(), memory.max_memory_allocated()
+    def loss():
+        h = gs.tanh(x @ w)
+        for name in chain:
+            h = _chain_op(name, h, w * 0.25)
+        return (h * h).sum()
 
-    want, peak = step(None)
+    _, want, peak = run_step([w], loss)
     budget = int(fraction * peak)
     try:
-        got, got_peak = step(budget)
+        _, got, got_peak = run_step([w], loss, budget)
     except gs.OutOfMemoryError:
         assert memory.get_budget() is None
         return
     assert got_peak <= budget
-    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(got[0], want[0])
 
 
 class _Cube(gs.autograd.Function):
@@ -492,18 +487,14 @@ def test_custom_function_output_recomputes_with_its_draw():
     ws = [_param(rng, 128, 128) for _ in range(6)]
     x = _x(rng, 2048, 128)
 
-    def step(budget):
+    def loss():
+        h = x
         for w in ws:
-            w.grad = None
-        gs.manual_seed(5)
-        gc.collect()
-        memory.reset_peak_memory_stats()
-        with memory.budget(budget):
-            h = x
-            for w in ws:
-                h = _Cube.apply(gs.tanh(h @ w))
-            h.square().sum().backward()
-        return [w.grad.numpy().copy() for w in ws], memory.max_memory_allocated()
+            h = _Cube.apply(gs.tanh(h @ w))
+        return h.square().sum()
+
+    def step(budget):
+        return run_step(ws, loss, budget, seed=5)[1:]
 
     want, peak = step(None)
     memory.reset_budget_stats()
