@@ -193,6 +193,49 @@ def test_relu_backward_masks_the_incoming_gradient_in_place():
     assert (ga == np.where(ga != 0, g, 0)).all() and (g != 0).sum() > (ga != 0).sum() > 0
 
 
+FUSED = {
+    "gelu": gs.nn.functional.gelu,
+    "gelu_tanh": lambda t: gs.nn.functional.gelu(t, approximate="tanh"),
+    "tanh": gs.tanh,
+    "sigmoid": gs.sigmoid,
+    "silu": gs.nn.functional.silu,
+    "softplus": gs.nn.functional.softplus,
+}
+
+
+def _activation_backward(kind, keep_grad):
+    """(peak above the start of backward, a.grad) of `act(a.clone()) @ w`; with `keep_grad`
+    a hook keeps the gradient arriving at the activation's output."""
+    gs.manual_seed(0)
+    a = gs.randn(N, N, requires_grad=True)
+    w = gs.randn(N, 8, requires_grad=True)
+    y = FUSED[kind](a.clone())
+    kept = []
+    if keep_grad:
+        y.register_hook(kept.append)
+    loss = (y @ w).sum()
+    del y
+    peak, _, _ = measure(loss.backward)
+    return peak, a.grad.numpy()
+
+
+@pytest.mark.cpu_backend("the in-place fused gradient is the CPU kernel's")
+@pytest.mark.parametrize("kind", sorted(FUSED))
+def test_activation_backward_writes_over_the_incoming_gradient(kind):
+    """The gradient arriving at gelu (tanh, sigmoid, silu, softplus) is the product's fresh
+    buffer, held by nothing else: the fused backward `g * f'(s)` overwrites it instead of
+    taking a second activation-sized buffer, with the same values as when it cannot."""
+    peak, ga = _activation_backward(kind, keep_grad=False)
+    # The product frees its input before the gradient exists, unless tanh or sigmoid saved
+    # that output too: then the gradient is one buffer more, and nothing else is.
+    saves_output = kind in ("tanh", "sigmoid")
+    assert peak < (MB4 if saves_output else 0) + MB4 // 2, peak
+    peak_kept, ga_kept = _activation_backward(kind, keep_grad=True)
+    # The hook holds it: the input gradient is a new buffer (the scalars' bytes aside).
+    assert peak_kept >= peak + MB4 - 16, (peak, peak_kept)
+    assert (ga == ga_kept).all()
+
+
 # ---------------------------------------------------------------- streaming
 
 

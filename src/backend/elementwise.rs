@@ -111,6 +111,19 @@ pub trait ElementwiseOps {
         candle_binary(name, op, a, b)
     }
 
+    /// The fused backward `g * f'(s)` of `op` (`Bin::Grad`) written over `g`, the incoming
+    /// gradient, which the caller knows nothing else holds: whether the device did (it
+    /// leaves `g` as it was when not, and the caller makes a new buffer).
+    fn grad_in_place(
+        &self,
+        _name: &'static str,
+        _op: UnaryOp,
+        _g: &Tensor,
+        _s: &Tensor,
+    ) -> Result<bool> {
+        Ok(false)
+    }
+
     /// `a op b` for `a` and `b` of one dtype and one shape, as 0/1 bytes (u8).
     #[allow(clippy::disallowed_methods)] // candle's op: the fallback
     fn compare(&self, name: &'static str, op: CmpOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {

@@ -266,6 +266,11 @@ impl UnaryOp {
 /// `g * f'(s)` for a pointwise activation, in one fused kernel pass (records nothing).
 fn fused_grad(op: UnaryOp, g: &Tensor, s: &Tensor) -> Result<Tensor> {
     let (gd, sd) = (g.data(), s.data());
+    // The engine's incoming gradient, which nothing else holds: written where it lies, the
+    // backward takes no second activation-sized buffer.
+    if g.is_uniquely_owned() && backend::on(&gd).grad_in_place(op.name(), op, &gd, &sd)? {
+        return Ok(g.clone());
+    }
     let data = backend::on(&gd).binary(op.name(), Bin::Grad(op), &gd, &sd)?;
     Ok(Tensor::new(data, g.dtype()))
 }

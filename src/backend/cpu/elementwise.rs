@@ -10,7 +10,7 @@ use std::f64::consts::PI;
 use std::mem::MaybeUninit;
 
 use candle_core::backend::BackendStorage;
-use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp1, CustomOp2, DType, InplaceOp2, Layout, Shape, Tensor};
 use half::{bf16, f16};
 use multiversion::multiversion;
 use rayon::prelude::*;
@@ -570,7 +570,60 @@ fn float_bin<F: Real>(
     })
 }
 
-/// `g * f'(s)` in one pass (`s` is sigmoid's output, the other functions' input).
+/// The fused backward `g * f'(s)` of one element, as a closure bound to `$k` for `$body`
+/// (`s` is sigmoid's and tanh's output, the other functions' input): written once for the
+/// kernel that makes a new buffer and the one that overwrites the incoming gradient.
+macro_rules! with_grad_kernel {
+    ($f:expr, $F:ty, |$k:ident| $body:expr) => {{
+        let (one, half) = (<$F>::of(1.0), <$F>::of(0.5));
+        match $f {
+            UnaryOp::Sigmoid => {
+                let $k = move |g: $F, y: $F| g * y * (one - y);
+                $body
+            }
+            UnaryOp::Tanh => {
+                let $k = move |g: $F, y: $F| g * (one - y * y);
+                $body
+            }
+            UnaryOp::Silu => {
+                let $k = move |g: $F, x: $F| {
+                    let sg = sigmoid(x);
+                    g * sg * (one + x * (one - sg))
+                };
+                $body
+            }
+            UnaryOp::Gelu => {
+                let $k = move |g: $F, x: $F| g * x.gelu_grad();
+                $body
+            }
+            UnaryOp::GeluTanh => {
+                let (k, c) = (<$F>::of((2.0 / PI).sqrt()), <$F>::of(0.044715));
+                let c3 = <$F>::of(3.0 * 0.044715);
+                let $k = move |g: $F, x: $F| {
+                    let x2 = x * x;
+                    let t = (k * (x + c * x * x2)).tanh();
+                    g * (half * (one + t) + half * x * (one - t * t) * k * (one + c3 * x2))
+                };
+                $body
+            }
+            UnaryOp::Softplus { beta, threshold } => {
+                let (b, th) = (<$F>::of(beta), <$F>::of(threshold));
+                let $k = move |g: $F, x: $F| {
+                    let bx = x * b;
+                    if bx > th {
+                        g
+                    } else {
+                        g * sigmoid(bx)
+                    }
+                };
+                $body
+            }
+            other => candle_core::bail!("{other:?} has no fused backward kernel"),
+        }
+    }};
+}
+
+/// `g * f'(s)` in one pass, into a new buffer.
 fn float_grad<F: Real>(
     f: UnaryOp,
     g: &[F],
@@ -578,44 +631,61 @@ fn float_grad<F: Real>(
     s: &[F],
     ls: &Layout,
 ) -> candle_core::Result<Vec<F>> {
-    let (one, half) = (F::of(1.0), F::of(0.5));
-    Ok(match f {
-        UnaryOp::Sigmoid => map2(g, lg, s, ls, move |g, y| g * y * (one - y)),
-        UnaryOp::Tanh => map2(g, lg, s, ls, move |g, y| g * (one - y * y)),
-        UnaryOp::Silu => map2(g, lg, s, ls, move |g, x| {
-            let sg = sigmoid(x);
-            g * sg * (one + x * (one - sg))
-        }),
-        UnaryOp::Gelu => map2_by(
-            g,
-            lg,
-            s,
-            ls,
-            &|g: F, x: F| g * x.gelu_grad(),
-            gelu_grad_rows,
-        ),
-        UnaryOp::GeluTanh => {
-            let (k, c) = (F::of((2.0 / PI).sqrt()), F::of(0.044715));
-            let c3 = F::of(3.0 * 0.044715);
-            map2(g, lg, s, ls, move |g, x| {
-                let x2 = x * x;
-                let t = (k * (x + c * x * x2)).tanh();
-                g * (half * (one + t) + half * x * (one - t * t) * k * (one + c3 * x2))
-            })
+    with_grad_kernel!(f, F, |k| Ok(map2(g, lg, s, ls, k)))
+}
+
+/// `g * f'(s)` written over `g` (both dense, of one length).
+fn float_grad_over<F: Real>(f: UnaryOp, g: &mut [F], s: &[F]) -> candle_core::Result<()> {
+    with_grad_kernel!(f, F, |k| {
+        let over = |g: &mut [F], s: &[F]| g.iter_mut().zip(s).for_each(|(g, &s)| *g = k(*g, s));
+        if g.len() >= PAR_MIN {
+            let c = PAR_MIN / 4;
+            g.par_chunks_mut(c)
+                .zip(s.par_chunks(c))
+                .for_each(|(g, s)| over(g, s));
+        } else {
+            over(g, s);
         }
-        UnaryOp::Softplus { beta, threshold } => {
-            let (b, th) = (F::of(beta), F::of(threshold));
-            map2(g, lg, s, ls, move |g, x| {
-                let bx = x * b;
-                if bx > th {
-                    g
-                } else {
-                    g * sigmoid(bx)
-                }
-            })
-        }
-        other => candle_core::bail!("{other:?} has no fused backward kernel"),
+        Ok(())
     })
+}
+
+/// The fused backward of `UnaryOp` written over the incoming gradient (`Cpu::grad_in_place`).
+struct GradOver(UnaryOp);
+
+impl InplaceOp2 for GradOver {
+    fn name(&self) -> &'static str {
+        "fused-grad-in-place"
+    }
+    fn cpu_fwd(
+        &self,
+        g: &mut CpuStorage,
+        lg: &Layout,
+        s: &CpuStorage,
+        ls: &Layout,
+    ) -> candle_core::Result<()> {
+        let (Some((g0, g1)), Some((s0, s1))) = (lg.contiguous_offsets(), ls.contiguous_offsets())
+        else {
+            candle_core::bail!("{:?}: in-place gradient of a strided layout", self.0);
+        };
+        if g1 - g0 != s1 - s0 {
+            candle_core::bail!("{:?}: gradient and saved tensor differ in length", self.0);
+        }
+        match (g, s) {
+            (CpuStorage::F32(g), CpuStorage::F32(s)) => {
+                float_grad_over(self.0, &mut g[g0..g1], &s[s0..s1])
+            }
+            (CpuStorage::F64(g), CpuStorage::F64(s)) => {
+                float_grad_over(self.0, &mut g[g0..g1], &s[s0..s1])
+            }
+            (g, s) => candle_core::bail!(
+                "{:?}: in-place gradient of {:?} with {:?}",
+                self.0,
+                g.dtype(),
+                s.dtype()
+            ),
+        }
+    }
 }
 
 /// `a / b` rounded toward zero, wrapping (`MIN / -1 == MIN`); 0 for a zero divisor (the
@@ -751,6 +821,20 @@ impl ElementwiseOps for Cpu {
     }
     fn predicate(&self, name: &'static str, p: Pred, x: &Tensor) -> Result<Tensor> {
         x.apply_op1_no_bwd(&PredKernel(p)).op(name)
+    }
+    fn grad_in_place(
+        &self,
+        name: &'static str,
+        op: UnaryOp,
+        g: &Tensor,
+        s: &Tensor,
+    ) -> Result<bool> {
+        let dense = |t: &Tensor| t.is_contiguous() && matches!(t.dtype(), DType::F32 | DType::F64);
+        if g.dims() != s.dims() || g.dtype() != s.dtype() || !dense(g) || !dense(s) {
+            return Ok(false);
+        }
+        g.inplace_op2(s, &GradOver(op)).op(name)?;
+        Ok(true)
     }
 }
 
