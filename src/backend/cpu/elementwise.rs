@@ -92,11 +92,12 @@ fn map_slice<T: Copy + Sync, U: Send>(
     map_slice_by(src, out, |o, s| map_rows(o, s, &f))
 }
 
-/// `map_slice` with the loop over a run of elements given.
-fn map_slice_by<T: Copy + Sync, U: Send>(
+/// `map_slice` with the loop over a run of elements given; `out` may be any slice of
+/// `src`'s length (a new buffer's, or one the loop writes over).
+fn map_slice_by<T: Copy + Sync, O: Send>(
     src: &[T],
-    out: &mut [MaybeUninit<U>],
-    rows: impl Fn(&mut [MaybeUninit<U>], &[T]) + Sync,
+    out: &mut [O],
+    rows: impl Fn(&mut [O], &[T]) + Sync,
 ) {
     if src.len() >= PAR_MIN {
         out.par_chunks_mut(PAR_MIN / 4)
@@ -637,15 +638,9 @@ fn float_grad<F: Real>(
 /// `g * f'(s)` written over `g` (both dense, of one length).
 fn float_grad_over<F: Real>(f: UnaryOp, g: &mut [F], s: &[F]) -> candle_core::Result<()> {
     with_grad_kernel!(f, F, |k| {
-        let over = |g: &mut [F], s: &[F]| g.iter_mut().zip(s).for_each(|(g, &s)| *g = k(*g, s));
-        if g.len() >= PAR_MIN {
-            let c = PAR_MIN / 4;
-            g.par_chunks_mut(c)
-                .zip(s.par_chunks(c))
-                .for_each(|(g, s)| over(g, s));
-        } else {
-            over(g, s);
-        }
+        map_slice_by(s, g, |g, s| {
+            g.iter_mut().zip(s).for_each(|(g, &s)| *g = k(*g, s))
+        });
         Ok(())
     })
 }
