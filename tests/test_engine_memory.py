@@ -164,18 +164,18 @@ def test_a_product_frees_its_input_before_the_input_gradient_exists(kind):
         assert (ga_kept == ga).all() and (gw_kept == gw).all()
 
 
-def _relu_backward(keep_grad):
-    """(peak above the start of backward, a.grad) of `relu(a.clone()) @ w`; with `keep_grad`
-    a hook keeps the gradient arriving at relu's output."""
+def _activation_backward(act, keep_grad):
+    """(peak above the start of backward, a.grad, the kept gradients) of `act(a.clone()) @ w`;
+    with `keep_grad` a hook keeps the gradient arriving at the activation's output."""
     gs.manual_seed(0)
     a = gs.randn(N, N, requires_grad=True)
     w = gs.randn(N, 8, requires_grad=True)
-    r = gs.relu(a.clone())
+    y = act(a.clone())
     kept = []
     if keep_grad:
-        r.register_hook(kept.append)
-    loss = (r @ w).sum()
-    del r
+        y.register_hook(kept.append)
+    loss = (y @ w).sum()
+    del y
     peak, _, _ = measure(loss.backward)
     return peak, a.grad.numpy(), kept
 
@@ -184,9 +184,9 @@ def _relu_backward(keep_grad):
 def test_relu_backward_masks_the_incoming_gradient_in_place():
     """The gradient arriving at relu is the product's fresh buffer, held by nothing else:
     relu's backward zeroes it where its mask is clear instead of taking a second buffer."""
-    peak, ga, _ = _relu_backward(keep_grad=False)
+    peak, ga, _ = _activation_backward(gs.relu, keep_grad=False)
     assert peak < MB4 // 2, peak
-    peak_kept, ga_kept, kept = _relu_backward(keep_grad=True)
+    peak_kept, ga_kept, kept = _activation_backward(gs.relu, keep_grad=True)
     assert peak_kept >= MB4, peak_kept  # the hook holds it: relu's gradient is a new buffer
     assert (ga_kept == ga).all()
     g = kept[0].numpy()
@@ -203,34 +203,18 @@ FUSED = {
 }
 
 
-def _activation_backward(kind, keep_grad):
-    """(peak above the start of backward, a.grad) of `act(a.clone()) @ w`; with `keep_grad`
-    a hook keeps the gradient arriving at the activation's output."""
-    gs.manual_seed(0)
-    a = gs.randn(N, N, requires_grad=True)
-    w = gs.randn(N, 8, requires_grad=True)
-    y = FUSED[kind](a.clone())
-    kept = []
-    if keep_grad:
-        y.register_hook(kept.append)
-    loss = (y @ w).sum()
-    del y
-    peak, _, _ = measure(loss.backward)
-    return peak, a.grad.numpy()
-
-
 @pytest.mark.cpu_backend("the in-place fused gradient is the CPU kernel's")
 @pytest.mark.parametrize("kind", sorted(FUSED))
 def test_activation_backward_writes_over_the_incoming_gradient(kind):
     """The gradient arriving at gelu (tanh, sigmoid, silu, softplus) is the product's fresh
     buffer, held by nothing else: the fused backward `g * f'(s)` overwrites it instead of
     taking a second activation-sized buffer, with the same values as when it cannot."""
-    peak, ga = _activation_backward(kind, keep_grad=False)
+    peak, ga, _ = _activation_backward(FUSED[kind], keep_grad=False)
     # The product frees its input before the gradient exists, unless tanh or sigmoid saved
     # that output too: then the gradient is one buffer more, and nothing else is.
     saves_output = kind in ("tanh", "sigmoid")
     assert peak < (MB4 if saves_output else 0) + MB4 // 2, peak
-    peak_kept, ga_kept = _activation_backward(kind, keep_grad=True)
+    peak_kept, ga_kept, _ = _activation_backward(FUSED[kind], keep_grad=True)
     # The hook holds it: the input gradient is a new buffer (the scalars' bytes aside).
     assert peak_kept >= peak + MB4 - 16, (peak, peak_kept)
     assert (ga == ga_kept).all()
