@@ -278,6 +278,7 @@ RETURNS = {
     "_OptimGroup.set": "None",
     "_OptimGroup.get": "Any",
     "_ParamState.to_dict": "dict[str, Tensor]",
+    "_ParamState.decoded": "dict[str, Tensor]",
     "_ParamState.load": "None",
     "_ParamState.clear": "None",
     "_ParamState.is_empty": "bool",

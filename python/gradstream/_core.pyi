@@ -737,6 +737,11 @@ class _ParamState:
         One parameter's optimizer state, in Rust so the in-backward hook can reach it.
         """
     def clear(self) -> None: ...
+    def decoded(self, param: Tensor) -> dict[str, Tensor]:
+        """
+        The state buffers as float32 tensors shaped like `param`: coded ones decoded, dense
+        ones as they are (`Optimizer.dequantized_state`).
+        """
     def is_empty(self) -> _bool: ...
     def load(self, param: Tensor, state: dict[str, Tensor | _float | None]) -> None:
         """

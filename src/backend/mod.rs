@@ -46,6 +46,7 @@ pub mod attention;
 pub mod buffer;
 pub mod candle;
 pub mod cast;
+pub mod coded;
 pub mod compare;
 pub mod conv;
 pub mod cpu;

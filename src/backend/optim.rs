@@ -5,6 +5,7 @@
 use crate::backend::cast::Convert;
 use candle_core::Tensor;
 
+use super::coded::CodedState;
 use super::inplace::write_all;
 use super::no_fallback;
 use crate::error::{CandleContext, Result};
@@ -217,6 +218,12 @@ pub trait OptimOps {
         /// [`StepRule`] lists), reading the gradient through `prep`.
         fn optim_step(&self, param: &Tensor, grad: &Tensor, state: &[&Tensor], rule: &StepRule,
             prep: &GradPrep) -> Result<()> = &format!("{} step", rule.name()), param;
+        /// One optimizer step whose state buffers are coded in fewer bits
+        /// ([`super::coded`]): decoded, updated and coded back block by block, in place.
+        fn optim_step_coded(&self, param: &Tensor, grad: &Tensor, state: &[CodedState<'_>],
+            rule: &StepRule, prep: &GradPrep) -> Result<()>
+            = &format!("{} step with {} state", rule.name(), state.first().map_or("coded",
+                |s| s.coding.name())), param;
     }
 
     /// `sum(|g|^p)` (or `max |g|` for p = inf) of a gradient, in f64.

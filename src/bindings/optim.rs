@@ -12,11 +12,13 @@ use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
+use crate::backend::coded::StateFormat;
 use crate::bindings::convert::extract_tensor;
 use crate::bindings::op::{attributes, functions, passed_as_is};
 use crate::bindings::part;
 use crate::bindings::row_types::typed;
 use crate::bindings::Obj;
+use crate::optim::coded_state;
 use crate::optim::kernels;
 use crate::optim::{self, Control, Field, Group, Hyper, Kind, ParamState, Phase, State};
 use crate::tensor::Tensor;
@@ -43,6 +45,25 @@ fn pair_items<'py>(key: &str, value: &Obj<'py>) -> PyResult<[Obj<'py>; 2]> {
         .map_err(|_| PyValueError::new_err(format!("{key} must be a pair, got {n} values")))
 }
 
+/// A `state_dtype` value: None (the parameter's dtype), a name, or a dtype object.
+fn state_format_of(value: &Obj<'_>) -> PyResult<StateFormat> {
+    if value.is_none() {
+        return Ok(StateFormat::Dense);
+    }
+    let name = match value.extract::<String>() {
+        Ok(s) => s,
+        Err(_) => value.str()?.to_string(),
+    };
+    let name = name.strip_prefix("torch.").unwrap_or(&name);
+    let name = name.strip_prefix("gradstream.").unwrap_or(name);
+    StateFormat::parse(name).ok_or_else(|| {
+        PyValueError::new_err(format!(
+            "state_dtype must be one of None, 'float32', 'bfloat16', 'int8', 'int4' or 'fp8', \
+             got {name:?}"
+        ))
+    })
+}
+
 /// One param group's hyperparameters, shared with the in-backward hooks.
 #[pyclass(name = "_OptimGroup", module = "gradstream._core", frozen)]
 pub struct PyOptimGroup {
@@ -61,6 +82,14 @@ impl PyOptimGroup {
     /// Write one hyperparameter; keys the kernels do not read are ignored.
     fn set(&self, key: &str, value: &Obj<'_>) -> PyResult<()> {
         let mut h = self.g.write();
+        if key == "state_dtype" {
+            h.state_format = state_format_of(value)?;
+            return Ok(());
+        }
+        if key == "block_size" && value.is_none() {
+            h.block_size = 0.0; // the format's default
+            return Ok(());
+        }
         if let Some((first, second)) = h.optional_pair(key) {
             let [x, y] = pair_items(key, value)?;
             *first = if x.is_none() {
@@ -86,6 +115,9 @@ impl PyOptimGroup {
     /// The value the kernels will use for `key` (for tests of the write-through).
     fn get<'py>(&self, py: Python<'py>, key: &str) -> PyResult<Bound<'py, PyAny>> {
         let mut h = self.g.read().clone();
+        if key == "state_dtype" {
+            return Ok(h.state_format.name().into_pyobject(py)?.into_any());
+        }
         if let Some((a, b)) = h.optional_pair(key) {
             return Ok(
                 PyTuple::new(py, [a.into_pyobject(py)?, b.into_pyobject(py)?.into_any()])?
@@ -137,6 +169,15 @@ impl PyParamState {
         for (key, t) in &s.buffers {
             d.set_item(*key, t.detach())?;
         }
+        if let Some((format, block)) = s.held_format() {
+            d.set_item("state_dtype", format.name())?;
+            d.set_item("block_size", block)?;
+            for (key, c) in &s.coded {
+                for (name, t) in c.entries(key) {
+                    d.set_item(name, t)?;
+                }
+            }
+        }
         Ok(d)
     }
 
@@ -144,6 +185,34 @@ impl PyParamState {
     fn load(&self, param: &Obj<'_>, state: &Bound<'_, PyDict>) -> PyResult<()> {
         let p = extract_tensor("load_state_dict", "param", param)?;
         let mut s = ParamState::default();
+        if let Some(f) = state.get_item("state_dtype")? {
+            let format = state_format_of(&f)?;
+            let block: usize = match state.get_item("block_size")? {
+                Some(b) => b.extract()?,
+                None => format.default_block(),
+            };
+            for name in optim::BUFFERS {
+                let Some(codes) = state.get_item(name)? else {
+                    continue;
+                };
+                let codes = extract_tensor("load_state_dict", name, &codes)?;
+                let coding = format.coding(coded_state::is_signed(name), &p.dims());
+                let mut scales = vec![];
+                for suffix in coding.map_or(&[][..], |c| c.scale_suffixes()) {
+                    let key = format!("{name}_{suffix}");
+                    let t = state.get_item(&key)?.ok_or_else(|| {
+                        PyKeyError::new_err(format!(
+                            "load_state_dict: {} state '{name}' has no '{key}'",
+                            format.name()
+                        ))
+                    })?;
+                    scales.push(extract_tensor("load_state_dict", name, &t)?);
+                }
+                let c = coded_state::Coded::adopt(format, block, name, &p, &codes, &scales)?;
+                s.coded.push((name, c));
+            }
+        }
+        let coded = !s.coded.is_empty();
         for (k, v) in state.iter() {
             let key: String = k.extract()?;
             if v.is_none() {
@@ -154,13 +223,31 @@ impl PyParamState {
             } else if let Some(name) = optim::SCALARS.iter().find(|n| **n == key) {
                 let x = float_of(name, &v)?;
                 s.set_scalar(name, f64::from(x as f32));
-            } else if let Some(name) = optim::BUFFERS.iter().find(|n| **n == key) {
+            } else if let Some(name) = optim::BUFFERS.iter().find(|n| **n == key && !coded) {
                 let t = extract_tensor("load_state_dict", name, &v)?;
                 s.set_buffer(name, optim::adopt_state(&p, &t, name)?);
             }
         }
         *self.s.lock() = s;
         Ok(())
+    }
+}
+
+#[pymethods]
+impl PyParamState {
+    /// The state buffers as float32 tensors shaped like `param`: coded ones decoded, dense
+    /// ones as they are (`Optimizer.dequantized_state`).
+    fn decoded<'py>(&self, py: Python<'py>, param: &Obj<'_>) -> PyResult<Bound<'py, PyDict>> {
+        let p = extract_tensor("dequantized_state", "param", param)?;
+        let s = self.s.lock();
+        let d = PyDict::new(py);
+        for (key, t) in &s.buffers {
+            d.set_item(*key, t.detach())?;
+        }
+        for (key, c) in &s.coded {
+            d.set_item(*key, c.decode(&p)?)?;
+        }
+        Ok(d)
     }
 }
 

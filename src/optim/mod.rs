@@ -6,6 +6,7 @@
 //! A param group's hyperparameters live in a shared `Group` that Python's `param_groups`
 //! dicts write through to, so schedulers keep working while the hooks run in Rust.
 
+pub mod coded_state;
 pub mod kernels;
 
 use std::sync::Arc;
@@ -13,10 +14,12 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock};
 
 use crate::backend;
+use crate::backend::coded::StateFormat;
 use crate::error::{Error, Result};
 use crate::memory::Role;
 use crate::ops;
 use crate::tensor::{check_like, shape_str, Tensor};
+use coded_state::Coded;
 use kernels::{
     AdadeltaStep, AdafactorStep, AdagradStep, AdamBase, AdamStep, AdamaxStep, AsgdStep, GradPrep,
     NAdamStep, RAdamStep, RmsPropStep, RpropStep, SgdStep, StepRule,
@@ -95,6 +98,12 @@ pub struct Hyper {
     pub eps1: Option<f64>,
     pub eps2: f64,
     pub d: f64,
+    /// `state_dtype`: the state's coding (dense: the parameter's dtype), its block size
+    /// (0: the format's default) and the least parameter size it applies to (smaller ones
+    /// keep dense state, as bitsandbytes' `min_8bit_size`).
+    pub state_format: StateFormat,
+    pub block_size: f64,
+    pub min_quantized_size: f64,
 }
 
 impl Hyper {
@@ -128,7 +137,30 @@ impl Hyper {
             eps1: None,
             eps2: 1e-3,
             d: 1.0,
+            state_format: StateFormat::Dense,
+            block_size: 0.0,
+            min_quantized_size: 4096.0,
         }
+    }
+
+    /// The coded format and block size parameter `p`'s state takes, or `None` for dense
+    /// state.
+    fn coded_format(&self, p: &Tensor) -> Result<Option<(StateFormat, usize)>> {
+        if self.state_format == StateFormat::Dense || (p.numel() as f64) < self.min_quantized_size {
+            return Ok(None);
+        }
+        if !matches!(self.kind, Kind::Sgd | Kind::Adam | Kind::AdamW) {
+            return Err(Error::value(format!(
+                "state_dtype='{}' is supported by SGD, Adam and AdamW, not {:?}",
+                self.state_format.name(),
+                self.kind
+            )));
+        }
+        let block = match self.block_size as usize {
+            0 => self.state_format.default_block(),
+            b => b,
+        };
+        Ok(Some((self.state_format, block)))
     }
 
     /// The hyperparameter a param-group key names (pairs such as `betas` are [`Hyper::pair`]).
@@ -151,6 +183,8 @@ impl Hyper {
             "t0" => Field::Number(&mut self.t0),
             "beta2_decay" => Field::Number(&mut self.beta2_decay),
             "d" => Field::Number(&mut self.d),
+            "block_size" => Field::Number(&mut self.block_size),
+            "min_quantized_size" => Field::Number(&mut self.min_quantized_size),
             "nesterov" => Field::Flag(&mut self.nesterov),
             "maximize" => Field::Flag(&mut self.maximize),
             "amsgrad" => Field::Flag(&mut self.amsgrad),
@@ -212,6 +246,11 @@ pub struct ParamState {
     pub scalars: Vec<(&'static str, f64)>,
     /// State buffers by PyTorch's state-dict name, in the order they were made.
     pub buffers: Vec<(&'static str, Tensor)>,
+    /// Coded state buffers (`state_dtype`), by the same names; a parameter's state is
+    /// either all dense or all coded.
+    pub coded: Vec<(&'static str, Coded)>,
+    /// The coding new buffers take (set by the step from the param group).
+    pub format: Option<(StateFormat, usize)>,
     /// Backward passes accumulated into `.grad` since the last in-backward step.
     pub micro_batches: u64,
     /// The backward pass (`autograd::pass`) of the last in-backward step.
@@ -242,7 +281,27 @@ pub const SCALARS: [&str; 3] = ["mu_product", "eta", "mu"];
 
 impl ParamState {
     pub fn is_empty(&self) -> bool {
-        self.step.is_none() && self.scalars.is_empty() && self.buffers.is_empty()
+        self.step.is_none()
+            && self.scalars.is_empty()
+            && self.buffers.is_empty()
+            && self.coded.is_empty()
+    }
+
+    pub fn coded(&self, key: &str) -> Option<&Coded> {
+        self.coded.iter().find(|(k, _)| *k == key).map(|(_, c)| c)
+    }
+
+    /// The format and block of the state held now, if it is coded.
+    pub fn held_format(&self) -> Option<(StateFormat, usize)> {
+        self.coded.first().map(|(_, c)| {
+            let f = match c.coding {
+                backend::coded::Coding::BFloat16 => StateFormat::BFloat16,
+                backend::coded::Coding::Int8 { .. } => StateFormat::Int8,
+                backend::coded::Coding::Fp8 => StateFormat::Fp8,
+                _ => StateFormat::Int4,
+            };
+            (f, c.block)
+        })
     }
 
     pub fn get(&self, key: &str) -> Option<&Tensor> {
@@ -257,14 +316,21 @@ impl ParamState {
         Ok(())
     }
 
-    /// Make each missing buffer of `keys`, zero-filled like `p`, and hand `keys` back.
+    /// Make each missing buffer of `keys`, zero-filled like `p` (coded when the step set a
+    /// coded format), and hand `keys` back.
     fn zeros(
         &mut self,
         keys: &'static [&'static str],
         p: &Tensor,
     ) -> Result<&'static [&'static str]> {
         for &k in keys {
-            self.ensure(k, p, 0.0)?;
+            match self.format {
+                Some((format, block)) if self.coded(k).is_none() => {
+                    self.coded.push((k, Coded::zeros(format, k, p, block)?))
+                }
+                Some(_) => {}
+                None => self.ensure(k, p, 0.0)?,
+            }
         }
         Ok(keys)
     }
@@ -432,6 +498,15 @@ pub fn step(
         ..prep
     };
     let (rule, keys) = rule_for(param, h, st)?;
+    if st.format.is_some() {
+        let coded: Vec<&Coded> = keys.iter().filter_map(|k| st.coded(k)).collect();
+        let views: Vec<_> = coded.iter().map(|c| c.view()).collect();
+        let states = coded_state::kernel_states(&views);
+        backend::on(&pdata).optim_step_coded(&pdata, &gdata, &states, &rule, &prep)?;
+        coded.iter().for_each(|c| c.bump_version());
+        param.bump_version();
+        return Ok(());
+    }
     let bufs = st.data(keys);
     let refs: Vec<&candle_core::Tensor> = bufs.iter().collect();
     backend::on(&pdata).optim_step(&pdata, &gdata, &refs, &rule, &prep)?;
@@ -451,6 +526,25 @@ fn rule_for(
     h: &Hyper,
     st: &mut ParamState,
 ) -> Result<(StepRule, &'static [&'static str])> {
+    let format = h.coded_format(p)?;
+    let held_dense = !st.buffers.is_empty();
+    if (st.held_format().is_some() || held_dense) && st.held_format() != format {
+        let held = match st.held_format() {
+            Some((f, b)) => format!("{} in blocks of {b}", f.name()),
+            None => "dense".to_string(),
+        };
+        let wanted = match format {
+            Some((f, b)) => format!("{} in blocks of {b}", f.name()),
+            None => "dense".to_string(),
+        };
+        return Err(Error::value(format!(
+            "optimizer step: the state of the parameter of shape {} is held {held}, but its \
+             param group asks for {wanted} (state_dtype, block_size and min_quantized_size \
+             must not change once the state exists)",
+            shape_str(&p.dims())
+        )));
+    }
+    st.format = format;
     let next_step = |st: &mut ParamState| {
         let s = st.step.unwrap_or(0.0) + 1.0;
         st.step = Some(s);

@@ -10,6 +10,7 @@ from .adam import Adam, AdamW
 from .adamax import Adamax
 from .asgd import ASGD
 from .lbfgs import LBFGS
+from .low_bit import Adam8bit, AdamW4bit, AdamW8bit, AdamWFp8, SGD8bit
 from .nadam import NAdam
 from .optimizer import Optimizer
 from .radam import RAdam
@@ -31,6 +32,11 @@ __all__ = [
     "Rprop",
     "ASGD",
     "Adafactor",
+    "Adam8bit",
+    "AdamW8bit",
+    "AdamW4bit",
+    "AdamWFp8",
+    "SGD8bit",
     "LBFGS",
     "lr_scheduler",
     "swa_utils",

@@ -500,6 +500,17 @@ class Optimizer:
             for grp, ps in zip(self.param_groups, saved, strict=False):
                 dict.__setitem__(grp, "params", ps)
 
+    def dequantized_state(self, p) -> dict:
+        """``optimizer.state[p]``'s buffers as float tensors: low-bit state
+        (``state_dtype``) decoded to float32 and shaped like ``p``; dense state as it is.
+        A copy: writing to it does not change the state."""
+        if self._kind is None:
+            return {k: v for k, v in self.state[p].items() if isinstance(v, Tensor)}
+        s = self._rust_states.get(_key(p))
+        if s is None:
+            raise KeyError("parameter is not optimized by this optimizer")
+        return dict(s.decoded(p))
+
     # ---- state dict ----
 
     def _all_params(self) -> list:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from . import _checks as check
 from .optimizer import Optimizer
 
 __all__ = ["SGD"]
@@ -9,7 +10,9 @@ __all__ = ["SGD"]
 
 class SGD(Optimizer):
     """``SGD(params, lr=1e-3, momentum=0, dampening=0, weight_decay=0, nesterov=False, *,
-    maximize=False, in_backward=False)``. Each step is one fused Rust kernel per parameter."""
+    maximize=False, in_backward=False, state_dtype=None, block_size=None,
+    min_quantized_size=4096)``. Each step is one fused Rust kernel per parameter;
+    ``state_dtype`` keeps the momentum buffer in fewer bits, as in `Adam`."""
 
     _kind = "sgd"
     _hyper_keys = frozenset(
@@ -23,6 +26,7 @@ class SGD(Optimizer):
             "foreach",
             "differentiable",
             "fused",
+            *check.STATE_KEYS,
         }
     )
 
@@ -40,6 +44,9 @@ class SGD(Optimizer):
         differentiable: bool = False,
         fused: bool | None = None,
         in_backward: bool = False,
+        state_dtype: str | None = None,
+        block_size: int | None = None,
+        min_quantized_size: int | None = None,
     ):
         defaults = dict(
             lr=lr,
@@ -51,6 +58,7 @@ class SGD(Optimizer):
             foreach=foreach,
             differentiable=differentiable,
             fused=fused,
+            **check.state_defaults(state_dtype, block_size, min_quantized_size),
         )
         super().__init__(params, defaults, in_backward=in_backward)
 
@@ -65,3 +73,4 @@ class SGD(Optimizer):
             raise ValueError(f"Invalid weight_decay value: {g['weight_decay']}")
         if g["nesterov"] and (g["momentum"] <= 0 or g["dampening"] != 0):
             raise ValueError("Nesterov momentum requires a momentum and zero dampening")
+        check.state(g)

@@ -21,6 +21,7 @@ pub mod matmul;
 pub mod nn;
 pub mod norm;
 pub mod optim;
+pub mod optim_coded;
 pub mod pool;
 pub mod render;
 pub mod scalar;

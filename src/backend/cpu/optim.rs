@@ -141,7 +141,7 @@ fn maximum<C: Real>(a: C, b: C) -> C {
 /// (prepared) gradient and the element's state, updated in place. `K` is the number of
 /// state buffers the step was given (see [`StepRule`]); the rule's coefficients are
 /// already in the compute type.
-trait Rule<C: Real>: Sync {
+pub(super) trait Rule<C: Real>: Sync {
     fn update<const K: usize>(&self, p: C, g: C, s: &mut [C; K]) -> C;
 }
 
@@ -558,10 +558,40 @@ fn walk<E: Elem, R: Rule<E::C>>(
     }
 }
 
-/// Run `rule` over one parameter's elements: its coefficients in the compute type, then
-/// the shared walk, monomorphised per rule.
+/// A walk over one parameter's elements that any element-wise rule can drive: the dense
+/// one here, the coded-state one in `optim_coded.rs`.
+pub(super) trait Walker<C: Real> {
+    fn walk<R: Rule<C>>(self, rule: &R);
+}
+
+/// The dense walk: parameter, gradient and state buffers all of the parameter's dtype.
+struct Dense<'a, E> {
+    p: &'a mut [E],
+    g: &'a [E],
+    bufs: Vec<&'a mut [E]>,
+    prep: &'a GradPrep,
+}
+
+impl<E: Elem> Walker<E::C> for Dense<'_, E> {
+    fn walk<R: Rule<E::C>>(self, rule: &R) {
+        walk(self.p, self.g, self.bufs, rule, self.prep)
+    }
+}
+
+/// Run `rule` over one parameter's elements: the shared walk, monomorphised per rule
+/// (Adafactor, which is not element-wise, has its own).
 fn run_rule<E: Elem>(p: &mut [E], g: &[E], bufs: Vec<&mut [E]>, rule: &StepRule, prep: &GradPrep) {
-    let c = |v: f64| E::C::of(v);
+    if let StepRule::Adafactor(s) = *rule {
+        return super::adafactor::run(p, g, bufs, &s, prep);
+    }
+    with_rule(rule, Dense { p, g, bufs, prep });
+}
+
+/// Build `rule`'s element-wise update with its coefficients in the compute type `C` and
+/// hand it to `w`. Adafactor is not element-wise: the walker is not run (callers route it
+/// elsewhere first) and `false` is returned.
+pub(super) fn with_rule<C: Real, W: Walker<C>>(rule: &StepRule, w: W) -> bool {
+    let c = |v: f64| C::of(v);
     match *rule {
         StepRule::Sgd(s) => {
             let r = Sgd {
@@ -572,7 +602,7 @@ fn run_rule<E: Elem>(p: &mut [E], g: &[E], bufs: Vec<&mut [E]>, rule: &StepRule,
                 nesterov: s.nesterov,
                 init: s.init_buffer,
             };
-            walk(p, g, bufs, &r, prep)
+            w.walk(&r)
         }
         StepRule::Adam(s) => {
             let r = Adam {
@@ -582,7 +612,7 @@ fn run_rule<E: Elem>(p: &mut [E], g: &[E], bufs: Vec<&mut [E]>, rule: &StepRule,
                 eps: c(s.base.eps),
                 neg_step: c(-s.step_size),
             };
-            walk(p, g, bufs, &r, prep)
+            w.walk(&r)
         }
         StepRule::RmsProp(s) => {
             let r = RmsProp {
@@ -594,7 +624,7 @@ fn run_rule<E: Elem>(p: &mut [E], g: &[E], bufs: Vec<&mut [E]>, rule: &StepRule,
                 centered: s.centered,
                 neg_lr: c(-s.lr),
             };
-            walk(p, g, bufs, &r, prep)
+            w.walk(&r)
         }
         StepRule::Adagrad(s) => {
             let r = Adagrad {
@@ -602,7 +632,7 @@ fn run_rule<E: Elem>(p: &mut [E], g: &[E], bufs: Vec<&mut [E]>, rule: &StepRule,
                 eps: c(s.eps),
                 neg_clr: c(-s.clr),
             };
-            walk(p, g, bufs, &r, prep)
+            w.walk(&r)
         }
         StepRule::Adamax(s) => {
             let r = Adamax {
@@ -612,7 +642,7 @@ fn run_rule<E: Elem>(p: &mut [E], g: &[E], bufs: Vec<&mut [E]>, rule: &StepRule,
                 eps: c(s.eps),
                 neg_clr: c(-s.clr),
             };
-            walk(p, g, bufs, &r, prep)
+            w.walk(&r)
         }
         StepRule::NAdam(s) => {
             let r = NAdam {
@@ -623,7 +653,7 @@ fn run_rule<E: Elem>(p: &mut [E], g: &[E], bufs: Vec<&mut [E]>, rule: &StepRule,
                 c_grad: c(s.c_grad),
                 c_avg: c(s.c_avg),
             };
-            walk(p, g, bufs, &r, prep)
+            w.walk(&r)
         }
         StepRule::RAdam(s) => {
             let r = RAdam {
@@ -635,7 +665,7 @@ fn run_rule<E: Elem>(p: &mut [E], g: &[E], bufs: Vec<&mut [E]>, rule: &StepRule,
                 lr: c(s.base.lr),
                 rect: s.rect.map(c),
             };
-            walk(p, g, bufs, &r, prep)
+            w.walk(&r)
         }
         StepRule::Adadelta(s) => {
             let r = Adadelta {
@@ -645,7 +675,7 @@ fn run_rule<E: Elem>(p: &mut [E], g: &[E], bufs: Vec<&mut [E]>, rule: &StepRule,
                 eps: c(s.eps),
                 neg_lr: c(-s.lr),
             };
-            walk(p, g, bufs, &r, prep)
+            w.walk(&r)
         }
         StepRule::Rprop(s) => {
             let r = Rprop {
@@ -654,9 +684,9 @@ fn run_rule<E: Elem>(p: &mut [E], g: &[E], bufs: Vec<&mut [E]>, rule: &StepRule,
                 lo: c(s.step_size_min),
                 hi: c(s.step_size_max),
             };
-            walk(p, g, bufs, &r, prep)
+            w.walk(&r)
         }
-        StepRule::Adafactor(s) => super::adafactor::run(p, g, bufs, &s, prep),
+        StepRule::Adafactor(_) => return false,
         StepRule::Asgd(s) => {
             let r = Asgd {
                 wd: nonzero(s.weight_decay),
@@ -664,9 +694,10 @@ fn run_rule<E: Elem>(p: &mut [E], g: &[E], bufs: Vec<&mut [E]>, rule: &StepRule,
                 neg_eta: c(-s.eta),
                 mu: (s.mu != 1.0).then(|| c(s.mu)),
             };
-            walk(p, g, bufs, &r, prep)
+            w.walk(&r)
         }
     }
+    true
 }
 
 // ---- access to several candle buffers at once, in place ----
@@ -703,7 +734,7 @@ fn range(l: &Layout) -> candle_core::Result<(usize, usize)> {
 }
 
 /// Read access to a (contiguous) gradient's elements.
-fn with_ref<R>(
+pub(super) fn with_ref<R>(
     t: &candle_core::Tensor,
     f: impl FnOnce(&CpuStorage, (usize, usize)) -> candle_core::Result<R>,
 ) -> candle_core::Result<R> {
@@ -716,10 +747,10 @@ fn with_ref<R>(
 }
 
 /// A buffer's storage, and the element range its contiguous layout covers.
-type Buf<'a> = (&'a mut CpuStorage, (usize, usize));
+pub(super) type Buf<'a> = (&'a mut CpuStorage, (usize, usize));
 
 /// Mutable access to all of `ts` at once (nested in-place ops), then `f` on them.
-fn nest<'a>(
+pub(super) fn nest<'a>(
     ts: &[&candle_core::Tensor],
     acc: Vec<Buf<'a>>,
     f: &mut dyn FnMut(Vec<Buf<'_>>) -> candle_core::Result<()>,
@@ -842,6 +873,17 @@ impl OptimOps for Cpu {
                 Ok(())
             })
         })
+    }
+
+    fn optim_step_coded(
+        &self,
+        param: &candle_core::Tensor,
+        grad: &candle_core::Tensor,
+        state: &[crate::backend::coded::CodedState<'_>],
+        rule: &StepRule,
+        prep: &GradPrep,
+    ) -> Result<()> {
+        super::optim_coded::step(param, grad, state, rule, prep)
     }
 
     /// `sum(|g|^p)` (or `max |g|` for p = inf) of a gradient, in f64, after scaling.
