@@ -21,6 +21,8 @@
 
 use std::sync::LazyLock;
 
+use multiversion::multiversion;
+
 /// The `state_dtype` an optimizer keeps its state in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StateFormat {
@@ -150,175 +152,444 @@ impl Coding {
         }
     }
 
-    /// The sorted values a code indexes (empty for bfloat16 and fp8, which are floats).
-    pub fn table(self) -> &'static [f32] {
-        match self {
+    /// The code of a table coding (none for bfloat16).
+    pub fn code(self) -> Option<&'static Code> {
+        Some(match self {
             Coding::Int8 { signed: true } => &SIGNED8,
             Coding::Int8 { signed: false } => &UNSIGNED8,
             Coding::Int4 { signed: true } => &SIGNED4,
             Coding::Int4 { signed: false } | Coding::Int4Rank1 { .. } => &LINEAR4,
-            Coding::BFloat16 | Coding::Fp8 => &[],
+            Coding::Fp8 => &FP8,
+            Coding::BFloat16 => return None,
+        })
+    }
+}
+
+/// How a code lays out its bytes around the magnitude's index.
+#[derive(Clone, Copy, Debug)]
+enum Layout {
+    /// Values sorted from -1 to 1, zero at `zero`: the code is `zero ± index`.
+    Symmetric { zero: u8 },
+    /// Non-negative values only: the code is the index (a negative input codes as its
+    /// magnitude; second moments never are negative).
+    Unsigned,
+    /// A sign bit over the index (fp8: the index is the e4m3 byte of the magnitude).
+    SignBit,
+}
+
+/// A code of at most 256 values in [-1, 1]: what each code decodes to, and a fast nearest
+/// search over the magnitudes. The search is one table lookup: the top 16 bits of a
+/// magnitude's float32 representation (exponent and 8 mantissa bits) name a bucket 2^-8
+/// relative wide, narrower than the gap between two codes' midpoints (0.7% apart at the top
+/// of the 8-bit code), so each bucket holds at most one midpoint; the nearest magnitude's
+/// index is the count of midpoints below the bucket, plus one if past the bucket's own.
+pub struct Code {
+    /// The value of each code byte (a decode table; unused bytes decode to 0).
+    pub values: [f32; 256],
+    #[cfg_attr(not(test), allow(dead_code))] // the tests' brute-force search
+    magnitudes: Vec<f32>,
+    /// Per bucket from `first`, packed in one u32 so a vector encoder gathers once: the
+    /// count of midpoints below the bucket (high 16 bits) and the low 15 bits of its own
+    /// midpoint's float32 representation (the high bits are the bucket's; 0xFFFF: none).
+    buckets: Vec<u32>,
+    first: usize,
+    layout: Layout,
+}
+
+/// The bucket of a non-negative float32: its top 16 bits.
+#[inline(always)]
+fn bucket(x: f32) -> usize {
+    (x.to_bits() >> 15) as usize
+}
+
+/// The index of the magnitude nearest `a` (`0 <= a <= 1`; ties to the smaller): one
+/// lookup in the packed buckets.
+#[inline(always)]
+fn nearest(buckets: &[u32], first: usize, last: usize, a: f32) -> u32 {
+    // Below the first bucket, `a` reads as the bucket's start: under its midpoint too.
+    let bits = a.to_bits().max((first as u32) << 15);
+    let e = buckets[((bits >> 15) as usize - first).min(last)];
+    (e >> 16) + u32::from((bits & 0x7FFF) > (e & 0xFFFF))
+}
+
+impl Code {
+    fn new(magnitudes: Vec<f32>, layout: Layout, values: [f32; 256]) -> Code {
+        assert!(magnitudes.len() <= 256 && magnitudes.windows(2).all(|w| w[0] < w[1]));
+        let mids: Vec<f32> = magnitudes.windows(2).map(|w| 0.5 * (w[0] + w[1])).collect();
+        let first = mids.first().map_or(0, |&m| bucket(m));
+        let mut buckets = vec![];
+        for b in first..=bucket(1.0) {
+            let start = f32::from_bits((b as u32) << 15);
+            let end = f32::from_bits(((b + 1) as u32) << 15);
+            let inside: Vec<f32> = mids
+                .iter()
+                .copied()
+                .filter(|&m| start <= m && m < end)
+                .collect();
+            assert!(inside.len() <= 1, "two midpoints in one bucket");
+            let below = mids.iter().filter(|&&m| m < start).count() as u32;
+            let low = inside.first().map_or(0xFFFF, |m| m.to_bits() & 0x7FFF);
+            buckets.push(below << 16 | low);
+        }
+        Code {
+            values,
+            magnitudes,
+            buckets,
+            first,
+            layout,
+        }
+    }
+
+    /// The code of `x` (already divided by its scale: in [-1, 1]).
+    pub fn encode(&self, x: f32) -> u8 {
+        match self.layout {
+            Layout::Symmetric { .. } => self.encoder::<SYMMETRIC>()(x),
+            Layout::Unsigned => self.encoder::<UNSIGNED>()(x),
+            Layout::SignBit => self.encoder::<SIGN_BIT>()(x),
+        }
+    }
+
+    /// The per-element encoder for layout `L` (the caller's match on the layout is then
+    /// out of the element loop), with the tables as local slices.
+    #[inline(always)]
+    fn encoder<const L: u8>(&self) -> impl Fn(f32) -> u8 + '_ {
+        let (buckets, first) = (&self.buckets[..], self.first);
+        let last = buckets.len() - 1;
+        let zero = match self.layout {
+            Layout::Symmetric { zero } => zero,
+            _ => 0,
+        };
+        move |x: f32| {
+            let a = x.abs();
+            let a = if a <= 1.0 { a } else { 1.0 }; // NaN too: its block reads back as NaN
+            let i = nearest(buckets, first, last, a) as u8;
+            match L {
+                SYMMETRIC => {
+                    if x < 0.0 {
+                        zero - i
+                    } else {
+                        zero + i
+                    }
+                }
+                UNSIGNED => i,
+                _ => i | (u8::from(x.is_sign_negative() && i != 0) << 7),
+            }
         }
     }
 }
 
-/// The dynamic tree code of `bits` bits (sign included when `signed`), sorted, without
-/// duplicates: for each count `e` of leading zeros after the sign, the `2^f` fractions
-/// `0.1 + 0.9 k / 2^f` (k = 1..2^f, so 1.0 itself is a code), times `10^-e`; and zero.
-fn dynamic_code(bits: u32, signed: bool) -> Vec<f32> {
-    let magnitude_bits = bits - u32::from(signed);
-    let mut v = vec![0.0f64];
+const SYMMETRIC: u8 = 0;
+const UNSIGNED: u8 = 1;
+const SIGN_BIT: u8 = 2;
+
+/// The dynamic tree code's magnitudes for `magnitude_bits` bits: for each count `e` of
+/// leading zeros, the `2^f` fractions `0.1 + 0.9 k / 2^f` (k = 1..2^f, so 1.0 itself is a
+/// code), times `10^-e`; and zero. Sorted.
+fn dynamic_magnitudes(magnitude_bits: u32) -> Vec<f32> {
+    let mut v = vec![0.0f32];
     for e in 0..magnitude_bits {
         let f = magnitude_bits - e - 1;
         let n = 1u32 << f;
         for k in 1..=n {
             let frac = 0.1 + 0.9 * f64::from(k) / f64::from(n);
-            let x = frac * 10f64.powi(-(e as i32));
-            v.push(x);
-            if signed {
-                v.push(-x);
-            }
+            v.push((frac * 10f64.powi(-(e as i32))) as f32);
         }
     }
-    let mut v: Vec<f32> = v.into_iter().map(|x| x as f32).collect();
     v.sort_by(f32::total_cmp);
-    v.dedup();
     v
 }
 
-static SIGNED8: LazyLock<Vec<f32>> = LazyLock::new(|| dynamic_code(8, true));
-static UNSIGNED8: LazyLock<Vec<f32>> = LazyLock::new(|| dynamic_code(8, false));
-static SIGNED4: LazyLock<Vec<f32>> = LazyLock::new(|| dynamic_code(4, true));
-static LINEAR4: LazyLock<Vec<f32>> = LazyLock::new(|| (1..=16).map(|i| i as f32 / 16.0).collect());
+/// A signed code from its magnitudes: values `-m[last] .. 0 .. m[last]`.
+fn symmetric(m: Vec<f32>) -> Code {
+    let zero = m.len() - 1;
+    let mut values = [0f32; 256];
+    for (i, &x) in m.iter().enumerate() {
+        values[zero + i] = x;
+        values[zero - i] = -x;
+    }
+    Code::new(m, Layout::Symmetric { zero: zero as u8 }, values)
+}
+
+fn unsigned(m: Vec<f32>) -> Code {
+    let mut values = [0f32; 256];
+    values[..m.len()].copy_from_slice(&m);
+    Code::new(m, Layout::Unsigned, values)
+}
+
+static SIGNED8: LazyLock<Code> = LazyLock::new(|| symmetric(dynamic_magnitudes(7)));
+static UNSIGNED8: LazyLock<Code> = LazyLock::new(|| unsigned(dynamic_magnitudes(8)));
+static SIGNED4: LazyLock<Code> = LazyLock::new(|| symmetric(dynamic_magnitudes(3)));
+static LINEAR4: LazyLock<Code> =
+    LazyLock::new(|| unsigned((1..=16).map(|i| i as f32 / 16.0).collect()));
 
 /// e4m3's largest finite value: a block's absmax maps to it.
 pub const FP8_MAX: f32 = 448.0;
 
-/// Every e4m3 byte's value, for decoding by lookup.
-pub static FP8_VALUES: LazyLock<[f32; 256]> =
-    LazyLock::new(|| std::array::from_fn(|b| float8::F8E4M3::from_bits(b as u8).to_f32()));
+/// fp8 e4m3 as a code: byte `b`'s value is e4m3's, over 448; the magnitudes are the
+/// finite non-negative bytes 0x00..=0x7E, in order (e4m3's bit patterns sort as its
+/// values), so a code byte is the e4m3 byte of the scaled value rounded to nearest.
+static FP8: LazyLock<Code> = LazyLock::new(|| {
+    let e4m3 = |b: u8| float8::F8E4M3::from_bits(b).to_f32() / FP8_MAX;
+    let values = std::array::from_fn(|b| {
+        let v = e4m3(b as u8);
+        if v.is_nan() {
+            0.0
+        } else {
+            v
+        }
+    });
+    Code::new((0..=0x7E).map(e4m3).collect(), Layout::SignBit, values)
+});
 
-/// The code of the table value nearest `x` (ties to the smaller; `x` finite).
-#[inline]
-pub fn nearest(table: &[f32], x: f32) -> u8 {
-    let i = table.partition_point(|&t| t < x);
-    if i == 0 {
-        return 0;
+/// A decoded state value: float32, or float64 for a float64 parameter's step.
+pub trait StateValue: Copy + Send + Sync {
+    fn of_f32(x: f32) -> Self;
+    fn f32(self) -> f32;
+    /// The values as float32 without a copy, when they are float32.
+    fn as_f32(values: &[Self]) -> Option<&[f32]>;
+    fn as_f32_mut(values: &mut [Self]) -> Option<&mut [f32]>;
+}
+
+impl StateValue for f32 {
+    #[inline(always)]
+    fn of_f32(x: f32) -> f32 {
+        x
     }
-    if i == table.len() {
-        return (i - 1) as u8;
+    #[inline(always)]
+    fn f32(self) -> f32 {
+        self
     }
-    if x - table[i - 1] <= table[i] - x {
-        (i - 1) as u8
-    } else {
-        i as u8
+    fn as_f32(values: &[f32]) -> Option<&[f32]> {
+        Some(values)
+    }
+    fn as_f32_mut(values: &mut [f32]) -> Option<&mut [f32]> {
+        Some(values)
+    }
+}
+
+impl StateValue for f64 {
+    #[inline(always)]
+    fn of_f32(x: f32) -> f64 {
+        f64::from(x)
+    }
+    #[inline(always)]
+    fn f32(self) -> f32 {
+        self as f32
+    }
+    fn as_f32(_: &[f64]) -> Option<&[f32]> {
+        None
+    }
+    fn as_f32_mut(_: &mut [f64]) -> Option<&mut [f32]> {
+        None
     }
 }
 
 /// The scale of a block of new values: their absolute maximum, or NaN when one is not
-/// finite (so the whole block reads back as NaN).
+/// finite (so the whole block reads back as NaN). Eight lanes, so it runs vectorised.
 #[inline]
-pub fn absmax(values: &[f32]) -> f32 {
-    let mut m = 0.0f32;
-    let mut finite = true;
-    for &x in values {
-        finite &= x.is_finite();
-        m = m.max(x.abs());
-    }
-    if finite {
-        m
-    } else {
-        f32::NAN
+pub fn absmax<T: StateValue>(values: &[T]) -> f32 {
+    match T::as_f32(values) {
+        Some(v) => absmax_f32(v),
+        None => absmax_of(values),
     }
 }
 
-/// Encode one block of `values` with `scale` (from [`absmax`], or the rank-1 scales per
-/// element via `scale_at`) into `codes` (its bytes; for 4-bit, two elements per byte, the
-/// block starting on a byte boundary).
-pub fn encode_block(
+#[multiversion(targets = "simd")]
+fn absmax_f32(values: &[f32]) -> f32 {
+    absmax_of(values)
+}
+
+#[inline(always)]
+fn absmax_of<T: StateValue>(values: &[T]) -> f32 {
+    let mut max = [0f32; 8];
+    let mut nan = [false; 8];
+    let lanes = values.chunks_exact(8);
+    let rest = lanes.remainder();
+    for c in lanes {
+        for j in 0..8 {
+            let a = c[j].f32().abs();
+            max[j] = if a > max[j] { a } else { max[j] };
+            nan[j] |= a.is_nan();
+        }
+    }
+    for (j, x) in rest.iter().enumerate() {
+        let a = x.f32().abs();
+        max[j] = if a > max[j] { a } else { max[j] };
+        nan[j] |= a.is_nan();
+    }
+    let m = max.iter().fold(0f32, |m, &a| if a > m { a } else { m });
+    if nan.contains(&true) || m.is_infinite() {
+        f32::NAN
+    } else {
+        m
+    }
+}
+
+/// Encode one block of `values` into `codes` (its bytes; for 4-bit, two elements per
+/// byte, the block starting on a byte boundary), each element divided by `scale_at(i)`
+/// (its block's absmax, or its rank-1 scale). A zero or non-finite scale codes the values
+/// as zero; the scale itself makes them read back as zero or NaN.
+pub fn encode_block<T: StateValue>(
     coding: Coding,
-    values: &[f32],
+    values: &[T],
     codes: &mut [u8],
     scale_at: impl Fn(usize) -> f32,
 ) {
-    match coding {
-        Coding::BFloat16 => {
-            for (i, &x) in values.iter().enumerate() {
-                let b = half::bf16::from_f32(x).to_bits().to_le_bytes();
-                codes[2 * i] = b[0];
-                codes[2 * i + 1] = b[1];
-            }
+    let Some(code) = coding.code() else {
+        for (i, &x) in values.iter().enumerate() {
+            let b = half::bf16::from_f32(x.f32()).to_bits().to_le_bytes();
+            codes[2 * i] = b[0];
+            codes[2 * i + 1] = b[1];
         }
-        Coding::Fp8 => {
-            for (i, &x) in values.iter().enumerate() {
-                let s = scale_at(i);
-                let y = if s > 0.0 { x * (FP8_MAX / s) } else { 0.0 };
-                codes[i] = float8::F8E4M3::from_f32(y).to_bits();
-            }
+        return;
+    };
+    let inv = |s: f32| {
+        if s > 0.0 && s.is_finite() {
+            1.0 / s
+        } else {
+            0.0
         }
-        Coding::Int8 { .. } => {
-            let table = coding.table();
-            for (i, &x) in values.iter().enumerate() {
-                codes[i] = quantize(table, x, scale_at(i));
-            }
+    };
+    if let (Coding::Int8 { .. } | Coding::Fp8, Some(v)) = (coding, T::as_f32(values)) {
+        let s = scale_at(0); // block-wise: one scale
+        return match code.layout {
+            Layout::Symmetric { .. } => encode_lanes::<SYMMETRIC>(code, v, inv(s), codes),
+            Layout::Unsigned => encode_lanes::<UNSIGNED>(code, v, inv(s), codes),
+            Layout::SignBit => encode_lanes::<SIGN_BIT>(code, v, inv(s), codes),
+        };
+    }
+    // One loop per layout, so the layout's match is not in the element loop.
+    match (code.layout, coding) {
+        (Layout::Symmetric { .. }, Coding::Int4 { .. }) => {
+            encode_nibbles::<T, SYMMETRIC>(code, values, codes, &scale_at, inv)
         }
-        Coding::Int4 { .. } | Coding::Int4Rank1 { .. } => {
-            let table = coding.table();
-            for (i, pair) in values.chunks(2).enumerate() {
-                let lo = quantize(table, pair[0], scale_at(2 * i));
-                let hi = match pair.get(1) {
-                    Some(&x) => quantize(table, x, scale_at(2 * i + 1)),
-                    None => 0,
-                };
-                codes[i] = lo | (hi << 4);
-            }
+        (_, Coding::Int4 { .. } | Coding::Int4Rank1 { .. }) => {
+            encode_nibbles::<T, UNSIGNED>(code, values, codes, &scale_at, inv)
         }
+        (Layout::Symmetric { .. }, _) => {
+            encode_bytes::<T, SYMMETRIC>(code, values, codes, &scale_at, inv)
+        }
+        (Layout::Unsigned, _) => encode_bytes::<T, UNSIGNED>(code, values, codes, &scale_at, inv),
+        (Layout::SignBit, _) => encode_bytes::<T, SIGN_BIT>(code, values, codes, &scale_at, inv),
     }
 }
 
-/// The code of `x / scale` (a zero or non-finite scale: the code nearest zero; its block
-/// reads back as zero or NaN through the scale).
-#[inline]
-fn quantize(table: &[f32], x: f32, scale: f32) -> u8 {
-    if scale > 0.0 && scale.is_finite() {
-        nearest(table, x / scale)
-    } else {
-        nearest(table, 0.0)
+/// Two elements per byte, the first in the low nibble.
+#[inline(always)]
+fn encode_nibbles<T: StateValue, const L: u8>(
+    code: &Code,
+    values: &[T],
+    codes: &mut [u8],
+    scale_at: &impl Fn(usize) -> f32,
+    inv: impl Fn(f32) -> f32,
+) {
+    let enc = code.encoder::<L>();
+    for (i, (c, pair)) in codes.iter_mut().zip(values.chunks(2)).enumerate() {
+        let lo = enc(pair[0].f32() * inv(scale_at(2 * i)));
+        let hi = match pair.get(1) {
+            Some(&x) => enc(x.f32() * inv(scale_at(2 * i + 1))),
+            None => 0,
+        };
+        *c = lo | (hi << 4);
+    }
+}
+
+/// One byte per element of a block with one scale (`inv` is its reciprocal), float32: the
+/// loop the encoder's tables were laid out for. Compiled for each vector width
+/// (`multiversion`: the wheel's baseline is SSE2; with AVX2 or AVX-512 the two table
+/// lookups are vector gathers).
+fn encode_lanes<const L: u8>(code: &Code, values: &[f32], inv: f32, codes: &mut [u8]) {
+    let zero = match code.layout {
+        Layout::Symmetric { zero } => u32::from(zero),
+        _ => 0,
+    };
+    encode_lanes_simd::<L>(values, inv, &code.buckets, code.first, zero, codes)
+}
+
+#[multiversion(targets = "simd")]
+fn encode_lanes_simd<const L: u8>(
+    values: &[f32],
+    inv: f32,
+    buckets: &[u32],
+    first: usize,
+    zero: u32,
+    codes: &mut [u8],
+) {
+    let last = buckets.len() - 1;
+    for (c, &x) in codes.iter_mut().zip(values) {
+        let y = x * inv;
+        let a = y.abs();
+        let a = if a <= 1.0 { a } else { 1.0 };
+        let i = nearest(buckets, first, last, a);
+        let code = match L {
+            SYMMETRIC => {
+                if y < 0.0 {
+                    zero - i
+                } else {
+                    zero + i
+                }
+            }
+            UNSIGNED => i,
+            _ => i | (u32::from(y.is_sign_negative() && i != 0) << 7),
+        };
+        *c = code as u8;
+    }
+}
+
+/// One byte per element.
+#[inline(always)]
+fn encode_bytes<T: StateValue, const L: u8>(
+    code: &Code,
+    values: &[T],
+    codes: &mut [u8],
+    scale_at: &impl Fn(usize) -> f32,
+    inv: impl Fn(f32) -> f32,
+) {
+    let enc = code.encoder::<L>();
+    for (i, (c, &x)) in codes.iter_mut().zip(values).enumerate() {
+        *c = enc(x.f32() * inv(scale_at(i)));
+    }
+}
+
+/// `out = values[code] * scale`, float32, compiled for each vector width (a gather with
+/// AVX2 or AVX-512).
+#[multiversion(targets = "simd")]
+fn decode_lanes(values: &[f32; 256], codes: &[u8], scale: f32, out: &mut [f32]) {
+    for (o, &c) in out.iter_mut().zip(codes) {
+        *o = values[usize::from(c)] * scale;
     }
 }
 
 /// Decode one block (`out.len()` elements) from its `codes` and scales.
-pub fn decode_block(
+pub fn decode_block<T: StateValue>(
     coding: Coding,
     codes: &[u8],
-    out: &mut [f32],
+    out: &mut [T],
     scale_at: impl Fn(usize) -> f32,
 ) {
+    let Some(code) = coding.code() else {
+        for (i, o) in out.iter_mut().enumerate() {
+            let b = half::bf16::from_bits(u16::from_le_bytes([codes[2 * i], codes[2 * i + 1]]));
+            *o = T::of_f32(b.to_f32());
+        }
+        return;
+    };
+    let values = &code.values;
+    if let (Coding::Int8 { .. } | Coding::Fp8, Some(o)) = (coding, T::as_f32_mut(out)) {
+        let s = scale_at(0);
+        return decode_lanes(values, &codes[..o.len()], s, o);
+    }
     match coding {
-        Coding::BFloat16 => {
-            for (i, o) in out.iter_mut().enumerate() {
-                *o = half::bf16::from_bits(u16::from_le_bytes([codes[2 * i], codes[2 * i + 1]]))
-                    .to_f32();
-            }
-        }
-        Coding::Fp8 => {
-            let values = &*FP8_VALUES;
-            for (i, o) in out.iter_mut().enumerate() {
-                *o = values[usize::from(codes[i])] * (scale_at(i) / FP8_MAX);
-            }
-        }
-        Coding::Int8 { .. } => {
-            let table = coding.table();
-            for (i, o) in out.iter_mut().enumerate() {
-                *o = table[usize::from(codes[i])] * scale_at(i);
-            }
-        }
         Coding::Int4 { .. } | Coding::Int4Rank1 { .. } => {
-            let table = coding.table();
             for (i, o) in out.iter_mut().enumerate() {
                 let b = codes[i / 2];
                 let c = if i % 2 == 0 { b & 0xF } else { b >> 4 };
-                *o = table[usize::from(c)] * scale_at(i);
+                *o = T::of_f32(values[usize::from(c)] * scale_at(i));
+            }
+        }
+        _ => {
+            for (i, (o, &c)) in out.iter_mut().zip(codes).enumerate() {
+                *o = T::of_f32(values[usize::from(c)] * scale_at(i));
             }
         }
     }
@@ -328,31 +599,84 @@ pub fn decode_block(
 mod tests {
     use super::*;
 
-    #[test]
-    fn the_codes_have_the_sizes_their_bits_allow() {
-        // signed 8-bit: 127 magnitudes each sign and one zero; unsigned: 255 and zero.
-        assert_eq!(SIGNED8.len(), 255);
-        assert_eq!(UNSIGNED8.len(), 256);
-        assert_eq!(SIGNED4.len(), 15);
-        assert_eq!(LINEAR4.len(), 16);
-        for t in [&*SIGNED8, &*UNSIGNED8, &*SIGNED4, &*LINEAR4] {
-            assert_eq!(*t.last().unwrap(), 1.0);
-            assert!(t.windows(2).all(|w| w[0] < w[1]));
+    /// The code of `x` by a full search: the nearest decoded value (ties to the smaller
+    /// magnitude), over the codes the layout uses.
+    fn brute(code: &Code, x: f32) -> f32 {
+        let mut best = (f32::INFINITY, 0.0f32);
+        let negative = code.magnitudes.iter().map(|m| -m);
+        let used: Vec<f32> = match code.layout {
+            Layout::Unsigned => code.magnitudes.clone(),
+            _ => code.magnitudes.iter().copied().chain(negative).collect(),
+        };
+        for &v in used.iter() {
+            let d = (v - x).abs();
+            if d < best.0 || (d == best.0 && v.abs() < best.1.abs()) {
+                best = (d, v);
+            }
         }
-        assert_eq!(SIGNED8[0], -1.0);
-        assert_eq!(UNSIGNED8[0], 0.0);
+        best.1
     }
 
     #[test]
-    fn nearest_picks_the_closest_value() {
-        let t = &*UNSIGNED8;
-        for &x in &[0.0f32, 1e-9, 0.003, 0.5, 0.77777, 1.0, 2.0] {
-            let c = usize::from(nearest(t, x));
-            let best = t
-                .iter()
-                .map(|v| (v - x).abs())
-                .fold(f32::INFINITY, f32::min);
-            assert_eq!((t[c] - x).abs(), best, "x = {x}");
+    fn the_codes_have_the_sizes_their_bits_allow() {
+        // signed 8-bit: 127 magnitudes and zero; unsigned: 255 and zero.
+        assert_eq!(SIGNED8.magnitudes.len(), 128);
+        assert_eq!(UNSIGNED8.magnitudes.len(), 256);
+        assert_eq!(SIGNED4.magnitudes.len(), 8);
+        assert_eq!(LINEAR4.magnitudes.len(), 16);
+        assert_eq!(FP8.magnitudes.len(), 127);
+        for c in [&*SIGNED8, &*UNSIGNED8, &*SIGNED4, &*LINEAR4, &*FP8] {
+            assert_eq!(*c.magnitudes.last().unwrap(), 1.0);
+        }
+        assert_eq!(SIGNED8.values[0], -1.0);
+        assert_eq!(SIGNED8.values[254], 1.0);
+    }
+
+    #[test]
+    fn encode_picks_the_nearest_code() {
+        let mut xs: Vec<f32> = (0..20000).map(|i| (i as f32 / 10000.0) - 1.0).collect();
+        xs.extend([
+            0.0,
+            1e-9,
+            1e-7,
+            3e-6,
+            0.003,
+            0.1,
+            0.77777,
+            1.0,
+            -1.0,
+            1.0 - 1e-7,
+        ]);
+        for (name, code) in [
+            ("signed8", &*SIGNED8),
+            ("signed4", &*SIGNED4),
+            ("fp8", &*FP8),
+        ] {
+            for &x in &xs {
+                let got = code.values[usize::from(code.encode(x))];
+                // equal, or a tie decided by the float32 midpoint's rounding
+                let (d, best) = ((got - x).abs(), (brute(code, x) - x).abs());
+                assert!(d <= best + 1e-7, "{name}: x = {x}: {d} > {best}");
+            }
+        }
+        for (name, code) in [("unsigned8", &*UNSIGNED8), ("linear4", &*LINEAR4)] {
+            for &x in xs.iter().filter(|x| **x >= 0.0) {
+                let got = code.values[usize::from(code.encode(x))];
+                let (d, best) = ((got - x).abs(), (brute(code, x) - x).abs());
+                assert!(d <= best + 1e-7, "{name}: x = {x}: {d} > {best}");
+            }
+        }
+    }
+
+    #[test]
+    fn fp8_codes_are_e4m3_bytes() {
+        for &x in &[0.5f32, -0.25, 1.0, 0.013, -0.0001] {
+            let b = FP8.encode(x);
+            assert_eq!(
+                b,
+                float8::F8E4M3::from_f32(x * FP8_MAX).to_bits(),
+                "x = {x}"
+            );
         }
     }
 
@@ -393,9 +717,8 @@ mod tests {
 
     #[test]
     fn a_non_finite_block_reads_back_as_nan() {
-        let values = [1.0f32, f32::INFINITY, -2.0];
-        assert!(absmax(&values).is_nan());
-        assert!(absmax(&[1.0, f32::NAN]).is_nan());
-        assert_eq!(absmax(&[0.5, -3.0]), 3.0);
+        assert!(absmax(&[1.0f32, f32::INFINITY, -2.0]).is_nan());
+        assert!(absmax(&[1.0f32, f32::NAN]).is_nan());
+        assert_eq!(absmax(&[0.5f32, -3.0]), 3.0);
     }
 }

@@ -480,10 +480,10 @@ impl<C: Real> Rule<C> for Asgd<C> {
 /// slower.
 macro_rules! walk_fn {
     ($name:ident, $k:literal $(, ($b:ident, $v:ident))*) => {
-        fn $name<E: Elem, R: Rule<E::C>>(
+        fn $name<E: Elem, S: Elem<C = E::C>, R: Rule<E::C>>(
             p: &mut [E],
             g: &[E],
-            bufs: [&mut [E]; $k],
+            bufs: [&mut [S]; $k],
             rule: &R,
             prep: &Prep<E::C>,
         ) {
@@ -492,11 +492,15 @@ macro_rules! walk_fn {
             // and vectorises the loop; inlined into rayon's closure, it reloaded them for
             // every element and ran scalar (3x slower on a 4M-element Adam step, 16x with
             // the branches on absent options that `Prep` and `Decay` no longer have).
+            // Compiled for each vector width (`multiversion`: the wheel's baseline is SSE2):
+            // memory-bound on dense state, compute-bound on decoded blocks in L1.
             #[inline(never)]
-            fn body<E: Elem, R: Rule<E::C>>(
+            #[allow(clippy::extra_unused_type_parameters)] // S: the state's; walk0 has none
+            #[multiversion::multiversion(targets = "simd")]
+            fn body<E: Elem, S: Elem<C = E::C>, R: Rule<E::C>>(
                 p: &mut [E],
                 g: &[E],
-                $($b: &mut [E],)*
+                $($b: &mut [S],)*
                 rule: &R,
                 prep: &Prep<E::C>,
             ) {
@@ -508,15 +512,15 @@ macro_rules! walk_fn {
                     let pn = rule.update(p[i].load(), prep.apply(g[i].load()), &mut s);
                     p[i] = E::store(pn);
                     let [$($v),*] = s;
-                    $($b[i] = E::store($v);)*
+                    $($b[i] = S::store($v);)*
                 }
             }
             if p.len() < PAR_MIN {
                 let [$($b),*] = bufs;
-                return body(p, g, $($b,)* rule, prep);
+                return body::<E, S, R>(p, g, $($b,)* rule, prep);
             }
             let mut chunks = bufs.map(|b| b.chunks_mut(PAR_MIN));
-            let groups: Vec<[&mut [E]; $k]> = (0..p.len().div_ceil(PAR_MIN))
+            let groups: Vec<[&mut [S]; $k]> = (0..p.len().div_ceil(PAR_MIN))
                 .map(|_| std::array::from_fn(|k| chunks[k].next().expect("same length")))
                 .collect();
             p.par_chunks_mut(PAR_MIN)
@@ -524,7 +528,7 @@ macro_rules! walk_fn {
                 .zip(groups)
                 .for_each(|((pc, gc), bc)| {
                     let [$($b),*] = bc;
-                    body(pc, gc, $($b,)* rule, prep)
+                    body::<E, S, R>(pc, gc, $($b,)* rule, prep)
                 });
         }
     };
@@ -541,16 +545,18 @@ fn arr<T, const K: usize>(v: Vec<T>) -> [T; K] {
         .unwrap_or_else(|_| unreachable!("checked against the rule's buffer count"))
 }
 
-fn walk<E: Elem, R: Rule<E::C>>(
+/// The walk for a rule over `bufs.len()` state buffers of element type `S` (the
+/// parameter's own for dense state; the compute type for decoded coded state).
+pub(super) fn walk<E: Elem, S: Elem<C = E::C>, R: Rule<E::C>>(
     p: &mut [E],
     g: &[E],
-    bufs: Vec<&mut [E]>,
+    bufs: Vec<&mut [S]>,
     rule: &R,
     prep: &GradPrep,
 ) {
     let prep = Prep::new(prep);
     match bufs.len() {
-        0 => walk0(p, g, [], rule, &prep),
+        0 => walk0::<E, S, R>(p, g, [], rule, &prep),
         1 => walk1(p, g, arr(bufs), rule, &prep),
         2 => walk2(p, g, arr(bufs), rule, &prep),
         3 => walk3(p, g, arr(bufs), rule, &prep),

@@ -11,10 +11,9 @@ use candle_core::backend::BackendStorage;
 use candle_core::CpuStorage;
 use rayon::prelude::*;
 
-use super::optim::{nest, with_ref, with_rule, Buf, Elem, Prep, Rule, Walker};
-use super::scalar::Real;
+use super::optim::{nest, walk, with_ref, with_rule, Buf, Elem, Rule, Walker};
 use super::PAR_MIN;
-use crate::backend::coded::{absmax, decode_block, encode_block, CodedState, Coding};
+use crate::backend::coded::{absmax, decode_block, encode_block, CodedState, Coding, StateValue};
 use crate::backend::{GradPrep, StepRule};
 use crate::error::{Error, Result};
 
@@ -68,8 +67,14 @@ struct Chunk<'a, E> {
     parts: Vec<Part<'a>>,
 }
 
-/// Decode one block of every buffer (`vals[k]`) for elements `at..at + len` of the chunk.
-fn decode(parts: &[Part<'_>], start: usize, block: usize, at: usize, vals: &mut [Vec<f32>]) {
+/// Decode one block of every buffer (`vals[k]`) for elements `at..` of the chunk.
+fn decode<S: StateValue>(
+    parts: &[Part<'_>],
+    start: usize,
+    block: usize,
+    at: usize,
+    vals: &mut [Vec<S>],
+) {
     for (k, part) in parts.iter().enumerate() {
         let codes = &part.codes[part.coding.code_bytes(at)..];
         let v = &mut vals[k][..];
@@ -84,48 +89,45 @@ fn decode(parts: &[Part<'_>], start: usize, block: usize, at: usize, vals: &mut 
     }
 }
 
-/// Run the rule over elements `at..at + len` of the chunk with the state in `vals`,
-/// writing the parameter only when `write`.
-#[inline(always)]
-fn update<E: Elem, R: Rule<E::C>, const K: usize>(
-    chunk: &mut Chunk<'_, E>,
-    (at, len): (usize, usize),
-    vals: &mut [Vec<f32>],
+/// Run the rule over `p`, `g` and the decoded state `vals` (all one block long): the
+/// dense kernel's own vectorised walk.
+fn update<E: Elem, S: Elem<C = E::C>, R: Rule<E::C>>(
+    p: &mut [E],
+    g: &[E],
+    vals: &mut [Vec<S>],
     rule: &R,
-    prep: &Prep<E::C>,
-    write: bool,
+    prep: &GradPrep,
 ) {
-    let p = &mut chunk.p[at..at + len];
-    let g = &chunk.g[at..at + len];
-    for (i, (p, g)) in p.iter_mut().zip(g).enumerate() {
-        let mut s: [E::C; K] = std::array::from_fn(|k| E::C::of(f64::from(vals[k][i])));
-        let pn = rule.update(p.load(), prep.apply(g.load()), &mut s);
-        if write {
-            *p = E::store(pn);
-        }
-        for (v, x) in vals.iter_mut().zip(s) {
-            v[i] = x.widen() as f32;
-        }
-    }
+    let bufs: Vec<&mut [S]> = vals.iter_mut().map(|v| &mut v[..]).collect();
+    walk(p, g, bufs, rule, prep)
 }
 
 /// Step one chunk, block by block: decode, update, code with the new scales.
-fn step_chunk<E: Elem, R: Rule<E::C>, const K: usize>(
-    mut chunk: Chunk<'_, E>,
+fn step_chunk<E: Elem, S: Elem<C = E::C> + StateValue, R: Rule<E::C>>(
+    chunk: Chunk<'_, E>,
     block: usize,
     rule: &R,
-    prep: &Prep<E::C>,
+    prep: &GradPrep,
 ) {
     let n = chunk.p.len();
-    let mut vals: Vec<Vec<f32>> = vec![Vec::with_capacity(block); K];
+    let mut vals: Vec<Vec<S>> = (0..chunk.parts.len())
+        .map(|_| Vec::with_capacity(block))
+        .collect();
+    let mut parts = chunk.parts;
     let mut at = 0;
     while at < n {
         let len = block.min(n - at);
-        vals.iter_mut().for_each(|v| v.resize(len, 0.0));
-        decode(&chunk.parts, chunk.start, block, at, &mut vals);
-        update::<E, R, K>(&mut chunk, (at, len), &mut vals, rule, prep, true);
+        vals.iter_mut().for_each(|v| v.resize(len, S::of_f32(0.0)));
+        decode(&parts, chunk.start, block, at, &mut vals);
+        update(
+            &mut chunk.p[at..at + len],
+            &chunk.g[at..at + len],
+            &mut vals,
+            rule,
+            prep,
+        );
         let start = chunk.start;
-        for (k, part) in chunk.parts.iter_mut().enumerate() {
+        for (k, part) in parts.iter_mut().enumerate() {
             let from = part.coding.code_bytes(at);
             let codes = &mut part.codes[from..from + part.coding.code_bytes(len)];
             match part.rank1 {
@@ -161,13 +163,13 @@ fn nan_max(a: f32, b: f32) -> f32 {
 }
 
 /// The first pass over one chunk: the new state of rank-1 buffer `k`'s maxima, nothing
-/// written.
-fn measure_chunk<E: Elem, R: Rule<E::C>, const K: usize>(
-    chunk: &mut Chunk<'_, E>,
+/// written (the rule runs on a copy of each block of the parameter).
+fn measure_chunk<E: Elem, S: Elem<C = E::C> + StateValue, R: Rule<E::C>>(
+    chunk: &Chunk<'_, E>,
     k: usize,
     block: usize,
     rule: &R,
-    prep: &Prep<E::C>,
+    prep: &GradPrep,
 ) -> Maxima {
     let cols = chunk.parts[k].rank1.map_or(1, |r| r.cols);
     let n = chunk.p.len();
@@ -178,15 +180,20 @@ fn measure_chunk<E: Elem, R: Rule<E::C>, const K: usize>(
         rows: vec![0.0; last_row + 1 - row0],
         cols: vec![0.0; cols],
     };
-    let mut vals: Vec<Vec<f32>> = vec![Vec::with_capacity(block); K];
+    let mut vals: Vec<Vec<S>> = (0..chunk.parts.len())
+        .map(|_| Vec::with_capacity(block))
+        .collect();
+    let mut p = Vec::with_capacity(block);
     let mut at = 0;
     while at < n {
         let len = block.min(n - at);
-        vals.iter_mut().for_each(|v| v.resize(len, 0.0));
+        vals.iter_mut().for_each(|v| v.resize(len, S::of_f32(0.0)));
         decode(&chunk.parts, chunk.start, block, at, &mut vals);
-        update::<E, R, K>(chunk, (at, len), &mut vals, rule, prep, false);
+        p.clear();
+        p.extend_from_slice(&chunk.p[at..at + len]);
+        update(&mut p, &chunk.g[at..at + len], &mut vals, rule, prep);
         for (i, &v) in vals[k].iter().enumerate() {
-            let e = chunk.start + at + i;
+            let (e, v) = (chunk.start + at + i, v.f32());
             let r = &mut m.rows[e / cols - row0];
             *r = nan_max(*r, v);
             let c = &mut m.cols[e % cols];
@@ -212,15 +219,12 @@ struct CodedWalk<'a, E> {
     prep: &'a GradPrep,
 }
 
-impl<E: Elem> Walker<E::C> for CodedWalk<'_, E> {
+impl<E: Elem> Walker<E::C> for CodedWalk<'_, E>
+where
+    E::C: Elem<C = E::C> + StateValue,
+{
     fn walk<R: Rule<E::C>>(self, rule: &R) {
-        match self.bufs.len() {
-            0 => run::<E, R, 0>(self, rule),
-            1 => run::<E, R, 1>(self, rule),
-            2 => run::<E, R, 2>(self, rule),
-            3 => run::<E, R, 3>(self, rule),
-            n => unreachable!("optimizer step: {n} state buffers"),
-        }
+        run::<E, E::C, R>(self, rule)
     }
 }
 
@@ -295,10 +299,10 @@ fn chunks<'a, E>(
         .collect()
 }
 
-fn run<E: Elem, R: Rule<E::C>, const K: usize>(mut w: CodedWalk<'_, E>, rule: &R) {
-    let prep = Prep::new(w.prep);
+fn run<E: Elem, S: Elem<C = E::C> + StateValue, R: Rule<E::C>>(mut w: CodedWalk<'_, E>, rule: &R) {
+    let prep = w.prep;
     let block = w.block;
-    let rank1: Vec<usize> = (0..K)
+    let rank1: Vec<usize> = (0..w.bufs.len())
         .filter(|&k| matches!(w.bufs[k].coding, Coding::Int4Rank1 { .. }))
         .collect();
     // Pass 1 (rank-1 buffers only): the new maxima.
@@ -312,11 +316,11 @@ fn run<E: Elem, R: Rule<E::C>, const K: usize>(mut w: CodedWalk<'_, E>, rule: &R
                 _ => (vec![], vec![]),
             })
             .collect();
-        let mut cs = chunks(&mut *w.p, w.g, &mut w.bufs, block, &[]);
+        let cs = chunks(&mut *w.p, w.g, &mut w.bufs, block, &[]);
         for &k in &rank1 {
             let measured: Vec<Maxima> = cs
-                .par_iter_mut()
-                .map(|c| measure_chunk::<E, R, K>(c, k, block, rule, &prep))
+                .par_iter()
+                .map(|c| measure_chunk::<E, S, R>(c, k, block, rule, prep))
                 .collect();
             let (rows, cols) = &mut totals[k];
             for m in measured {
@@ -334,7 +338,7 @@ fn run<E: Elem, R: Rule<E::C>, const K: usize>(mut w: CodedWalk<'_, E>, rule: &R
     // Pass 2: update and code.
     chunks(&mut *w.p, w.g, &mut w.bufs, block, &new)
         .into_par_iter()
-        .for_each(|c| step_chunk::<E, R, K>(c, block, rule, &prep));
+        .for_each(|c| step_chunk::<E, S, R>(c, block, rule, prep));
     for &k in &rank1 {
         let (rows, cols) = &new[k];
         w.bufs[k].scales[0].copy_from_slice(rows);
