@@ -72,7 +72,7 @@ impl StateFormat {
             StateFormat::Dense => return None,
             StateFormat::BFloat16 => Coding::BFloat16,
             StateFormat::Int8 => Coding::Int8 { signed },
-            StateFormat::Fp8 => Coding::Fp8,
+            StateFormat::Fp8 => Coding::Fp8 { signed },
             StateFormat::Int4 if signed => Coding::Int4 { signed },
             StateFormat::Int4 => match matrix_of(dims) {
                 Some((rows, cols)) => Coding::Int4Rank1 { rows, cols },
@@ -108,7 +108,7 @@ pub enum Coding {
     /// One byte per element, an index into the 8-bit dynamic code; a scale per block.
     Int8 { signed: bool },
     /// One fp8 e4m3 byte per element, scaled so the block's absmax is e4m3's 448.
-    Fp8,
+    Fp8 { signed: bool },
     /// Two elements per byte (the first in the low nibble); a scale per block.
     Int4 { signed: bool },
     /// Two elements per byte, linear without zero, scaled by `min(row max, column max)`.
@@ -120,7 +120,7 @@ impl Coding {
         match self {
             Coding::BFloat16 => "bfloat16",
             Coding::Int8 { .. } => "int8",
-            Coding::Fp8 => "fp8",
+            Coding::Fp8 { .. } => "fp8",
             Coding::Int4 { .. } | Coding::Int4Rank1 { .. } => "int4",
         }
     }
@@ -129,7 +129,7 @@ impl Coding {
     pub fn code_bytes(self, n: usize) -> usize {
         match self {
             Coding::BFloat16 => 2 * n,
-            Coding::Int8 { .. } | Coding::Fp8 => n,
+            Coding::Int8 { .. } | Coding::Fp8 { .. } => n,
             Coding::Int4 { .. } | Coding::Int4Rank1 { .. } => n.div_ceil(2),
         }
     }
@@ -138,7 +138,9 @@ impl Coding {
     pub fn scale_lens(self, n: usize, block: usize) -> Vec<usize> {
         match self {
             Coding::BFloat16 => vec![],
-            Coding::Int8 { .. } | Coding::Fp8 | Coding::Int4 { .. } => vec![n.div_ceil(block)],
+            Coding::Int8 { .. } | Coding::Fp8 { .. } | Coding::Int4 { .. } => {
+                vec![n.div_ceil(block)]
+            }
             Coding::Int4Rank1 { rows, cols } => vec![rows, cols],
         }
     }
@@ -147,7 +149,7 @@ impl Coding {
     pub fn scale_suffixes(self) -> &'static [&'static str] {
         match self {
             Coding::BFloat16 => &[],
-            Coding::Int8 { .. } | Coding::Fp8 | Coding::Int4 { .. } => &["absmax"],
+            Coding::Int8 { .. } | Coding::Fp8 { .. } | Coding::Int4 { .. } => &["absmax"],
             Coding::Int4Rank1 { .. } => &["row_max", "col_max"],
         }
     }
@@ -159,7 +161,8 @@ impl Coding {
             Coding::Int8 { signed: false } => &UNSIGNED8,
             Coding::Int4 { signed: true } => &SIGNED4,
             Coding::Int4 { signed: false } | Coding::Int4Rank1 { .. } => &LINEAR4,
-            Coding::Fp8 => &FP8,
+            Coding::Fp8 { signed: true } => &FP8,
+            Coding::Fp8 { signed: false } => &UNSIGNED_FP8,
             Coding::BFloat16 => return None,
         })
     }
@@ -194,6 +197,9 @@ pub struct Code {
     buckets: Vec<u32>,
     first: usize,
     layout: Layout,
+    /// 1 for an unsigned code with a zero: a non-zero value never codes as zero (a second
+    /// moment read back as zero would divide the update by epsilon alone).
+    keep_nonzero: u32,
 }
 
 /// The bucket of a non-negative float32: its top 16 bits.
@@ -231,12 +237,15 @@ impl Code {
             let low = inside.first().map_or(0xFFFF, |m| m.to_bits() & 0x7FFF);
             buckets.push(below << 16 | low);
         }
+        let keep_nonzero =
+            u32::from(matches!(layout, Layout::Unsigned) && magnitudes.first() == Some(&0.0));
         Code {
             values,
             magnitudes,
             buckets,
             first,
             layout,
+            keep_nonzero,
         }
     }
 
@@ -253,7 +262,7 @@ impl Code {
     /// out of the element loop), with the tables as local slices.
     #[inline(always)]
     fn encoder<const L: u8>(&self) -> impl Fn(f32) -> u8 + '_ {
-        let (buckets, first) = (&self.buckets[..], self.first);
+        let (buckets, first, keep) = (&self.buckets[..], self.first, self.keep_nonzero);
         let last = buckets.len() - 1;
         let zero = match self.layout {
             Layout::Symmetric { zero } => zero,
@@ -262,7 +271,7 @@ impl Code {
         move |x: f32| {
             let a = x.abs();
             let a = if a <= 1.0 { a } else { 1.0 }; // NaN too: its block reads back as NaN
-            let i = nearest(buckets, first, last, a) as u8;
+            let i = nearest(buckets, first, last, a).max(keep & u32::from(a > 0.0)) as u8;
             match L {
                 SYMMETRIC => {
                     if x < 0.0 {
@@ -384,6 +393,17 @@ impl StateValue for f64 {
     }
 }
 
+/// fp8 for a second moment: the same bytes, non-negative, and a non-zero value never
+/// codes as zero (e4m3 spans 2^18 in a block; g^2 easily spans more).
+static UNSIGNED_FP8: LazyLock<Code> = LazyLock::new(|| {
+    let e4m3 = |b: u8| float8::F8E4M3::from_bits(b).to_f32() / FP8_MAX;
+    let mut values = [0f32; 256];
+    for (b, v) in values.iter_mut().enumerate().take(0x7F) {
+        *v = e4m3(b as u8);
+    }
+    Code::new((0..=0x7E).map(e4m3).collect(), Layout::Unsigned, values)
+});
+
 /// The scale of a block of new values: their absolute maximum, or NaN when one is not
 /// finite (so the whole block reads back as NaN). Eight lanes, so it runs vectorised.
 #[inline]
@@ -450,7 +470,7 @@ pub fn encode_block<T: StateValue>(
             0.0
         }
     };
-    if let (Coding::Int8 { .. } | Coding::Fp8, Some(v)) = (coding, T::as_f32(values)) {
+    if let (Coding::Int8 { .. } | Coding::Fp8 { .. }, Some(v)) = (coding, T::as_f32(values)) {
         let s = scale_at(0); // block-wise: one scale
         return match code.layout {
             Layout::Symmetric { .. } => encode_lanes::<SYMMETRIC>(code, v, inv(s), codes),
@@ -503,7 +523,8 @@ fn encode_lanes<const L: u8>(code: &Code, values: &[f32], inv: f32, codes: &mut 
         Layout::Symmetric { zero } => u32::from(zero),
         _ => 0,
     };
-    encode_lanes_simd::<L>(values, inv, &code.buckets, code.first, zero, codes)
+    let keep = code.keep_nonzero;
+    encode_lanes_simd::<L>(values, inv, &code.buckets, (code.first, zero, keep), codes)
 }
 
 #[multiversion(targets = "simd")]
@@ -511,8 +532,7 @@ fn encode_lanes_simd<const L: u8>(
     values: &[f32],
     inv: f32,
     buckets: &[u32],
-    first: usize,
-    zero: u32,
+    (first, zero, keep): (usize, u32, u32),
     codes: &mut [u8],
 ) {
     let last = buckets.len() - 1;
@@ -520,7 +540,7 @@ fn encode_lanes_simd<const L: u8>(
         let y = x * inv;
         let a = y.abs();
         let a = if a <= 1.0 { a } else { 1.0 };
-        let i = nearest(buckets, first, last, a);
+        let i = nearest(buckets, first, last, a).max(keep & u32::from(a > 0.0));
         let code = match L {
             SYMMETRIC => {
                 if y < 0.0 {
@@ -575,7 +595,7 @@ pub fn decode_block<T: StateValue>(
         return;
     };
     let values = &code.values;
-    if let (Coding::Int8 { .. } | Coding::Fp8, Some(o)) = (coding, T::as_f32_mut(out)) {
+    if let (Coding::Int8 { .. } | Coding::Fp8 { .. }, Some(o)) = (coding, T::as_f32_mut(out)) {
         let s = scale_at(0);
         return decode_lanes(values, &codes[..o.len()], s, o);
     }
@@ -669,6 +689,18 @@ mod tests {
     }
 
     #[test]
+    fn a_second_moment_never_codes_a_non_zero_value_as_zero() {
+        for code in [&*UNSIGNED8, &*UNSIGNED_FP8] {
+            assert_eq!(code.encode(0.0), 0);
+            assert_ne!(code.encode(1e-30), 0);
+            assert_eq!(code.encode(1.0), code.encode(0.99999));
+        }
+        assert_eq!(UNSIGNED_FP8.encode(1e-30), 1); // e4m3's smallest subnormal
+        assert_eq!(LINEAR4.encode(0.0), 0); // no zero: index 0 is 1/16
+        assert_eq!(SIGNED8.values[usize::from(SIGNED8.encode(1e-30))], 0.0);
+    }
+
+    #[test]
     fn fp8_codes_are_e4m3_bytes() {
         for &x in &[0.5f32, -0.25, 1.0, 0.013, -0.0001] {
             let b = FP8.encode(x);
@@ -687,7 +719,7 @@ mod tests {
             .collect();
         for coding in [
             Coding::Int8 { signed: true },
-            Coding::Fp8,
+            Coding::Fp8 { signed: true },
             Coding::Int4 { signed: true },
             Coding::BFloat16,
         ] {
@@ -698,7 +730,7 @@ mod tests {
             decode_block(coding, &codes, &mut back, |_| s);
             let tol = match coding {
                 Coding::BFloat16 => s / 128.0,
-                Coding::Int8 { .. } | Coding::Fp8 => s * 0.05,
+                Coding::Int8 { .. } | Coding::Fp8 { .. } => s * 0.05,
                 _ => s * 0.3,
             };
             for (a, b) in values.iter().zip(&back) {

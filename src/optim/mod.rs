@@ -297,7 +297,7 @@ impl ParamState {
             let f = match c.coding {
                 backend::coded::Coding::BFloat16 => StateFormat::BFloat16,
                 backend::coded::Coding::Int8 { .. } => StateFormat::Int8,
-                backend::coded::Coding::Fp8 => StateFormat::Fp8,
+                backend::coded::Coding::Fp8 { .. } => StateFormat::Fp8,
                 _ => StateFormat::Int4,
             };
             (f, c.block)
