@@ -17,7 +17,7 @@ from pathlib import Path
 from .._cli import HelpFormatter
 from . import report, runner, workloads
 from .budget_sweep import SWEPT
-from .systems import AUTOCAST, BY_NAME
+from .systems import AUTOCAST, BY_NAME, LOW_BIT
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -125,6 +125,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="also run torch and gradstream with the forward under autocast (bfloat16)",
     )
     p.add_argument(
+        "--low-bit",
+        action="store_true",
+        help="also run gradstream with 8-bit, 4-bit and fp8 optimizer state, in backward",
+    )
+    p.add_argument(
         "--plain-progress",
         action="store_true",
         help="a line per configuration even when tqdm is installed",
@@ -181,6 +186,8 @@ def config(args: argparse.Namespace) -> runner.Config:
     systems = [s for s in args.systems.split(",") if s]
     if args.autocast:
         systems += [s for s in AUTOCAST if s not in systems]
+    if args.low_bit:
+        systems += [s for s in LOW_BIT if s not in systems]
     if args.repeat < 1:
         raise SystemExit(f"--repeat {args.repeat}: expected at least 1")
     for w in wls:

@@ -83,10 +83,26 @@ SYSTEMS: list[System] = [
         frozenset({"mlp", "cnn", "lora"}),
         note="gradstream: the forward and loss under autocast('cpu', bfloat16), Adam in backward",
     ),
+    System(
+        "gradstream-8bit", "python", "gradstream_impl", "low_bit:int8",
+        note="gradstream: Adam (AdamW) in backward with 8-bit block-wise state "
+        "(state_dtype='int8', blocks of 256)",
+    ),
+    System(
+        "gradstream-4bit", "python", "gradstream_impl", "low_bit:int4",
+        note="gradstream: Adam (AdamW) in backward with 4-bit state (blocks of 128; a "
+        "matrix's second moment rank-1 normalised)",
+    ),
+    System(
+        "gradstream-fp8", "python", "gradstream_impl", "low_bit:fp8",
+        note="gradstream: Adam (AdamW) in backward with fp8 (e4m3) state scaled per block of 256",
+    ),
 ]  # fmt: skip
 
 # Run only when asked for (`--autocast`): mixed precision changes the losses a little.
 AUTOCAST = [s.name for s in SYSTEMS if s.variant == "autocast"]
+# Run only when asked for (`--low-bit`): coded optimizer state changes the losses a little.
+LOW_BIT = [s.name for s in SYSTEMS if s.variant.startswith("low_bit:")]
 
 BY_NAME = {s.name: s for s in SYSTEMS}
 

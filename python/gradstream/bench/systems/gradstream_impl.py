@@ -5,6 +5,8 @@
   inside the backward pass the moment its gradient is final, and frees it.
 - `checkpoint` (`gradstream-checkpoint`, nerf): in-backward Adam, and the MLP recomputed per
   chunk of points (`gradstream.utils.checkpoint.checkpoint_chunks`).
+- `low_bit:<state_dtype>` (`gradstream-8bit`, `-4bit`, `-fp8`): in-backward Adam with its
+  moments coded (`state_dtype`).
 
 The mlp and nerf code mirrors `torch_impl` line for line with `import gradstream as torch`;
 the cnn and lora models are the same code as torch's (`convnet`, `lora_gpt`). `device` ("cpu",
@@ -69,13 +71,15 @@ def missing(variant: str, workload: str | None = None) -> str | None:
     adam = getattr(optim, adam_name, None)
     if adam is None:
         return f"needs gradstream.optim.{adam_name} (not built yet)"
-    if variant == "in_backward":
+    if variant == "in_backward" or variant.startswith("low_bit:"):
         try:
             params = inspect.signature(adam).parameters
         except (TypeError, ValueError):
             params = {}
         if "in_backward" not in params:
             return f"needs gradstream.optim.{adam_name}(..., in_backward=True) (not built yet)"
+        if variant.startswith("low_bit:") and "state_dtype" not in params:
+            return f"needs gradstream.optim.{adam_name}(..., state_dtype=...) (not built yet)"
     if variant == "autocast" and not hasattr(torch, "autocast"):
         return "needs gradstream.autocast (not built yet)"
     if variant == "checkpoint":
@@ -172,9 +176,11 @@ def render(sigma, rgb, dists):
 MODELS = {"cnn": convnet, "lora": lora_gpt}
 
 
-def optimizer(workload, params, in_backward: bool = False):
+def optimizer(workload, params, in_backward: bool = False, state_dtype: str | None = None):
     """The workload's optimizer: Adam, or AdamW with its weight decay."""
     kwargs: dict[str, Any] = {"in_backward": True} if in_backward else {}
+    if state_dtype is not None:
+        kwargs["state_dtype"] = state_dtype
     if workload.optimizer == "adamw":
         return torch.optim.AdamW(
             params, lr=workload.lr, weight_decay=workload.weight_decay, **kwargs
@@ -262,8 +268,9 @@ def _build(workload, tensors: dict, variant: str, device: str = "cpu") -> RunSta
             with torch.autocast(device_type, dtype=torch.bfloat16):
                 return full_precision_loss()
 
-    if variant in ("in_backward", "checkpoint", "autocast"):
-        opt = optimizer(workload, params, in_backward=True)
+    if variant in ("in_backward", "checkpoint", "autocast") or variant.startswith("low_bit:"):
+        state_dtype = variant.partition(":")[2] or None
+        opt = optimizer(workload, params, in_backward=True, state_dtype=state_dtype)
 
         def step(opt=opt):  # the optimizer lives as long as the step; backward steps it
             loss = loss_fn()
