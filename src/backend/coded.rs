@@ -262,28 +262,54 @@ impl Code {
     /// out of the element loop), with the tables as local slices.
     #[inline(always)]
     fn encoder<const L: u8>(&self) -> impl Fn(f32) -> u8 + '_ {
-        let (buckets, first, keep) = (&self.buckets[..], self.first, self.keep_nonzero);
-        let last = buckets.len() - 1;
-        let zero = match self.layout {
-            Layout::Symmetric { zero } => zero,
-            _ => 0,
-        };
-        move |x: f32| {
-            let a = x.abs();
-            let a = if a <= 1.0 { a } else { 1.0 }; // NaN too: its block reads back as NaN
-            let i = nearest(buckets, first, last, a).max(keep & u32::from(a > 0.0)) as u8;
-            match L {
-                SYMMETRIC => {
-                    if x < 0.0 {
-                        zero - i
-                    } else {
-                        zero + i
-                    }
-                }
-                UNSIGNED => i,
-                _ => i | (u8::from(x.is_sign_negative() && i != 0) << 7),
-            }
+        let e = self.lanes();
+        move |x: f32| e.code::<L>(x)
+    }
+
+    /// What the per-element encoder reads, as plain values and slices.
+    fn lanes(&self) -> Lanes<'_> {
+        Lanes {
+            buckets: &self.buckets,
+            first: self.first,
+            zero: match self.layout {
+                Layout::Symmetric { zero } => u32::from(zero),
+                _ => 0,
+            },
+            keep: self.keep_nonzero,
         }
+    }
+}
+
+/// A [`Code`]'s encoder state: its packed buckets, first bucket, zero's code and whether
+/// a non-zero value keeps a non-zero code.
+#[derive(Clone, Copy)]
+struct Lanes<'a> {
+    buckets: &'a [u32],
+    first: usize,
+    zero: u32,
+    keep: u32,
+}
+
+impl Lanes<'_> {
+    /// The code of `x` (already divided by its scale: in [-1, 1]) in layout `L`.
+    #[inline(always)]
+    fn code<const L: u8>(self, x: f32) -> u8 {
+        let a = x.abs();
+        let a = if a <= 1.0 { a } else { 1.0 }; // NaN too: its block reads back as NaN
+        let last = self.buckets.len() - 1;
+        let i = nearest(self.buckets, self.first, last, a).max(self.keep & u32::from(a > 0.0));
+        let code = match L {
+            SYMMETRIC => {
+                if x < 0.0 {
+                    self.zero - i
+                } else {
+                    self.zero + i
+                }
+            }
+            UNSIGNED => i,
+            _ => i | (u32::from(x.is_sign_negative() && i != 0) << 7),
+        };
+        code as u8
     }
 }
 
@@ -404,6 +430,17 @@ static UNSIGNED_FP8: LazyLock<Code> = LazyLock::new(|| {
     Code::new((0..=0x7E).map(e4m3).collect(), Layout::Unsigned, values)
 });
 
+/// A rank-1 coded element's scale: `min(row max, column max)`, NaN when either is (f32::min
+/// would drop the NaN of a poisoned row or column).
+#[inline]
+pub fn rank1_scale(row: f32, col: f32) -> f32 {
+    if row.is_nan() || col.is_nan() {
+        f32::NAN
+    } else {
+        row.min(col)
+    }
+}
+
 /// The scale of a block of new values: their absolute maximum, or NaN when one is not
 /// finite (so the whole block reads back as NaN). Eight lanes, so it runs vectorised.
 #[inline]
@@ -514,45 +551,18 @@ fn encode_nibbles<T: StateValue, const L: u8>(
     }
 }
 
-/// One byte per element of a block with one scale (`inv` is its reciprocal), float32: the
-/// loop the encoder's tables were laid out for. Compiled for each vector width
-/// (`multiversion`: the wheel's baseline is SSE2; with AVX2 or AVX-512 the two table
-/// lookups are vector gathers).
+/// One byte per element of a block with one scale (`inv` is its reciprocal), float32,
+/// compiled for each vector width (`multiversion`: the wheel's baseline is SSE2). LLVM
+/// keeps the bucket lookup scalar even with AVX-512; the loop stays apart so that an
+/// explicit gather can replace it.
 fn encode_lanes<const L: u8>(code: &Code, values: &[f32], inv: f32, codes: &mut [u8]) {
-    let zero = match code.layout {
-        Layout::Symmetric { zero } => u32::from(zero),
-        _ => 0,
-    };
-    let keep = code.keep_nonzero;
-    encode_lanes_simd::<L>(values, inv, &code.buckets, (code.first, zero, keep), codes)
+    encode_lanes_simd::<L>(values, inv, code.lanes(), codes)
 }
 
 #[multiversion(targets = "simd")]
-fn encode_lanes_simd<const L: u8>(
-    values: &[f32],
-    inv: f32,
-    buckets: &[u32],
-    (first, zero, keep): (usize, u32, u32),
-    codes: &mut [u8],
-) {
-    let last = buckets.len() - 1;
+fn encode_lanes_simd<const L: u8>(values: &[f32], inv: f32, lanes: Lanes<'_>, codes: &mut [u8]) {
     for (c, &x) in codes.iter_mut().zip(values) {
-        let y = x * inv;
-        let a = y.abs();
-        let a = if a <= 1.0 { a } else { 1.0 };
-        let i = nearest(buckets, first, last, a).max(keep & u32::from(a > 0.0));
-        let code = match L {
-            SYMMETRIC => {
-                if y < 0.0 {
-                    zero - i
-                } else {
-                    zero + i
-                }
-            }
-            UNSIGNED => i,
-            _ => i | (u32::from(y.is_sign_negative() && i != 0) << 7),
-        };
-        *c = code as u8;
+        *c = lanes.code::<L>(x * inv);
     }
 }
 

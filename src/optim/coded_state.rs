@@ -1,7 +1,7 @@
 //! A parameter's optimizer state kept in fewer bits (`state_dtype`): which buffers are
 //! signed, the coded buffers themselves, and their state-dict form.
 
-use crate::backend::coded::{decode_block, CodedState, Coding, StateFormat};
+use crate::backend::coded::{decode_block, rank1_scale, CodedState, Coding, StateFormat};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::memory::Role;
@@ -88,12 +88,7 @@ impl Coded {
             match coding {
                 Coding::BFloat16 => decode_block(coding, codes, chunk, |_| 1.0),
                 Coding::Int4Rank1 { cols, .. } => decode_block(coding, codes, chunk, |i| {
-                    let (r, c) = (scales[0][(at + i) / cols], scales[1][(at + i) % cols]);
-                    if r.is_nan() || c.is_nan() {
-                        f32::NAN
-                    } else {
-                        r.min(c)
-                    }
+                    rank1_scale(scales[0][(at + i) / cols], scales[1][(at + i) % cols])
                 }),
                 _ => decode_block(coding, codes, chunk, |_| scales[0][b]),
             }

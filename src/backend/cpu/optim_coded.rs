@@ -13,7 +13,9 @@ use rayon::prelude::*;
 
 use super::optim::{nest, walk, with_ref, with_rule, Buf, Elem, Rule, Walker};
 use super::PAR_MIN;
-use crate::backend::coded::{absmax, decode_block, encode_block, CodedState, Coding, StateValue};
+use crate::backend::coded::{
+    absmax, decode_block, encode_block, rank1_scale, CodedState, Coding, StateValue,
+};
 use crate::backend::{GradPrep, StepRule};
 use crate::error::{Error, Result};
 
@@ -30,22 +32,12 @@ struct Rank1<'a> {
     new_col: &'a [f32],
 }
 
-/// NaN-propagating `min` (f32::min would drop the NaN of a poisoned row or column).
-#[inline]
-fn min_nan(a: f32, b: f32) -> f32 {
-    if a.is_nan() || b.is_nan() {
-        f32::NAN
-    } else {
-        a.min(b)
-    }
-}
-
 impl Rank1<'_> {
     fn old_at(&self, i: usize) -> f32 {
-        min_nan(self.old_row[i / self.cols], self.old_col[i % self.cols])
+        rank1_scale(self.old_row[i / self.cols], self.old_col[i % self.cols])
     }
     fn new_at(&self, i: usize) -> f32 {
-        min_nan(self.new_row[i / self.cols], self.new_col[i % self.cols])
+        rank1_scale(self.new_row[i / self.cols], self.new_col[i % self.cols])
     }
 }
 
